@@ -1,0 +1,1 @@
+"""Synthesizable Amaranth HDL of ndpim. Imports nothing from ``sim`` or ``host``."""

@@ -1,0 +1,142 @@
+"""Decode, normalize and round: the front and back ends shared by every FP unit.
+
+:class:`Rounder` is the one IEEE round-to-nearest-even rounder of the project (after berkeley-hardfloat's
+``RoundRawFNToRecFN``): every unit that produces a floating-point number ends in it, so subnormal results,
+overflow to infinity and ties-to-even are implemented exactly once.
+"""
+
+from types import SimpleNamespace
+
+from amaranth.hdl import Module, Signal, Cat, Mux, Const, unsigned, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .format import FloatFormat
+
+__all__ = ["decode", "Normalizer", "Rounder", "lzc"]
+
+
+def decode(fmt: FloatFormat, bits) -> SimpleNamespace:
+    """Field decode of a raw ``fmt`` value (combinational expressions, no state).
+
+    ``sig`` is the significand with its hidden bit (``fmt.precision`` bits) and ``exp`` the effective biased
+    exponent (1 for subnormals), so the value of a finite input is ``sig * 2**(exp - bias - frac_bits)``.
+    """
+    F, E = fmt.frac_bits, fmt.exp_bits
+    frac = bits[:F]
+    exp_field = bits[F:F + E]
+    sign = bits[F + E]
+    exp_zero = exp_field == 0
+    exp_ones = exp_field == fmt.exp_max
+    return SimpleNamespace(
+        sign=sign,
+        exp_field=exp_field,
+        frac=frac,
+        sig=Cat(frac, ~exp_zero),
+        exp=Mux(exp_zero, 1, exp_field),
+        is_zero=exp_zero & (frac == 0),
+        is_sub=exp_zero & (frac != 0),
+        is_inf=exp_ones & (frac == 0),
+        is_nan=exp_ones & (frac != 0),
+        magnitude=bits[:F + E],
+    )
+
+
+def lzc(m, value, name="lzc"):
+    """Leading-zero count of ``value`` (``len(value)`` when zero is not needed: returns 0 for zero)."""
+    width = len(value)
+    count = Signal(range(width + 1), name=name)
+    for k in range(width):  # the highest set bit is assigned last and wins
+        with m.If(value[k]):
+            m.d.comb += count.eq(width - 1 - k)
+    return count
+
+
+class Normalizer(wiring.Component):
+    """Shifts ``sig`` left until its MSB is set and lowers ``exp`` by the same amount (combinational).
+
+    A zero ``sig`` passes through with ``exp`` unchanged; :class:`Rounder` turns it into a signed zero.
+    """
+
+    def __init__(self, *, sig_width: int, exp_width: int):
+        self.sig_width = sig_width
+        self.exp_width = exp_width
+        super().__init__({
+            "sig": In(sig_width), "exp": In(signed(exp_width)),
+            "sig_out": Out(sig_width), "exp_out": Out(signed(exp_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        count = lzc(m, self.sig)
+        m.d.comb += [
+            self.sig_out.eq((self.sig << count)[:self.sig_width]),
+            self.exp_out.eq(self.exp - count),
+        ]
+        return m
+
+
+class Rounder(wiring.Component):
+    """Rounds ``(-1)**sign * sig * 2**(exp - bias - (sig_width - 1))`` to ``fmt``, ties to even.
+
+    ``sig`` must be normalized (MSB set) or zero; ``sticky`` is the OR of any nonzero bits below ``sig``'s LSB.
+    ``exp`` is the biased exponent of ``sig``'s MSB and may lie outside the format: below 1 the value is
+    shifted into a subnormal (or zero) before rounding; at or above the all-ones exponent it becomes infinity.
+    Rounding up may carry into the exponent, including from the largest subnormal to the smallest normal and
+    from the largest finite to infinity. Combinational; ``bits`` is the packed result.
+    """
+
+    def __init__(self, *, fmt: FloatFormat, sig_width: int, exp_width: int):
+        if sig_width < 1:
+            raise ValueError(f"sig_width must be >= 1, got {sig_width}")
+        if exp_width < fmt.exp_bits + 2:
+            raise ValueError(f"exp_width must be >= {fmt.exp_bits + 2} for {fmt.name}, got {exp_width}")
+        self.fmt = fmt
+        self.sig_width = sig_width
+        self.exp_width = exp_width
+        super().__init__({
+            "sign": In(1), "exp": In(signed(exp_width)), "sig": In(sig_width), "sticky": In(1),
+            "bits": Out(fmt.width),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        fmt = self.fmt
+        F, E = fmt.frac_bits, fmt.exp_bits
+        # Pad so that the hidden bit, F fraction bits and a guard bit are all present.
+        pad = max(0, fmt.precision + 1 - self.sig_width)
+        W = self.sig_width + pad
+        sig = Signal(W)
+        m.d.comb += sig.eq(self.sig << pad)
+        is_zero = sig == 0
+
+        # Denormalize: a value below the smallest normal is shifted to the subnormal scale (exponent 1).
+        max_shift = W + 1
+        shift = Signal(range(max_shift + 1))
+        with m.If(self.exp < 1):
+            with m.If(self.exp < 1 - max_shift):
+                m.d.comb += shift.eq(max_shift)
+            with m.Else():
+                m.d.comb += shift.eq(1 - self.exp)
+        shifted = Signal(W)
+        m.d.comb += shifted.eq(sig >> shift)
+        lost = (shifted << shift)[:W] != sig
+
+        frac = shifted[W - 1 - F:W - 1]
+        guard = shifted[W - 2 - F]
+        rest = (shifted[:W - 2 - F] != 0) if W - 2 - F > 0 else Const(0, 1)
+        sticky = rest | self.sticky | lost
+        round_up = guard & (sticky | frac[0])
+
+        exp_field = Signal(E)
+        with m.If(~is_zero & (self.exp >= 1)):
+            m.d.comb += exp_field.eq(self.exp)
+        # Adding the increment to {exp, frac} carries correctly into the exponent and up to infinity.
+        rounded = Signal(E + F + 1)
+        m.d.comb += rounded.eq(Cat(frac, exp_field) + round_up)
+        overflow = ~is_zero & (self.exp >= fmt.exp_max)
+        with m.If(overflow):
+            m.d.comb += self.bits.eq(Cat(Const(fmt.inf_bits, E + F), self.sign))
+        with m.Else():
+            m.d.comb += self.bits.eq(Cat(rounded[:E + F], self.sign))
+        return m

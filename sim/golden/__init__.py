@@ -1,0 +1,1 @@
+"""Numpy golden models of the RTL blocks, bit-exact on raw bit patterns."""
