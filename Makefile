@@ -1,0 +1,47 @@
+# ndpim — every target creates .venv and installs what it needs on first use (Python >= 3.11 and gcc only).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+NDPIM  := $(VENV)/bin/ndpim
+STAMP  := $(VENV)/.installed
+SYNTH_STAMP := $(VENV)/.installed-synth
+# pytest workers: the machine (and CI) has 2 cores.
+JOBS   ?= 2
+
+.PHONY: demo test verilog lint cocotb synth fp-report bench-fp clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ndpim needs Python >= 3.11: make PYTHON=python3.11 ...")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+$(SYNTH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,synth]'
+	touch $@
+
+demo: fp-report
+
+test: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) -q tests
+
+fp-report: $(STAMP)
+	$(NDPIM) fp-report
+
+verilog: $(STAMP)
+	$(NDPIM) verilog --out build/verilog
+
+lint: verilog
+	$(NDPIM) lint build/verilog
+
+cocotb: $(STAMP)
+	$(PY) -m pytest -q tests/cocotb
+
+synth: $(SYNTH_STAMP)
+	$(NDPIM) synth
+
+bench-fp: $(STAMP)
+	$(NDPIM) bench-fp
+
+clean:
+	rm -rf build sim_build .pytest_cache

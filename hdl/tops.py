@@ -1,0 +1,29 @@
+"""Top-level components that get their own Verilog module: name -> factory.
+
+The names are the Verilog module names written by ``ndpim verilog`` and used by the lint, cocotb, synthesis
+and benchmark targets.
+"""
+
+from .fp import FP16, FP32, FPMul, FPAdd, FPMAC
+from .fp.div import FPDiv
+from .fp.convert import FPConvert
+from .fp.max import FPMax
+from .fp.exp import FPExp
+
+__all__ = ["FP_TOPS", "TOPS"]
+
+FP_TOPS = {
+    "fp16_mul": lambda: FPMul(fmt=FP16),
+    "fp16_mul_fp32": lambda: FPMul(fmt=FP16, out_fmt=FP32),
+    "fp16_add": lambda: FPAdd(fmt=FP16),
+    "fp32_add": lambda: FPAdd(fmt=FP32),
+    "fp16_div": lambda: FPDiv(),
+    "fp16_to_fp32": lambda: FPConvert(src=FP16, dst=FP32),
+    "fp32_to_fp16": lambda: FPConvert(src=FP32, dst=FP16),
+    "fp16_mac_fp16": lambda: FPMAC(acc="fp16"),
+    "fp16_mac_fp32": lambda: FPMAC(acc="fp32"),
+    "fp16_max": lambda: FPMax(),
+    "fp16_exp": lambda: FPExp(),
+}
+
+TOPS = dict(FP_TOPS)

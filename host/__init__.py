@@ -1,0 +1,1 @@
+"""The host model and the ``ndpim`` command line."""
