@@ -65,9 +65,9 @@ def from_f32(a) -> np.ndarray:
 
 
 def max_cmp(a, b):
-    """FPMax: ``(max, a_lt_b, eq, unordered)``.
+    """FPMax: ``(max, a_lt_b, a_eq_b, unordered)``.
 
-    ``a_lt_b``/``eq`` are IEEE comparisons (so ``-0 == +0``); ``max`` orders ``-0 < +0`` and is the
+    ``a_lt_b``/``a_eq_b`` are IEEE comparisons (so ``-0 == +0``); ``max`` orders ``-0 < +0`` and is the
     canonical NaN when either operand is NaN, so a NaN score poisons softmax instead of vanishing.
     """
     a = as_bits(a, FP16, "a")
