@@ -1,0 +1,127 @@
+// Verilator stream harness: runs one whole stream testbench (sim/backends/base.py protocol) in C++.
+// Generated per design by sim/backends/verilator.py, which fills in the @...@ placeholders with one block
+// per stream port of the wrapper module `harness_top` (ports inK_* / outK_*, clk, rst).
+//
+// usage: sim STIMULUS RESULT
+// STIMULUS (little-endian): u64 max_cycles; per input port: u64 n_items, u64 pat_len, u8 pat[pat_len],
+//   u32 words[n_items * NWORDS]; per output port: u64 collect (0/1), u64 n_expected, u64 pat_len, u8 pat[pat_len].
+// RESULT: u64 status (0 done, 1 timeout), u64 cycles; per output port: u64 n_seen (payloads accepted while
+//   collecting), u64 n_words, u32 words[n_words] (the first min(n_seen, n_expected) payloads).
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "verilated.h"
+#include "Vharness_top.h"
+
+typedef std::vector<uint32_t> Words;
+
+static void die(const char* msg) {
+    std::fprintf(stderr, "stream harness: %s\n", msg);
+    std::exit(2);
+}
+
+static inline void set_payload(CData& s, const uint32_t* w) { s = static_cast<CData>(w[0]); }
+static inline void set_payload(SData& s, const uint32_t* w) { s = static_cast<SData>(w[0]); }
+static inline void set_payload(IData& s, const uint32_t* w) { s = w[0]; }
+static inline void set_payload(QData& s, const uint32_t* w) {
+    s = static_cast<QData>(w[0]) | (static_cast<QData>(w[1]) << 32);
+}
+template <std::size_t N> static inline void set_payload(VlWide<N>& s, const uint32_t* w) {
+    for (std::size_t i = 0; i < N; ++i) s[i] = w[i];
+}
+
+static inline void get_payload(CData s, Words& out) { out.push_back(s); }
+static inline void get_payload(SData s, Words& out) { out.push_back(s); }
+static inline void get_payload(IData s, Words& out) { out.push_back(s); }
+static inline void get_payload(QData s, Words& out) {
+    out.push_back(static_cast<uint32_t>(s));
+    out.push_back(static_cast<uint32_t>(s >> 32));
+}
+template <std::size_t N> static inline void get_payload(const VlWide<N>& s, Words& out) {
+    for (std::size_t i = 0; i < N; ++i) out.push_back(s[i]);
+}
+
+struct Reader {
+    FILE* f;
+    uint64_t u64() { uint64_t v; bytes(&v, sizeof v); return v; }
+    void bytes(void* p, std::size_t n) { if (n && std::fread(p, 1, n, f) != n) die("stimulus file too short"); }
+};
+
+struct InPort {
+    uint64_t n = 0, pos = 0;
+    bool presenting = false;
+    std::vector<uint8_t> pat;
+    Words data;
+    void read(Reader& r, std::size_t nwords) {
+        n = r.u64();
+        pat.resize(r.u64());
+        if (pat.empty()) die("empty valid pattern");
+        r.bytes(pat.data(), pat.size());
+        data.resize(n * nwords);
+        r.bytes(data.data(), data.size() * sizeof(uint32_t));
+    }
+};
+
+struct OutPort {
+    bool collect = false;
+    uint64_t want = 0, seen = 0;
+    std::vector<uint8_t> pat;
+    Words data;
+    void read(Reader& r) {
+        collect = r.u64() != 0;
+        want = r.u64();
+        pat.resize(r.u64());
+        if (pat.empty()) die("empty ready pattern");
+        r.bytes(pat.data(), pat.size());
+    }
+};
+
+int main(int argc, char** argv) {
+    if (argc != 3) die("usage: sim STIMULUS RESULT");
+    const int n_in = @N_IN@, n_out = @N_OUT@;
+    std::vector<InPort> ins(n_in > 0 ? n_in : 1);
+    std::vector<OutPort> outs(n_out > 0 ? n_out : 1);
+    FILE* fi = std::fopen(argv[1], "rb");
+    if (!fi) die("cannot open stimulus file");
+    Reader r{fi};
+    const uint64_t max_cycles = r.u64();
+@READ@
+    std::fclose(fi);
+
+    const std::unique_ptr<VerilatedContext> context{new VerilatedContext};
+    const std::unique_ptr<Vharness_top> top{new Vharness_top{context.get()}};
+    // Reset: one clock edge with rst high and every valid/ready low.
+@IDLE@
+    top->clk = 0; top->rst = 1; top->eval();
+    top->clk = 1; top->eval();
+    top->rst = 0;
+
+    uint64_t t = 0;
+    bool done = false;  // even with nothing to collect, a run lasts at least one cycle
+    while (!done && t < max_cycles) {
+        top->clk = 0;
+@DRIVE@
+        top->eval();
+@SAMPLE@
+        top->clk = 1;
+        top->eval();
+        ++t;
+        done = @DONE@;
+    }
+    top->final();
+
+    FILE* fo = std::fopen(argv[2], "wb");
+    if (!fo) die("cannot open result file");
+    uint64_t head[2] = {done ? 0u : 1u, t};
+    std::fwrite(head, sizeof head, 1, fo);
+    for (int k = 0; k < n_out; ++k) {
+        uint64_t counts[2] = {outs[k].seen, outs[k].data.size()};
+        std::fwrite(counts, sizeof counts, 1, fo);
+        std::fwrite(outs[k].data.data(), sizeof(uint32_t), outs[k].data.size(), fo);
+    }
+    if (std::fclose(fo) != 0) die("cannot write result file");
+    return 0;
+}
