@@ -45,7 +45,7 @@ class AmaranthBackend(Backend):
                     if q.name in outputs and pat[t % len(pat)] and ctx.get(s.valid):
                         outputs[q.name].append(int(ctx.get(Value.cast(s.payload))))
                 await ctx.tick()
-                if all(len(outputs[n]) >= counts[n] for n in counts):
+                if all(counts[n] is None or len(outputs[n]) >= counts[n] for n in counts):
                     result["cycles"] = t + 1
                     return
             result["cycles"] = None
@@ -60,5 +60,6 @@ class AmaranthBackend(Backend):
             got = {n: len(v) for n, v in outputs.items()}
             raise SimulationTimeout(f"{type(component).__name__}: no completion after {max_cycles} cycles; "
                                     f"outputs collected {got} of {counts}")
-        return StreamRun(backend=self.name, outputs={n: v[:counts[n]] for n, v in outputs.items()},
+        return StreamRun(backend=self.name, outputs={n: v if counts[n] is None else v[:counts[n]]
+                                                      for n, v in outputs.items()},
                          cycles=result["cycles"], wall_seconds=wall)

@@ -11,6 +11,8 @@ count** on every engine:
   until the item is accepted (stream rules). Output port ``q`` drives ``ready = traffic.ready[q][t % len]``.
 * At the clock edge ending cycle ``t``, an input item is accepted if ``valid & ready``; an output payload is
   recorded if ``valid & ready``.
+* An output port with a count of ``None`` is *collected whole*: every payload it hands over is recorded, and
+  it does not take part in deciding when the run ends (command traces, error reports).
 * The run ends after the edge on which the last expected output is recorded; ``cycles = t + 1``. A run that
   has not finished after ``max_cycles`` cycles raises :class:`SimulationTimeout` (a hang, not a slow test).
 """
@@ -119,8 +121,9 @@ class Backend(ABC):
 
         ``inputs``: input port name -> sequence of int payloads (every input port must be named; use an empty
         sequence for an idle port). ``expected``: output port name -> number of payloads to collect (ports not
-        named are always ready and their payloads are dropped). ``max_cycles`` defaults to a generous bound
-        derived from the amount of traffic.
+        named are always ready and their payloads are dropped; ``None`` collects a port whole without making the
+        run wait for it; at least one port needs a count). ``max_cycles`` defaults to a generous bound derived
+        from the amount of traffic.
         """
 
     @staticmethod
@@ -148,14 +151,16 @@ class Backend(ABC):
                     raise ValueError(f"payload {x:#x} does not fit input stream {port.name!r} "
                                      f"({port.width} bits)")
             data[port.name] = items
-        counts = {name: int(n) for name, n in expected.items()}
+        counts = {name: (None if n is None else int(n)) for name, n in expected.items()}
         for name, n in counts.items():
-            if n < 0:
-                raise ValueError(f"expected count for {name!r} must be >= 0, got {n}")
+            if n is not None and n < 0:
+                raise ValueError(f"expected count for {name!r} must be >= 0 or None, got {n}")
+        if counts and all(n is None for n in counts.values()):
+            raise ValueError("at least one output port needs an expected count to end the run")
         traffic = traffic or Traffic.full_rate()
         patterns = {p.name: traffic.pattern(p) for p in ports}
         if max_cycles is None:
-            total = sum(len(v) for v in data.values()) + sum(counts.values())
+            total = sum(len(v) for v in data.values()) + sum(n for n in counts.values() if n is not None)
             max_cycles = 64 * total + 10_000
         return in_ports, out_ports, data, counts, patterns, max_cycles
 

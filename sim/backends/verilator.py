@@ -94,7 +94,7 @@ def _harness(ports) -> str:
         sample.append(f"        {{ OutPort& q = outs[{k}];\n"
                       f"          if (q.collect && top->out{k}_ready && top->out{k}_valid) "
                       f"{{{store} ++q.seen; }} }}")
-    done = " && ".join(f"outs[{k}].seen >= outs[{k}].want" for k in range(len(outs))) or "true"
+    done = " && ".join(f"(outs[{k}].all || outs[{k}].seen >= outs[{k}].want)" for k in range(len(outs))) or "true"
     text = HARNESS_TEMPLATE.read_text()
     for key, value in (("@N_IN@", str(len(ins))), ("@N_OUT@", str(len(outs))), ("@READ@", "\n".join(read)),
                        ("@IDLE@", "\n".join(idle)), ("@DRIVE@", "\n".join(drive)),
@@ -219,7 +219,9 @@ class VerilatorBackend(Backend):
                        _encode_words(data[p.name], p.width)]
         for q in out_ports:
             pat = patterns[q.name].astype(np.uint8)
-            chunks += [np.array([q.name in counts, counts.get(q.name, 0), pat.size], dtype="<u8").tobytes(),
+            # collect: 0 = drop, 1 = the first n payloads, 2 = every payload (not waited for).
+            collect = 0 if q.name not in counts else 2 if counts[q.name] is None else 1
+            chunks += [np.array([collect, counts.get(q.name) or 0, pat.size], dtype="<u8").tobytes(),
                        pat.tobytes()]
 
         with tempfile.TemporaryDirectory(prefix="vlrun-") as tmp:
@@ -240,8 +242,8 @@ class VerilatorBackend(Backend):
             n_seen, n_words = np.frombuffer(buf, dtype="<u8", count=2, offset=off).tolist()
             off += 16
             if q.name in counts:
-                outputs[q.name] = _decode_words(buf[off:off + 4 * n_words], q.width) if q.width else [0] * min(
-                    n_seen, counts[q.name])
+                limit = n_seen if counts[q.name] is None else min(n_seen, counts[q.name])
+                outputs[q.name] = _decode_words(buf[off:off + 4 * n_words], q.width) if q.width else [0] * limit
                 seen[q.name] = n_seen
             off += 4 * n_words
         if status != 0:

@@ -4,7 +4,8 @@
 //
 // usage: sim STIMULUS RESULT
 // STIMULUS (little-endian): u64 max_cycles; per input port: u64 n_items, u64 pat_len, u8 pat[pat_len],
-//   u32 words[n_items * NWORDS]; per output port: u64 collect (0/1), u64 n_expected, u64 pat_len, u8 pat[pat_len].
+//   u32 words[n_items * NWORDS]; per output port: u64 collect (0 drop, 1 count, 2 all), u64 n_expected,
+//   u64 pat_len, u8 pat[pat_len].
 // RESULT: u64 status (0 done, 1 timeout), u64 cycles; per output port: u64 n_seen (payloads accepted while
 //   collecting), u64 n_words, u32 words[n_words] (the first min(n_seen, n_expected) payloads).
 #include <cstdint>
@@ -66,13 +67,16 @@ struct InPort {
 };
 
 struct OutPort {
-    bool collect = false;
+    bool collect = false, all = false;  // all: record every payload, never waited for
     uint64_t want = 0, seen = 0;
     std::vector<uint8_t> pat;
     Words data;
     void read(Reader& r) {
-        collect = r.u64() != 0;
+        const uint64_t mode = r.u64();
+        collect = mode != 0;
+        all = mode == 2;
         want = r.u64();
+        if (all) want = UINT64_MAX;
         pat.resize(r.u64());
         if (pat.empty()) die("empty ready pattern");
         r.bytes(pat.data(), pat.size());

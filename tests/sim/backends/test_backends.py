@@ -140,3 +140,42 @@ def test_lint_clean_on_fp_unit_and_catches_a_real_problem(tmp_path):
     bad.write_text("module bad(input a, output y, output z);\n  assign z = a;\nendmodule\n")
     problems = lint([bad])
     assert problems and all("UNDRIVEN" in p for p in problems), problems
+
+
+class CountWithLog(wiring.Component):
+    """Passes ``i`` to ``o`` through one register; ``log`` reports every accepted item plus 1000, unthrottled
+    (a trace port: the testbench keeps it always ready)."""
+
+    def __init__(self):
+        super().__init__({"i": In(stream.Signature(16)), "o": Out(stream.Signature(16)),
+                          "log": Out(stream.Signature(16))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(self.i.ready):
+            m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(self.i.payload)]
+        m.d.sync += [self.log.valid.eq(self.i.valid & self.i.ready), self.log.payload.eq(self.i.payload + 1000)]
+        return m
+
+
+def test_collect_whole_port(backend):
+    """A port expected as ``None`` is recorded in full and does not decide when the run ends."""
+    items = list(range(40))
+    tr = Traffic(valid={"i": np.array([1, 0, 1], dtype=bool)}, ready={"o": np.array([1, 1, 0], dtype=bool)})
+    run = backend.run_streams(CountWithLog(), {"i": items}, {"o": len(items), "log": None}, traffic=tr)
+    assert run.outputs["o"] == items
+    # The last log entry appears on the edge after the last input is accepted, which is no later than the
+    # edge that hands over the last output, so every item is in the log.
+    assert run.outputs["log"] == [x + 1000 for x in items]
+    with pytest.raises(ValueError, match="at least one output port needs an expected count"):
+        backend.run_streams(CountWithLog(), {"i": items}, {"log": None})
+
+
+def test_collect_whole_is_cycle_identical():
+    items = list(range(100))
+    tr = Traffic.random(stream_ports(CountWithLog()), seed=9)
+    runs = [get_backend(b).run_streams(CountWithLog(), {"i": items}, {"o": 100, "log": None}, traffic=tr)
+            for b in ("amaranth", "verilator")]
+    assert runs[0].cycles == runs[1].cycles
+    assert runs[0].outputs == runs[1].outputs
