@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 import numpy as np
 import pytest
 
