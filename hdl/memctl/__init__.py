@@ -1,0 +1,1 @@
+"""DRAM organisation and timing, the command set, and synthesizable memory controllers."""
