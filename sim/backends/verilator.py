@@ -35,7 +35,8 @@ VERILATOR_FLAGS = ["--cc", "--exe", "-O3", "-Wno-fatal", "-Wno-lint", "-Wno-styl
                    "--x-assign", "0", "--x-initial", "0", "--top-module", "harness_top"]
 # C++ optimisation: -O1 on the model builds ~20% faster than -O2 and still runs FPMul at several million
 # cycles/s.
-MAKE_FLAGS = ["OPT_FAST=-O1", "OPT_SLOW=-O0", "OPT_GLOBAL=-O2", "USER_CFLAGS=-O1"]
+# CFG_CXXFLAGS_PCH_I: the wheel's verilated.mk leaves it empty, which breaks models split into several C++ files.
+MAKE_FLAGS = ["OPT_FAST=-O1", "OPT_SLOW=-O0", "OPT_GLOBAL=-O2", "USER_CFLAGS=-O1", "CFG_CXXFLAGS_PCH_I=-include"]
 # Verilator's run-time library objects: identical for every design built with the flags above, so they are
 # compiled once and copied into later builds.
 RUNTIME_OBJS = ("verilated.o", "verilated_threads.o")

@@ -1,0 +1,508 @@
+"""Cycle-accurate model of one DRAM channel (all ranks, bank groups and banks), written in Amaranth.
+
+The model simulates in Amaranth's simulator and converts to Verilog for Verilator; it is a *model* (not meant
+for synthesis), but uses only Amaranth constructs. It holds per-bank open-row state, the data of every burst
+and an independent implementation of every timing/state rule of :class:`hdl.memctl.commands.Violation`, with the
+same rules as the Python checker :func:`sim.dram.checker.check_trace` (see ``docs/dram_device.md``).
+
+Pins (all in the ``sync`` domain; cycle ``t`` = the value of :attr:`cycle` in that clock cycle):
+
+* ``cmd`` (in, ``command_layout(org)``): the command on the bus in this cycle (``kind == NOP`` when idle).
+* ``wdata`` (in, ``org.clock_bits``): DQ bits of this clock during a write burst: a WR/WR_AB at cycle ``t`` takes
+  its burst in cycles ``t + CWL .. t + CWL + burst_cycles - 1``, beat chunks LSB-first (cycle ``t + CWL`` carries
+  bits ``[0, clock_bits)`` of the burst).
+* ``rdata`` / ``rdata_valid`` (out): a RD at cycle ``t`` drives its burst in cycles ``t + CL .. t + CL +
+  burst_cycles - 1`` (same packing); ``rdata`` is 0 outside read bursts.
+* ``ab_rdata`` / ``ab_valid`` (out): a RD_AB at cycle ``t`` presents every bank's burst (bank ``bg *
+  banks_per_group + bank`` at bits ``[i * burst_bits, (i + 1) * burst_bits)``) in the single cycle ``t + CL``.
+* ``cycle`` (out): free-running cycle counter, 0 in the first cycle after reset.
+* ``violation`` / ``violation_code`` / ``violation_cycle`` (out): one reported violation per cycle. An illegal
+  command at cycle ``t`` reports each violated rule (its code) with ``violation_cycle = t``, the first one in cycle
+  ``t + 1`` (later ones, and any backlog, in the following cycles; a 16-entry queue holds the backlog).
+  A refresh-postponement violation (T_REFI) at deadline ``d`` is reported with ``violation_cycle = d``.
+* ``violations`` (out, 32): violations reported so far; ``violations_dropped`` (out, 16): reports lost to a full
+  queue (never in practice: it takes 16 illegal commands with several codes each, back to back).
+
+Semantics of illegal commands: a command violating any rule is reported and **ignored**: it changes neither
+bank/timing state nor data (an illegal WR writes nothing, an illegal RD returns no data). This matches the
+checker when the flagged commands are passed to it as ``spoofed``.
+"""
+
+from amaranth import *
+from amaranth.hdl import Shape
+from amaranth.lib import wiring, data
+from amaranth.lib.wiring import In, Out
+from amaranth.lib.memory import Memory
+from amaranth.lib.fifo import SyncFIFO
+
+from hdl.memctl.commands import Cmd, command_layout, Violation, CYCLE_BITS
+
+__all__ = ["DRAMChannel", "flat_burst_address", "MASK_BITS"]
+
+# Bits of the internal violation mask: bit c for code c (1..19); T_REFI of rank 0 uses bit 15, rank r >= 1 bit 19 + r.
+MASK_BITS = 20
+
+
+def flat_burst_address(org, rank, bg, bank, row, col) -> int:
+    """Index of a burst in ``init``: ``((rank * banks + bg * banks_per_group + bank) * rows + row) * bursts_per_row
+    + col``."""
+    return ((rank * org.banks + bg * org.banks_per_group + bank) * org.rows + row) * org.bursts_per_row + col
+
+
+def _log2(n):
+    assert n > 0 and n & (n - 1) == 0, n
+    return n.bit_length() - 1
+
+
+class DRAMChannel(wiring.Component):
+    """One DRAM channel of ``config`` (a :class:`hdl.memctl.timing.DRAMConfig`).
+
+    ``init``: initial burst contents, a dict ``{flat burst address: int}`` or a sequence indexed by flat burst
+    address (see :func:`flat_burst_address`); missing bursts are 0.
+    ``storage``: ``False`` drops the data arrays (writes are discarded, a read returns its own flat burst
+    address): a timing-only model that converts to Verilog in a fraction of the time (Amaranth emits every
+    memory bit's initial value, ~2-3 us per bit).
+    """
+
+    def __init__(self, config, init=None, *, storage: bool = True):
+        self.config = config
+        self.org = org = config.org
+        self.timing = tm = config.timing
+        self.storage = storage
+        if tm.CL < 3 or tm.CWL < 2:
+            raise ValueError("DRAMChannel needs CL >= 3 and CWL >= 2")
+        self._init = init
+        self.mask_bits = MASK_BITS + org.ranks - 1
+        super().__init__({
+            "cmd": In(command_layout(org)),
+            "wdata": In(org.clock_bits),
+            "rdata": Out(org.clock_bits),
+            "rdata_valid": Out(1),
+            "ab_rdata": Out(org.banks * org.burst_bits),
+            "ab_valid": Out(1),
+            "cycle": Out(CYCLE_BITS),
+            "violation": Out(1),
+            "violation_code": Out(Violation),
+            "violation_cycle": Out(CYCLE_BITS),
+            "violations": Out(32),
+            "violations_dropped": Out(16),
+        })
+
+    # -- storage ----------------------------------------------------------------------------------------------
+    def _bank_inits(self):
+        """Per bank index (bg * banks_per_group + bank): init list of depth ranks * rows * bursts_per_row."""
+        org = self.org
+        NB, ROWS, COLS = org.banks, org.rows, org.bursts_per_row
+        depth = org.ranks * ROWS * COLS
+        if self._init is None:
+            return [None] * NB
+        items = self._init.items() if isinstance(self._init, dict) else enumerate(self._init)
+        lists = [[0] * depth for _ in range(NB)]
+        used = [False] * NB
+        total = org.ranks * NB * ROWS * COLS
+        for addr, value in items:
+            addr, value = int(addr), int(value)
+            if not 0 <= addr < total:
+                raise ValueError(f"init address {addr} outside 0..{total - 1}")
+            if value == 0:
+                continue
+            col = addr % COLS
+            row = (addr // COLS) % ROWS
+            bi = (addr // (COLS * ROWS)) % NB
+            rank = addr // (COLS * ROWS * NB)
+            lists[bi][(rank * ROWS + row) * COLS + col] = value
+            used[bi] = True
+        return [lst if u else None for lst, u in zip(lists, used)]
+
+    def elaborate(self, platform):
+        m = Module()
+        org, tm = self.org, self.timing
+        R, BG, BPG, NB = org.ranks, org.bank_groups, org.banks_per_group, org.banks
+        ROWS, COLS, BC = org.rows, org.bursts_per_row, org.burst_cycles
+        BB, CB = org.burst_bits, org.clock_bits
+        CL, CWL = tm.CL, tm.CWL
+        WEND = CWL + BC
+        TW = CYCLE_BITS + 1  # stamp width ("ready at" cycles may exceed the counter by a few thousand)
+
+        t = Signal(CYCLE_BITS)
+        m.d.sync += t.eq(t + 1)
+        m.d.comb += self.cycle.eq(t)
+
+        def stamp(name):
+            return Signal(TW, name=name)
+
+        def after(x):  # t + constant, as a stamp value
+            return (t + x)[:TW]
+
+        # ---- command decode ---------------------------------------------------------------------------------
+        c = self.cmd
+        kind = c.kind
+        is_act, is_rd, is_wr = kind == Cmd.ACT, kind == Cmd.RD, kind == Cmd.WR
+        is_pre, is_prea, is_ref = kind == Cmd.PRE, kind == Cmd.PREA, kind == Cmd.REF
+        is_actab, is_rdab, is_wrab = kind == Cmd.ACT_AB, kind == Cmd.RD_AB, kind == Cmd.WR_AB
+        is_nop = kind == Cmd.NOP
+        known = Cat(is_nop, is_act, is_rd, is_wr, is_pre, is_prea, is_ref, is_actab, is_rdab, is_wrab).any()
+        single_bank = is_act | is_rd | is_wr | is_pre
+        uses_row = is_act | is_actab
+        uses_col = is_rd | is_wr | is_rdab | is_wrab
+
+        rank_ok = c.rank < R
+        bank_ok = (c.bg < BG) & (c.bank < BPG)
+        addr_bad = Signal()
+        m.d.comb += addr_bad.eq(~is_nop & (~known | ~rank_ok | (single_bank & ~bank_ok)
+                                           | (uses_row & (c.row >= ROWS)) | (uses_col & (c.col >= COLS))))
+
+        rank = c.rank
+        bi = Signal(range(NB))   # bank index within the rank
+        m.d.comb += bi.eq(c.bg * BPG + c.bank)
+        rbi = Signal(range(R * NB))
+        m.d.comb += rbi.eq(rank * NB + bi)
+        rg = Signal(range(R * BG))
+        m.d.comb += rg.eq(rank * BG + c.bg)
+
+        # ---- state ------------------------------------------------------------------------------------------
+        # Per bank (rank * NB + bi): open row and the cycles from which each rule is satisfied ("ready at").
+        b_open = [Signal(name=f"open_{k}") for k in range(R * NB)]
+        b_row = [Signal(range(ROWS), name=f"row_{k}") for k in range(R * NB)]
+        b_rp = [stamp(f"rp_{k}") for k in range(R * NB)]    # ACT: tRP / tRPab after PRE / PREA
+        b_rc = [stamp(f"rc_{k}") for k in range(R * NB)]    # ACT: tRC after ACT
+        b_rcd = [stamp(f"rcd_{k}") for k in range(R * NB)]  # RD/WR: tRCD after ACT
+        b_ras = [stamp(f"ras_{k}") for k in range(R * NB)]  # PRE: tRAS after ACT
+        b_rtp = [stamp(f"rtp_{k}") for k in range(R * NB)]  # PRE: tRTP after RD
+        b_wr = [stamp(f"wr_{k}") for k in range(R * NB)]    # PRE: tWR after end of write data
+        A = Array
+        a_open, a_row = A(b_open), A(b_row)
+        a_rp, a_rc, a_rcd, a_ras, a_rtp, a_wr = A(b_rp), A(b_rc), A(b_rcd), A(b_ras), A(b_rtp), A(b_wr)
+        # Per (rank, bank group): ACT, column command, end of write data, each with its _L and _S distance.
+        g_rrdl = [stamp(f"rrdl_{k}") for k in range(R * BG)]
+        g_rrds = [stamp(f"rrds_{k}") for k in range(R * BG)]
+        g_ccdl = [stamp(f"ccdl_{k}") for k in range(R * BG)]
+        g_ccds = [stamp(f"ccds_{k}") for k in range(R * BG)]
+        g_wtrl = [stamp(f"wtrl_{k}") for k in range(R * BG)]
+        g_wtrs = [stamp(f"wtrs_{k}") for k in range(R * BG)]
+        # Per rank: maxima over the rank's banks (exact for the all-bank commands and PREA, see docs).
+        r_rp = [stamp(f"r_rp_{r}") for r in range(R)]
+        r_rc = [stamp(f"r_rc_{r}") for r in range(R)]
+        r_rcd = [stamp(f"r_rcd_{r}") for r in range(R)]
+        r_ras = [stamp(f"r_ras_{r}") for r in range(R)]
+        r_rtp = [stamp(f"r_rtp_{r}") for r in range(R)]
+        r_wr = [stamp(f"r_wr_{r}") for r in range(R)]
+        r_rfc = [stamp(f"r_rfc_{r}") for r in range(R)]
+        r_faw = [[stamp(f"faw_{r}_{i}") for i in range(4)] for r in range(R)]  # oldest first, + tFAW
+        r_owed = [Signal(signed(32), name=f"owed_{r}") for r in range(R)]
+
+        rsel = [Signal(name=f"rsel_{r}") for r in range(R)]
+        for r in range(R):
+            m.d.comb += rsel[r].eq(rank == r)
+
+        def by_rank(sigs):
+            return A(sigs)[rank]
+
+        def rank_any(bits_per_rank):
+            """OR over ranks of (rank == r) & bits_per_rank[r]."""
+            return Cat(rsel[r] & bits_per_rank[r] for r in range(R)).any()
+
+        any_open_r = [Cat(b_open[r * NB:(r + 1) * NB]).any() for r in range(R)]
+        all_open_r = [Cat(b_open[r * NB:(r + 1) * NB]).all() for r in range(R)]
+        any_open = Signal()
+        all_open = Signal()
+        m.d.comb += [any_open.eq(rank_any(any_open_r)), all_open.eq(rank_any(all_open_r))]
+
+        # Per bank group of the addressed rank: is each _L/_S rule still binding?
+        def bg_busy(stamps):
+            return [Cat(rsel[r] & (t < stamps[r * BG + g]) for r in range(R)).any() for g in range(BG)]
+
+        rrdl_b, rrds_b = bg_busy(g_rrdl), bg_busy(g_rrds)
+        ccdl_b, ccds_b = bg_busy(g_ccdl), bg_busy(g_ccds)
+        wtrl_b, wtrs_b = bg_busy(g_wtrl), bg_busy(g_wtrs)
+
+        def same_bg(busy):
+            return Array(busy)[c.bg]
+
+        def other_bg(busy):
+            return Cat(busy[g] & (c.bg != g) for g in range(BG)).any()
+
+        def any_bg(busy):
+            return Cat(busy).any()
+
+        # DQ bus: the last K legal bursts (start cycle, rank, write?).
+        MAXLAT, MINLAT = max(CL, CWL), min(CL, CWL)
+        gapmax = max(tm.tRTRS, tm.tRTW)
+        K = (MAXLAT - MINLAT + gapmax + BC) // BC + 2
+        bus_v = [Signal(name=f"bus_v_{i}") for i in range(K)]
+        bus_s = [Signal(TW, name=f"bus_s_{i}") for i in range(K)]
+        bus_r = [Signal(range(max(2, R)), name=f"bus_r_{i}") for i in range(K)]
+        bus_w = [Signal(name=f"bus_w_{i}") for i in range(K)]
+        new_s = Signal(TW)
+        new_w = Signal()
+        m.d.comb += [new_w.eq(is_wr | is_wrab), new_s.eq(Mux(new_w, after(CWL), after(CL)))]
+        conflicts = []
+        for i in range(K):
+            other_first = bus_s[i] <= new_s
+            diff_rank = bus_r[i] != rank
+            # gap after the first burst: tRTRS across ranks, tRTW read -> write in a rank, else 0
+            gap_a = Mux(diff_rank, tm.tRTRS, Mux(~bus_w[i] & new_w, tm.tRTW, 0))   # existing first
+            gap_b = Mux(diff_rank, tm.tRTRS, Mux(~new_w & bus_w[i], tm.tRTW, 0))   # new first
+            conflicts.append(bus_v[i] & Mux(other_first, new_s < bus_s[i] + BC + gap_a,
+                                            bus_s[i] < new_s + BC + gap_b))
+        bus_conflict = Cat(conflicts).any()
+
+        # ---- rule checks (comb) ------------------------------------------------------------------------------
+        V = Violation
+        mask = Signal(MASK_BITS)  # codes violated by this cycle's command
+        rfc = t < by_rank(r_rfc)
+        bopen = a_open[rbi]
+
+        def flag(code, cond):
+            m.d.comb += mask[code.value].eq(cond)
+
+        with m.If(addr_bad):
+            flag(V.ADDRESS, 1)
+        with m.Elif(~is_nop):
+            flag(V.T_RFC, rfc)
+            with m.If(is_rd | is_wr):
+                with m.If(~bopen):
+                    flag(V.BANK_CLOSED, 1)
+                with m.Else():
+                    flag(V.T_RCD, t < a_rcd[rbi])
+                    flag(V.T_CCD_L, same_bg(ccdl_b))
+                    flag(V.T_CCD_S, other_bg(ccds_b))
+                    flag(V.T_WTR_L, is_rd & same_bg(wtrl_b))
+                    flag(V.T_WTR_S, is_rd & other_bg(wtrs_b))
+                    flag(V.BUS, bus_conflict)
+            with m.Elif(is_act):
+                flag(V.BANK_OPEN, bopen)
+                flag(V.T_RP, t < a_rp[rbi])
+                flag(V.T_RC, t < a_rc[rbi])
+                flag(V.T_RRD_L, same_bg(rrdl_b))
+                flag(V.T_RRD_S, other_bg(rrds_b))
+                flag(V.T_FAW, t < by_rank([f[0] for f in r_faw]))
+            with m.Elif(is_pre):
+                with m.If(bopen):  # PRE of a precharged bank is a NOP
+                    flag(V.T_RAS, t < a_ras[rbi])
+                    flag(V.T_RTP, t < a_rtp[rbi])
+                    flag(V.T_WR, t < a_wr[rbi])
+            with m.Elif(is_prea):
+                with m.If(any_open):
+                    flag(V.T_RAS, t < by_rank(r_ras))
+                    flag(V.T_RTP, t < by_rank(r_rtp))
+                    flag(V.T_WR, t < by_rank(r_wr))
+            with m.Elif(is_ref | is_actab):
+                flag(V.BANK_OPEN, any_open)
+                flag(V.T_RP, t < by_rank(r_rp))
+                with m.If(is_actab):
+                    flag(V.T_RC, t < by_rank(r_rc))
+                    flag(V.T_RRD_L, any_bg(rrdl_b))
+                    flag(V.T_FAW, t < by_rank([f[0] for f in r_faw]))
+            with m.Elif(is_rdab | is_wrab):
+                with m.If(~all_open):
+                    flag(V.BANK_CLOSED, 1)
+                with m.Else():
+                    flag(V.T_RCD, t < by_rank(r_rcd))
+                    flag(V.T_CCD_L, any_bg(ccdl_b))
+                    flag(V.T_WTR_L, is_rdab & any_bg(wtrl_b))
+                    flag(V.BUS, is_wrab & bus_conflict)
+
+        legal = Signal()
+        m.d.comb += legal.eq(~is_nop & (mask == 0))
+        ok = {k: Signal(name=f"ok_{k}") for k in ("act", "rd", "wr", "pre", "prea", "ref", "actab", "rdab", "wrab")}
+        for k, cond in (("act", is_act), ("rd", is_rd), ("wr", is_wr), ("pre", is_pre), ("prea", is_prea),
+                        ("ref", is_ref), ("actab", is_actab), ("rdab", is_rdab), ("wrab", is_wrab)):
+            m.d.comb += ok[k].eq(legal & cond)
+
+        # ---- state updates (legal commands only) --------------------------------------------------------------
+        for r in range(R):
+            in_rank = rsel[r]
+            for b in range(NB):
+                k = r * NB + b
+                me = in_rank & (bi == b)
+                with m.If((ok["act"] & me) | (ok["actab"] & in_rank)):
+                    m.d.sync += [b_open[k].eq(1), b_row[k].eq(c.row), b_rc[k].eq(after(tm.tRC)),
+                                 b_rcd[k].eq(after(tm.tRCD)), b_ras[k].eq(after(tm.tRAS))]
+                with m.If(ok["pre"] & me & b_open[k]):
+                    m.d.sync += [b_open[k].eq(0), b_rp[k].eq(after(tm.tRP))]
+                with m.If(ok["prea"] & in_rank):
+                    m.d.sync += [b_open[k].eq(0), b_rp[k].eq(after(tm.tRPab))]
+                with m.If((ok["rd"] & me) | (ok["rdab"] & in_rank)):
+                    m.d.sync += b_rtp[k].eq(after(tm.tRTP))
+                with m.If((ok["wr"] & me) | (ok["wrab"] & in_rank)):
+                    m.d.sync += b_wr[k].eq(after(WEND + tm.tWR))
+            for g in range(BG):
+                k = r * BG + g
+                me = in_rank & (c.bg == g)
+                with m.If((ok["act"] & me) | (ok["actab"] & in_rank)):
+                    m.d.sync += [g_rrdl[k].eq(after(tm.tRRD_L)), g_rrds[k].eq(after(tm.tRRD_S))]
+                with m.If(((ok["rd"] | ok["wr"]) & me) | ((ok["rdab"] | ok["wrab"]) & in_rank)):
+                    m.d.sync += [g_ccdl[k].eq(after(tm.tCCD_L)), g_ccds[k].eq(after(tm.tCCD_S))]
+                with m.If((ok["wr"] & me) | (ok["wrab"] & in_rank)):
+                    m.d.sync += [g_wtrl[k].eq(after(WEND + tm.tWTR_L)), g_wtrs[k].eq(after(WEND + tm.tWTR_S))]
+            with m.If(in_rank):
+                with m.If(ok["act"] | ok["actab"]):
+                    m.d.sync += [r_rc[r].eq(after(tm.tRC)), r_rcd[r].eq(after(tm.tRCD)),
+                                 r_ras[r].eq(after(tm.tRAS))]
+                with m.If(ok["act"]):
+                    m.d.sync += [r_faw[r][i].eq(r_faw[r][i + 1]) for i in range(3)]
+                    m.d.sync += r_faw[r][3].eq(after(tm.tFAW))
+                with m.If(ok["actab"]):
+                    m.d.sync += [r_faw[r][i].eq(after(tm.tFAW)) for i in range(4)]
+                with m.If(ok["pre"] & bopen):
+                    with m.If(r_rp[r] < after(tm.tRP)):
+                        m.d.sync += r_rp[r].eq(after(tm.tRP))
+                with m.If(ok["prea"]):
+                    m.d.sync += r_rp[r].eq(after(tm.tRPab))
+                with m.If(ok["rd"] | ok["rdab"]):
+                    m.d.sync += r_rtp[r].eq(after(tm.tRTP))
+                with m.If(ok["wr"] | ok["wrab"]):
+                    m.d.sync += r_wr[r].eq(after(WEND + tm.tWR))
+                with m.If(ok["ref"]):
+                    m.d.sync += r_rfc[r].eq(after(tm.tRFC))
+
+        # DQ bus history
+        with m.If(ok["rd"] | ok["wr"] | ok["wrab"]):
+            m.d.sync += [bus_v[0].eq(1), bus_s[0].eq(new_s), bus_r[0].eq(rank), bus_w[0].eq(new_w)]
+            for i in range(1, K):
+                m.d.sync += [bus_v[i].eq(bus_v[i - 1]), bus_s[i].eq(bus_s[i - 1]), bus_r[i].eq(bus_r[i - 1]),
+                             bus_w[i].eq(bus_w[i - 1])]
+
+        # ---- refresh postponement ----------------------------------------------------------------------------
+        phase = Signal(range(tm.tREFI))
+        m.d.sync += phase.eq(Mux(phase == tm.tREFI - 1, 0, phase + 1))
+        tick = Signal()
+        m.d.comb += tick.eq((phase == 0) & (t != 0))
+        refi = Signal(R)
+        for r in range(R):
+            ref_r = ok["ref"] & rsel[r]
+            owed_next = Signal(signed(32), name=f"owed_next_{r}")
+            m.d.comb += owed_next.eq(r_owed[r] + tick - ref_r)
+            m.d.sync += r_owed[r].eq(owed_next)
+            m.d.comb += refi[r].eq(tick & (owed_next > 8))
+
+        # ---- violation reporting -----------------------------------------------------------------------------
+        MB = self.mask_bits
+        new_mask = Signal(MB)
+        m.d.comb += new_mask.eq(mask | (refi[0] << V.T_REFI.value) | (refi[1:] << MASK_BITS))
+        queue = m.submodules.vqueue = SyncFIFO(width=MB + CYCLE_BITS, depth=16)
+        cur_mask = Signal(MB)
+        cur_cycle = Signal(CYCLE_BITS)
+        lowest = Signal(MB)
+        rest = Signal(MB)
+        m.d.comb += [lowest.eq(cur_mask & -cur_mask), rest.eq(cur_mask & (cur_mask - 1))]
+        code = Signal(range(MASK_BITS))
+        for i in reversed(range(MB)):
+            with m.If(cur_mask[i]):
+                m.d.comb += code.eq(i if i < MASK_BITS else V.T_REFI.value)
+        m.d.comb += [self.violation.eq(cur_mask != 0), self.violation_code.eq(code),
+                     self.violation_cycle.eq(cur_cycle)]
+        with m.If(cur_mask != 0):
+            m.d.sync += self.violations.eq(self.violations + 1)
+        push = Signal()
+        with m.If(rest != 0):
+            m.d.sync += cur_mask.eq(rest)
+            m.d.comb += push.eq(new_mask != 0)
+        with m.Elif(queue.r_rdy):
+            m.d.sync += [cur_mask.eq(queue.r_data[:MB]), cur_cycle.eq(queue.r_data[MB:])]
+            m.d.comb += [queue.r_en.eq(1), push.eq(new_mask != 0)]
+        with m.Else():
+            m.d.sync += [cur_mask.eq(new_mask), cur_cycle.eq(t)]
+        m.d.comb += [queue.w_en.eq(push), queue.w_data.eq(Cat(new_mask, t))]
+        with m.If(push & ~queue.w_rdy):
+            m.d.sync += self.violations_dropped.eq(self.violations_dropped + 1)
+
+        # ---- data path ---------------------------------------------------------------------------------------
+        RB, CLB, KB = _log2(ROWS), _log2(COLS), _log2(R)
+
+        def addr(rank_v, row_v, col_v):
+            return Cat(col_v[:CLB], row_v[:RB], rank_v[:KB])
+
+        rows_of_rank = [A(b_row[r * NB + b] for r in range(R))[rank] for b in range(NB)]
+        # Read pipeline: stage j holds the read issued j + 1 cycles ago.
+        n_dq = (CL - 2) // BC + 2
+        n_ab = CL
+        NRP = CL + BC - 1
+        rp_dq = [Signal(name=f"rp_dq_{j}") for j in range(NRP)]
+        rp_ab = [Signal(name=f"rp_ab_{j}") for j in range(NRP)]
+        rp_bank = Signal(range(NB))  # bank of the read issued last cycle (stage 0)
+        rp_dslot = [Signal(range(n_dq), name=f"rp_dslot_{j}") for j in range(NRP)]
+        rp_aslot = [Signal(range(n_ab), name=f"rp_aslot_{j}") for j in range(NRP)]
+        dslot = Signal(range(n_dq))
+        aslot = Signal(range(n_ab))
+        with m.If(ok["rd"]):
+            m.d.sync += dslot.eq(Mux(dslot == n_dq - 1, 0, dslot + 1))
+        with m.If(ok["rdab"]):
+            m.d.sync += aslot.eq(Mux(aslot == n_ab - 1, 0, aslot + 1))
+        m.d.sync += [rp_dq[0].eq(ok["rd"]), rp_ab[0].eq(ok["rdab"]), rp_bank.eq(bi),
+                     rp_dslot[0].eq(dslot), rp_aslot[0].eq(aslot)]
+        for j in range(1, NRP):
+            m.d.sync += [rp_dq[j].eq(rp_dq[j - 1]), rp_ab[j].eq(rp_ab[j - 1]),
+                         rp_dslot[j].eq(rp_dslot[j - 1]), rp_aslot[j].eq(rp_aslot[j - 1])]
+
+        # Write pipeline: stage j holds the write issued j + 1 cycles ago.
+        NWP = CWL + BC - 1
+        wp_v = [Signal(name=f"wp_v_{j}") for j in range(NWP)]
+        wp_ab = [Signal(name=f"wp_ab_{j}") for j in range(NWP)]
+        wp_rank = [Signal(range(max(2, R)), name=f"wp_rank_{j}") for j in range(NWP)]
+        wp_bank = [Signal(range(NB), name=f"wp_bank_{j}") for j in range(NWP)]
+        wp_col = [Signal(range(COLS), name=f"wp_col_{j}") for j in range(NWP)]
+        m.d.sync += [wp_v[0].eq(ok["wr"] | ok["wrab"]), wp_ab[0].eq(ok["wrab"]), wp_rank[0].eq(rank),
+                     wp_bank[0].eq(bi), wp_col[0].eq(c.col)]
+        for j in range(1, NWP):
+            m.d.sync += [wp_v[j].eq(wp_v[j - 1]), wp_ab[j].eq(wp_ab[j - 1]), wp_rank[j].eq(wp_rank[j - 1]),
+                         wp_bank[j].eq(wp_bank[j - 1]), wp_col[j].eq(wp_col[j - 1])]
+        wbuf = [Signal(CB, name=f"wbuf_{i}") for i in range(BC - 1)]
+        for i in range(BC - 1):
+            with m.If(wp_v[CWL - 1 + i]):
+                m.d.sync += wbuf[i].eq(self.wdata)
+        wlast = NWP - 1  # the write whose last beat is on the pins now
+        commit = wp_v[wlast]
+        commit_data = Cat(*wbuf, self.wdata)
+        commit_rows = [A(b_row[r * NB + b] for r in range(R))[wp_rank[wlast]] for b in range(NB)]
+
+        bank_data = []
+        inits = self._bank_inits() if self.storage else None
+        for b in range(NB):
+            if self.storage:
+                mem = Memory(shape=BB, depth=R * ROWS * COLS, init=inits[b] or [])
+                m.submodules[f"bank{b}"] = mem
+                rport = mem.read_port()
+                wport = mem.write_port()
+                m.d.comb += [
+                    rport.addr.eq(addr(rank, rows_of_rank[b], c.col)),
+                    rport.en.eq((ok["rd"] & (bi == b)) | ok["rdab"]),
+                    wport.addr.eq(addr(wp_rank[wlast], commit_rows[b], wp_col[wlast])),
+                    wport.data.eq(commit_data),
+                    wport.en.eq(commit & (wp_ab[wlast] | (wp_bank[wlast] == b))),
+                ]
+                bank_data.append(rport.data)
+            else:
+                # Timing-only model: a read returns its own flat burst address (see flat_burst_address), so
+                # benchmarks can still check which burst came back where, without storage.
+                # Registered like a synchronous read port's data.
+                tag = Signal(CLB + RB + _log2(NB) + KB, name=f"tag{b}")
+                with m.If((ok["rd"] & (bi == b)) | ok["rdab"]):
+                    m.d.sync += tag.eq(Cat(addr(rank, rows_of_rank[b], c.col)[:CLB + RB],
+                                           Const(b, _log2(NB)), rank[:KB]))
+                bank_data.append(tag)
+
+        # Read rings: written the cycle after the command, read at t + CL - 1 -> presented at t + CL. (One ring
+        # memory per bank for RD_AB: Amaranth's simulator cannot compile a write port thousands of bits wide.)
+        dq_ring = Memory(shape=BB, depth=n_dq, init=[])
+        m.submodules.dq_ring = dq_ring
+        dq_w, dq_r = dq_ring.write_port(), dq_ring.read_port()
+        m.d.comb += [
+            dq_w.addr.eq(rp_dslot[0]), dq_w.data.eq(Array(bank_data)[rp_bank]), dq_w.en.eq(rp_dq[0]),
+            dq_r.addr.eq(rp_dslot[CL - 2]), dq_r.en.eq(rp_dq[CL - 2]),
+            self.ab_valid.eq(rp_ab[CL - 1]),
+        ]
+        for b in range(NB):
+            ab_ring = Memory(shape=BB, depth=n_ab, init=[])
+            m.submodules[f"ab_ring{b}"] = ab_ring
+            ab_w, ab_r = ab_ring.write_port(), ab_ring.read_port()
+            m.d.comb += [
+                ab_w.addr.eq(rp_aslot[0]), ab_w.data.eq(bank_data[b]), ab_w.en.eq(rp_ab[0]),
+                ab_r.addr.eq(rp_aslot[CL - 2]), ab_r.en.eq(rp_ab[CL - 2]),
+                self.ab_rdata.word_select(b, BB).eq(ab_r.data),
+            ]
+        for i in range(BC):
+            with m.If(rp_dq[CL - 1 + i]):
+                m.d.comb += [self.rdata.eq(dq_r.data.word_select(i, CB)), self.rdata_valid.eq(1)]
+        return m
