@@ -8,7 +8,7 @@ SYNTH_STAMP := $(VENV)/.installed-synth
 # pytest workers: the machine (and CI) has 2 cores.
 JOBS   ?= 2
 
-.PHONY: demo test verilog lint cocotb synth fp-report bench-fp clean
+.PHONY: demo test verilog lint cocotb synth fp-report bench-fp bench-dram clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ndpim needs Python >= 3.11: make PYTHON=python3.11 ...")'
@@ -42,6 +42,9 @@ synth: $(SYNTH_STAMP)
 
 bench-fp: $(STAMP)
 	$(NDPIM) bench-fp
+
+bench-dram: $(STAMP)
+	$(PY) -m sim.perf.dram_bench
 
 clean:
 	rm -rf build sim_build .pytest_cache

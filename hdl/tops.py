@@ -27,3 +27,13 @@ FP_TOPS = {
 }
 
 TOPS = dict(FP_TOPS)
+
+from .memctl.controller import MemoryController
+from .memctl.timing import DDR4_3200, LPDDR5X_8533
+
+MEMCTL_TOPS = {
+    "memctl_ddr4_3200": lambda: MemoryController(config=DDR4_3200),
+    "memctl_lpddr5x_8533": lambda: MemoryController(config=LPDDR5X_8533),
+}
+
+TOPS.update(MEMCTL_TOPS)

@@ -39,12 +39,12 @@ def cmd_lint(args):
 
 def cmd_synth(args):
     from sim.synth import synth_stats
-    print(f"{'top':<16}{'cells':>8}{'flops':>8}   largest cell groups")
+    print(f"{'top':<22}{'cells':>8}{'flops':>8}   largest cell groups")
     for name, factory in _tops(args.top).items():
         stats = synth_stats(name, factory())
         top = sorted(stats["by_type"].items(), key=lambda kv: -kv[1])[:4]
         groups = ", ".join(f"{k}:{v}" for k, v in top)
-        print(f"{name:<16}{stats['cells']:>8}{stats['flops']:>8}   {groups}", flush=True)
+        print(f"{name:<22}{stats['cells']:>8}{stats['flops']:>8}   {groups}", flush=True)
 
 
 def cmd_fp_report(args):

@@ -444,7 +444,8 @@ class MemoryController(wiring.Component):
                     e["row"].eq(dec_in["row"]), e["col"].eq(dec_in["col"]),
                     e["tag"].eq(self.i.payload.tag if self.tag_width else 0), e["slot"].eq(alloc),
                 ]
-            with m.Elif(rm_en & (col_sel <= p)):
+            # Entries at or above the removed one shift down (the last entry always does: no constant compare).
+            with m.Elif(rm_en & ((col_sel <= p) if p < N - 1 else 1)):
                 if nxt is None:
                     m.d.sync += e["valid"].eq(0)
                 else:
