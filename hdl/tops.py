@@ -37,3 +37,15 @@ MEMCTL_TOPS = {
 }
 
 TOPS.update(MEMCTL_TOPS)
+
+from .ndp.config import PAPER as NDP_PAPER
+from .ndp.decoder import DescriptorDecoder
+from .ndp.pe_array import PEArray
+
+NDP_TOPS = {
+    "ndp_decoder": lambda: DescriptorDecoder(config=NDP_PAPER),
+    # lanes x batch = 16 FPMACs with FP32 accumulators: a small instance of the parametric array.
+    "ndp_pe_array": lambda: PEArray(lanes=4, batch=4, acc="fp32", max_k=4096, max_n=4096),
+}
+
+TOPS.update(NDP_TOPS)

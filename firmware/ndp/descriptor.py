@@ -1,0 +1,230 @@
+"""Software side of the NDP descriptor: build, encode (via ``DESCRIPTOR_LAYOUT.const``), decode and validate.
+
+:meth:`Descriptor.validate` mirrors the hardware decoder (:mod:`hdl.ndp.decoder`) check for check, in the same
+precedence (the value order of :class:`ErrorCode`), and :meth:`Descriptor.command` gives the exact decoded
+command the decoder emits. It is written independently of the hardware: tests compare the two.
+Bit positions: ``docs/ndp_descriptor.md``; shape conventions: :mod:`hdl.ndp.descriptor`.
+"""
+
+from dataclasses import dataclass, fields
+
+from amaranth.lib import data
+
+from hdl.ndp.descriptor import (
+    CODE_BITS, FIELD_BITS, ADDR_BITS, HEADER_BITS, DESCRIPTOR_BITS, FLIT_BYTES, SEQ_BITS,
+    DescType, DescOp, DType, ELEMENT_BYTES, ErrorCode, HEADER_LAYOUT, DESCRIPTOR_LAYOUT, command_layout,
+)
+
+__all__ = ["Descriptor", "decode", "gemv", "gemm", "softmax", "load", "store"]
+
+_CODES = {"type": DescType, "op": DescOp, "dtype": DType}
+_WIDTHS = {
+    "type": CODE_BITS, "op": CODE_BITS, "dtype": CODE_BITS, "reserved": HEADER_BITS - 3 * CODE_BITS,
+    "base_addr": ADDR_BITS,
+    "operand_bytes": FIELD_BITS, "operand_dim0": FIELD_BITS, "operand_dim1": FIELD_BITS,
+    "input_bytes": FIELD_BITS, "input_dim0": FIELD_BITS, "input_dim1": FIELD_BITS,
+}
+_RC_OPS = (DescOp.GEMV, DescOp.GEMM, DescOp.SOFTMAX)
+_SUPPORTED_DTYPES = (DType.FP16,)
+
+
+def _code(value) -> int:
+    return value.value if isinstance(value, (DescType, DescOp, DType)) else value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Descriptor:
+    """One descriptor. ``type``/``op``/``dtype`` are enum members, or plain ints for codes outside the enums
+    (malformed descriptors; a known int is converted to its member). Every field must fit its bit width."""
+
+    type: DescType | int
+    op: DescOp | int
+    dtype: DType | int
+    base_addr: int
+    operand_bytes: int
+    operand_dim0: int
+    operand_dim1: int
+    input_bytes: int = 0
+    input_dim0: int = 0
+    input_dim1: int = 0
+    reserved: int = 0
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            enum_cls = _CODES.get(f.name)
+            if enum_cls is not None and isinstance(value, enum_cls):
+                continue
+            width = _WIDTHS[f.name]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < (1 << width):
+                raise ValueError(f"Descriptor: {f.name} must be "
+                                 f"{'a ' + enum_cls.__name__ + ' or ' if enum_cls else ''}an int in "
+                                 f"0..{(1 << width) - 1}, got {value!r}")
+            if enum_cls is not None and value in {m.value for m in enum_cls}:
+                object.__setattr__(self, f.name, enum_cls(value))
+
+    # ---- encoding ---------------------------------------------------------------------------------------
+
+    def const(self) -> data.Const:
+        """The descriptor as a ``DESCRIPTOR_LAYOUT`` constant."""
+        return DESCRIPTOR_LAYOUT.const({
+            "header": {"type": _code(self.type), "op": _code(self.op), "dtype": _code(self.dtype),
+                       "reserved": self.reserved},
+            "base_addr": self.base_addr,
+            "operand": {"bytes": self.operand_bytes, "dim0": self.operand_dim0, "dim1": self.operand_dim1},
+            "input": {"bytes": self.input_bytes, "dim0": self.input_dim0, "dim1": self.input_dim1},
+        })
+
+    def encode(self) -> int:
+        """The 204-bit descriptor as an int (bit 0 = LSB of the header)."""
+        return self.const().as_value().value
+
+    def to_flit(self) -> bytes:
+        """One 256-byte CXL flit: the descriptor little-endian in bytes 0..25, zero padded."""
+        return self.encode().to_bytes(FLIT_BYTES, "little")
+
+    # ---- checks -----------------------------------------------------------------------------------------
+
+    @property
+    def has_input(self) -> bool:
+        """STORE and READ_COMPUTE carry a GPU-supplied input; a LOAD's input fields are ignored."""
+        return self.type in (DescType.STORE, DescType.READ_COMPUTE)
+
+    def output_elems(self, element_bytes: int = 2) -> int:
+        """Elements of the result (module table in :mod:`hdl.ndp.descriptor`); 0 for STORE."""
+        t, op = self.type, self.op
+        if t == DescType.LOAD:
+            return self.operand_bytes // element_bytes
+        if t == DescType.STORE:
+            return 0
+        if op == DescOp.GEMV:
+            return self.operand_dim1
+        if op == DescOp.GEMM:
+            return self.input_dim0 * self.operand_dim1
+        if op == DescOp.SOFTMAX:
+            return self.operand_dim0 * (self.operand_dim1 + 2)
+        return 0
+
+    def _shape_ok(self) -> bool:
+        t, op = self.type, self.op
+        if t == DescType.STORE:
+            return self.input_dim0 == self.operand_dim0 and self.input_dim1 == self.operand_dim1
+        if t == DescType.READ_COMPUTE:
+            if op == DescOp.GEMV:
+                return self.input_dim0 == 1 and self.input_dim1 == self.operand_dim0
+            if op == DescOp.GEMM:
+                return self.input_dim1 == self.operand_dim0
+            if op == DescOp.SOFTMAX:
+                return self.input_dim0 == self.operand_dim0 and self.input_dim1 == 1
+        return True
+
+    def validate(self, config) -> ErrorCode:
+        """The decoder's verdict for this descriptor on an :class:`NDPConfig` (first failing check wins)."""
+        if self.type not in (DescType.LOAD, DescType.STORE, DescType.READ_COMPUTE):
+            return ErrorCode.UNKNOWN_TYPE
+        if self.type == DescType.READ_COMPUTE:
+            if self.op not in _RC_OPS:
+                return ErrorCode.UNKNOWN_OP
+        elif self.op != DescOp.NONE:
+            return ErrorCode.UNKNOWN_OP
+        if self.dtype not in _SUPPORTED_DTYPES:
+            return ErrorCode.UNKNOWN_DTYPE
+        esize = ELEMENT_BYTES[self.dtype]
+        inp = self.has_input
+        if self.operand_dim0 == 0 or self.operand_dim1 == 0 or (inp and (self.input_dim0 == 0
+                                                                          or self.input_dim1 == 0)):
+            return ErrorCode.ZERO_DIMENSION
+        if (self.operand_bytes != self.operand_dim0 * self.operand_dim1 * esize
+                or (inp and self.input_bytes != self.input_dim0 * self.input_dim1 * esize)):
+            return ErrorCode.SIZE_MISMATCH
+        if self.operand_bytes > config.dram_buffer_bytes:
+            return ErrorCode.OPERAND_TOO_LARGE
+        if inp and self.input_bytes > config.input_buffer_bytes:
+            return ErrorCode.INPUT_TOO_LARGE
+        if self.base_addr + self.operand_bytes > config.device_bytes:
+            return ErrorCode.ADDRESS_OVERFLOW
+        if not self._shape_ok():
+            return ErrorCode.SHAPE_MISMATCH
+        if self.type == DescType.READ_COMPUTE and self.op == DescOp.GEMM and self.input_dim0 > config.max_batch:
+            return ErrorCode.BATCH_TOO_LARGE
+        if self.output_elems(esize) * esize > config.output_buffer_bytes:
+            return ErrorCode.OUTPUT_TOO_LARGE
+        return ErrorCode.OK
+
+    def command(self, config, seq: int = 0) -> dict:
+        """The decoder's output for this descriptor as a ``command_layout(config)`` initializer (a dict)."""
+        status = self.validate(config)
+        seq %= 1 << SEQ_BITS
+        if status != ErrorCode.OK:
+            return {"status": status, "seq": seq}
+        esize = ELEMENT_BYTES[self.dtype]
+        inp = self.has_input
+        return {
+            "status": status, "seq": seq, "type": self.type, "op": self.op, "dtype": self.dtype,
+            "base_addr": self.base_addr,
+            "operand_dim0": self.operand_dim0, "operand_dim1": self.operand_dim1,
+            "input_dim0": self.input_dim0 if inp else 0, "input_dim1": self.input_dim1 if inp else 0,
+            "operand_elems": self.operand_bytes // esize,
+            "input_elems": self.input_bytes // esize if inp else 0,
+            "output_elems": self.output_elems(esize),
+        }
+
+    def command_bits(self, config, seq: int = 0) -> int:
+        """:meth:`command` packed by ``command_layout(config).const`` (what the decoder's ``o`` carries)."""
+        return command_layout(config).const(self.command(config, seq)).as_value().value
+
+
+def decode(raw: int | bytes) -> Descriptor:
+    """A :class:`Descriptor` from a 204-bit int or a 256-byte flit (whose padding beyond bit 203 must be 0)."""
+    if isinstance(raw, (bytes, bytearray)):
+        if len(raw) != FLIT_BYTES:
+            raise ValueError(f"a descriptor flit is {FLIT_BYTES} bytes, got {len(raw)}")
+        raw = int.from_bytes(raw, "little")
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < (1 << (8 * FLIT_BYTES)):
+        raise ValueError(f"a descriptor is a non-negative int or {FLIT_BYTES} bytes, got {raw!r}")
+    if raw >> DESCRIPTOR_BITS:
+        raise ValueError(f"bits above bit {DESCRIPTOR_BITS - 1} of a descriptor must be 0")
+    c = data.Const(DESCRIPTOR_LAYOUT, raw)
+    h = c.header
+    return Descriptor(type=h.type, op=h.op, dtype=h.dtype, reserved=h.reserved, base_addr=c.base_addr,
+                      operand_bytes=c.operand.bytes, operand_dim0=c.operand.dim0, operand_dim1=c.operand.dim1,
+                      input_bytes=c.input.bytes, input_dim0=c.input.dim0, input_dim1=c.input.dim1)
+
+
+def _nbytes(rows, cols, dtype):
+    return rows * cols * ELEMENT_BYTES[DType(_code(dtype))]
+
+
+def gemv(base_addr: int, k: int, n: int, *, dtype=DType.FP16) -> Descriptor:
+    """y[1 x N] = x[1 x K] A[K x N], A at ``base_addr``."""
+    return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMV, dtype=dtype, base_addr=base_addr,
+                      operand_bytes=_nbytes(k, n, dtype), operand_dim0=k, operand_dim1=n,
+                      input_bytes=_nbytes(1, k, dtype), input_dim0=1, input_dim1=k)
+
+
+def gemm(base_addr: int, b: int, k: int, n: int, *, dtype=DType.FP16) -> Descriptor:
+    """Y[B x N] = X[B x K] A[K x N] (a batch of B GEMVs sharing A), A at ``base_addr``."""
+    return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=dtype, base_addr=base_addr,
+                      operand_bytes=_nbytes(k, n, dtype), operand_dim0=k, operand_dim1=n,
+                      input_bytes=_nbytes(b, k, dtype), input_dim0=b, input_dim1=k)
+
+
+def softmax(base_addr: int, rows: int, cols: int, *, dtype=DType.FP16) -> Descriptor:
+    """Partial softmax of the ``rows x cols`` scores at ``base_addr`` against a ``rows x 1`` running maximum."""
+    return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.SOFTMAX, dtype=dtype, base_addr=base_addr,
+                      operand_bytes=_nbytes(rows, cols, dtype), operand_dim0=rows, operand_dim1=cols,
+                      input_bytes=_nbytes(rows, 1, dtype), input_dim0=rows, input_dim1=1)
+
+
+def load(base_addr: int, rows: int, cols: int, *, dtype=DType.FP16) -> Descriptor:
+    """Return the ``rows x cols`` tensor at ``base_addr`` (input fields 0)."""
+    return Descriptor(type=DescType.LOAD, op=DescOp.NONE, dtype=dtype, base_addr=base_addr,
+                      operand_bytes=_nbytes(rows, cols, dtype), operand_dim0=rows, operand_dim1=cols)
+
+
+def store(base_addr: int, rows: int, cols: int, *, dtype=DType.FP16) -> Descriptor:
+    """Write the GPU's ``rows x cols`` input to ``base_addr``."""
+    nbytes = _nbytes(rows, cols, dtype)
+    return Descriptor(type=DescType.STORE, op=DescOp.NONE, dtype=dtype, base_addr=base_addr,
+                      operand_bytes=nbytes, operand_dim0=rows, operand_dim1=cols,
+                      input_bytes=nbytes, input_dim0=rows, input_dim1=cols)

@@ -1,0 +1,184 @@
+"""Instruction buffer and descriptor decoder of the PLoRA NDP core (Fig. 5(c): instruction buffer -> decoder
+-> control unit; /work/shared/papers/plora.txt Section IV-B, line ~86).
+
+Architecture::
+
+    i ──> InstructionBuffer (SyncFIFOBuffered, config.instr_buffer_depth descriptors)
+      ──> stage 1: products dim0*dim1 (operand, input), result rows*cols; decoded type/op flags; seq number
+      ──> stage 2: the checks of ErrorCode, priority-encoded (lowest failing code wins); the command
+      ──> o  (command_layout(config): status + seq, and the decoded fields when status is OK)
+
+Every descriptor produces exactly one output, in order: a decoded command (status OK) or a completion with its
+:class:`ErrorCode` (every other field 0), so a rejected descriptor never reaches the control unit's memory
+requests (it forwards OK commands only) and never stalls the descriptors behind it. The checks, their
+precedence and the shape conventions are documented in :mod:`hdl.ndp.descriptor` and mirrored by
+``firmware.ndp.descriptor.Descriptor.validate``.
+
+Latency: a descriptor accepted on ``i`` in cycle t is offered on ``o`` in cycle t + :attr:`latency` (4: 2 cycles
+through the buffered FIFO + 2 pipeline stages) when the buffer is empty and ``o`` ready; throughput one
+descriptor per cycle. The pipeline is lock-step (``hdl.fp.pipeline``): no combinational path from ``i`` to
+``o``.
+"""
+
+from amaranth.hdl import Module, Signal, Mux, Const
+from amaranth.lib import wiring, stream
+from amaranth.lib.wiring import In, Out
+from amaranth.lib.fifo import SyncFIFOBuffered
+
+from ..fp.pipeline import Pipeline
+from .config import NDPConfig
+from .descriptor import (DESCRIPTOR_LAYOUT, DESCRIPTOR_BITS, SEQ_BITS, DescType, DescOp, DType, ELEMENT_BYTES,
+                         ErrorCode, command_layout)
+
+__all__ = ["InstructionBuffer", "DescriptorDecoder"]
+
+
+def _check_config(config):
+    if not isinstance(config, NDPConfig):
+        raise ValueError(f"config must be an NDPConfig, got {config!r}")
+
+
+class InstructionBuffer(wiring.Component):
+    """FIFO of ``config.instr_buffer_depth`` descriptors (PLoRA Fig. 5(c) "instruction buffer").
+
+    Ports: ``i``: In(stream of DESCRIPTOR_LAYOUT); ``o``: Out(stream of DESCRIPTOR_LAYOUT), registered output
+    (a descriptor accepted in cycle t is offered in cycle t + :attr:`latency` when the buffer was empty).
+    Full throughput: one descriptor per cycle in and out.
+    """
+
+    latency = 2   # amaranth SyncFIFOBuffered: storage write, then its output register (measured by the tests)
+
+    def __init__(self, *, config: NDPConfig):
+        _check_config(config)
+        self.config = config
+        self.depth = config.instr_buffer_depth
+        super().__init__({
+            "i": In(stream.Signature(DESCRIPTOR_LAYOUT)),
+            "o": Out(stream.Signature(DESCRIPTOR_LAYOUT)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=DESCRIPTOR_BITS, depth=self.depth)
+        m.d.comb += [
+            fifo.w_data.eq(self.i.payload.as_value()),
+            fifo.w_en.eq(self.i.valid),
+            self.i.ready.eq(fifo.w_rdy),
+            self.o.payload.eq(fifo.r_data),
+            self.o.valid.eq(fifo.r_rdy),
+            fifo.r_en.eq(self.o.ready),
+        ]
+        return m
+
+
+class DescriptorDecoder(wiring.Component):
+    """Instruction buffer + descriptor checks for an :class:`NDPConfig` ``config``.
+
+    Ports: ``i``: In(stream of DESCRIPTOR_LAYOUT); ``o``: Out(stream of ``command_layout(config)``).
+    Attribute :attr:`latency`: cycles from acceptance on ``i`` to the result on ``o`` (unloaded).
+    """
+
+    latency = InstructionBuffer.latency + 2   # + stage 1 (products) + stage 2 (checks, command)
+
+    def __init__(self, *, config: NDPConfig):
+        _check_config(config)
+        self.config = config
+        self.command_layout = command_layout(config)
+        super().__init__({
+            "i": In(stream.Signature(DESCRIPTOR_LAYOUT)),
+            "o": Out(stream.Signature(self.command_layout)),
+        })
+
+    def elaborate(self, platform):
+        cfg = self.config
+        m = Module()
+        m.submodules.buffer = buf = InstructionBuffer(config=cfg)
+        wiring.connect(m, wiring.flipped(self.i), buf.i)
+
+        src = buf.o
+        pipe = Pipeline(m, src, self.o)
+
+        seq = Signal(SEQ_BITS)
+        with m.If(src.valid & src.ready):
+            m.d.sync += seq.eq(seq + 1)
+
+        # ---- stage 1: decode the codes, the three products ----
+        d = src.payload
+        h, opd, inp = d.header, d.operand, d.input
+        is_load = h.type == DescType.LOAD
+        is_store = h.type == DescType.STORE
+        is_rc = h.type == DescType.READ_COMPUTE
+        is_gemv = is_rc & (h.op == DescOp.GEMV)
+        is_gemm = is_rc & (h.op == DescOp.GEMM)
+        is_softmax = is_rc & (h.op == DescOp.SOFTMAX)
+        # Result shape rows x cols (descriptor module table): LOAD R x C, GEMV 1 x N, GEMM B x N,
+        # SOFTMAX R x (L + 2), STORE nothing.
+        out_rows = Mux(is_load | is_softmax, opd.dim0, Mux(is_gemv, 1, Mux(is_gemm, inp.dim0, 0)))
+        out_cols = Mux(is_softmax, opd.dim1 + 2, opd.dim1)
+        s1 = pipe.stage(
+            desc=d, seq=seq,
+            is_load=is_load, is_store=is_store, is_rc=is_rc,
+            is_gemv=is_gemv, is_gemm=is_gemm, is_softmax=is_softmax,
+            op_known=(h.op == DescOp.GEMV) | (h.op == DescOp.GEMM) | (h.op == DescOp.SOFTMAX),
+            operand_elems=opd.dim0 * opd.dim1,
+            input_elems=inp.dim0 * inp.dim1,
+            output_elems=out_rows * out_cols,
+        )
+
+        # ---- stage 2: checks in ErrorCode order, priority encoder, command ----
+        d = s1.desc
+        h, opd, inp = d.header, d.operand, d.input
+        esize = ELEMENT_BYTES[DType.FP16]       # the only accepted dtype (UNKNOWN_DTYPE otherwise)
+        has_input = s1.is_store | s1.is_rc
+        shape_bad = Mux(
+            s1.is_store, (inp.dim0 != opd.dim0) | (inp.dim1 != opd.dim1),
+            Mux(s1.is_gemv, (inp.dim0 != 1) | (inp.dim1 != opd.dim0),
+                Mux(s1.is_gemm, inp.dim1 != opd.dim0,
+                    Mux(s1.is_softmax, (inp.dim0 != opd.dim0) | (inp.dim1 != 1), 0))))
+        checks = {
+            ErrorCode.UNKNOWN_TYPE: ~(s1.is_load | s1.is_store | s1.is_rc),
+            ErrorCode.UNKNOWN_OP: Mux(s1.is_rc, ~s1.op_known, h.op != DescOp.NONE),
+            ErrorCode.UNKNOWN_DTYPE: h.dtype != DType.FP16,
+            ErrorCode.ZERO_DIMENSION: (opd.dim0 == 0) | (opd.dim1 == 0)
+                                      | (has_input & ((inp.dim0 == 0) | (inp.dim1 == 0))),
+            ErrorCode.SIZE_MISMATCH: (opd.bytes != s1.operand_elems * esize)
+                                     | (has_input & (inp.bytes != s1.input_elems * esize)),
+            ErrorCode.OPERAND_TOO_LARGE: opd.bytes > cfg.dram_buffer_bytes,
+            ErrorCode.INPUT_TOO_LARGE: has_input & (inp.bytes > cfg.input_buffer_bytes),
+            ErrorCode.ADDRESS_OVERFLOW: (d.base_addr + opd.bytes) > Const(cfg.device_bytes, 65),
+            ErrorCode.SHAPE_MISMATCH: shape_bad,
+            ErrorCode.BATCH_TOO_LARGE: s1.is_gemm & (inp.dim0 > cfg.max_batch),
+            ErrorCode.OUTPUT_TOO_LARGE: s1.output_elems * esize > cfg.output_buffer_bytes,
+        }
+        assert list(checks) == [c for c in ErrorCode if c != ErrorCode.OK]   # precedence = value order
+        status = Signal(ErrorCode)
+        code = Const(ErrorCode.OK.value, 4)
+        for err in reversed(list(checks)):
+            code = Mux(checks[err], err.value, code)
+        m.d.comb += status.eq(code)
+
+        ok = status == ErrorCode.OK
+        cmd = Signal(self.command_layout)
+        m.d.comb += [cmd.status.eq(status), cmd.seq.eq(s1.seq)]
+        with m.If(ok):
+            m.d.comb += [
+                cmd.type.eq(h.type),
+                cmd.op.eq(h.op),
+                cmd.dtype.eq(h.dtype),
+                cmd.base_addr.eq(d.base_addr),
+                cmd.operand_dim0.eq(opd.dim0),
+                cmd.operand_dim1.eq(opd.dim1),
+                cmd.operand_elems.eq(s1.operand_elems),
+                cmd.output_elems.eq(s1.output_elems),
+            ]
+            with m.If(has_input):
+                m.d.comb += [
+                    cmd.input_dim0.eq(inp.dim0),
+                    cmd.input_dim1.eq(inp.dim1),
+                    cmd.input_elems.eq(s1.input_elems),
+                ]
+        s2 = pipe.stage(cmd=cmd)
+        assert InstructionBuffer.latency + pipe.latency == self.latency
+        pipe.output()
+        m.d.comb += self.o.payload.eq(s2.cmd)
+        return m

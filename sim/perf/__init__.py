@@ -1,0 +1,1 @@
+"""Fast performance models calibrated against the RTL (see docs/dram_perf.md)."""

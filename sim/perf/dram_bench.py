@@ -1,0 +1,115 @@
+"""``make bench-dram``: DRAM peak / achieved bandwidth (RTL and fast model), latencies and simulation speed.
+
+Also the RTL measurement helpers used by tests/sim/perf/test_dram_perf.py (components are built once per
+configuration and reused, so Verilator converts and compiles each only once).
+"""
+
+import time
+
+import numpy as np
+
+from hdl.memctl.timing import DDR4_3200, DDR4_3200_TINY, LPDDR5X_8533, LPDDR5X_8533_TINY, peak_bandwidth_gbps, \
+    refresh_efficiency
+from sim.backends import get_backend
+
+__all__ = ["rtl_stream", "rtl_all_bank", "pattern_addresses", "main"]
+
+_systems = {}
+_players = {}
+_backends = {}
+
+
+def _backend(name):
+    return _backends.setdefault(name, get_backend(name))
+
+
+def memory_system(cfg, policy="fr-fcfs"):
+    from sim.dram.system import MemorySystem
+    key = (cfg.name, policy)
+    if key not in _systems:
+        _systems[key] = MemorySystem(controller_config=cfg, policy=policy, queue_depth=16, tag_width=16,
+                                     device_kwargs={"storage": False})
+    return _systems[key]
+
+
+def command_player(cfg):
+    from sim.dram.player import CommandPlayer
+    if cfg.name not in _players:
+        _players[cfg.name] = CommandPlayer(cfg, storage=False)
+    return _players[cfg.name]
+
+
+def pattern_addresses(amap, pattern, n, seed=1):
+    if pattern == "seq":
+        return np.arange(n, dtype=np.int64) % amap.bursts
+    if pattern.startswith("stride"):
+        return (np.arange(n, dtype=np.int64) * int(pattern[6:])) % amap.bursts
+    if pattern == "random":
+        return np.random.default_rng(seed).integers(0, amap.bursts, n)
+    raise ValueError(pattern)
+
+
+def rtl_stream(cfg, addrs, backend="verilator", max_cycles=None, policy="fr-fcfs"):
+    """Read requests for ``addrs`` offered back to back to the RTL memory system; returns the StreamRun."""
+    sys_ = memory_system(cfg, policy)
+    off = {name: f.offset for name, f in sys_.controller.request_layout}
+    mask = (1 << 16) - 1
+    reqs = [(int(a) << off["addr"]) | ((k & mask) << off["tag"]) for k, a in enumerate(addrs)]
+    return _backend(backend).run_streams(sys_, {"i": reqs}, {"o": len(reqs), "trace": None, "errors": None},
+                                         max_cycles=max_cycles)
+
+
+def rtl_all_bank(cfg, rows, bursts=None, *, ranks=(0,), backend="verilator"):
+    """Plays the firmware all-bank program on the device; returns (StreamRun, schedule)."""
+    from firmware.pim_stream import all_bank_schedule, player_entries
+    p = command_player(cfg)
+    sched = all_bank_schedule(cfg, rows, bursts, ranks=ranks)
+    run = _backend(backend).run_streams(p, {"i": player_entries(p, sched)},
+                                        {"marks": 1, "trace": None, "errors": None})
+    return run, sched
+
+
+def main(argv=None):
+    from sim.perf.dram import DRAMPerfModel
+    t_start = time.time()
+    print("DRAM performance (one channel; fr-fcfs, queue 16; reads; timing-only device)\n")
+    print(f"{'preset':18s} {'peak GB/s/ch':>12s} {'system GB/s':>12s} {'refresh eff':>11s}  hit/closed/miss cycles (ns)")
+    for cfg in (DDR4_3200, LPDDR5X_8533, DDR4_3200_TINY, LPDDR5X_8533_TINY):
+        pk = peak_bandwidth_gbps(cfg)
+        m = DRAMPerfModel(cfg)
+        lat = " / ".join(f"{m.read_latency(k)} ({m.read_latency_ns(k):.1f})" for k in ("hit", "closed", "miss"))
+        print(f"{cfg.name:18s} {pk.channel:12.2f} {pk.system:12.1f} {100 * refresh_efficiency(cfg):10.2f}%  {lat}")
+    n = 20_000
+    for cfg in (DDR4_3200_TINY, LPDDR5X_8533_TINY):
+        m = DRAMPerfModel(cfg)
+        pk = peak_bandwidth_gbps(cfg).channel
+        print(f"\n{cfg.name}: {n} reads per pattern; achieved GB/s (% of peak {pk:.2f})")
+        print(f"  {'pattern':10s} {'RTL cycles':>10s} {'fast cycles':>11s} {'err':>7s} {'RTL GB/s':>9s} "
+              f"{'fast GB/s':>9s} {'RTL %pk':>7s} {'Verilator cyc/s':>15s} {'fast s':>7s}")
+        for pat in ("seq", "stride2", "stride4", "stride8", "stride32", "stride128", "random"):
+            addrs = pattern_addresses(m.amap, pat, n)
+            run = rtl_stream(cfg, addrs)
+            t = time.time()
+            fast = m.stream_cycles(addrs)
+            tf = time.time() - t
+            bw_r, bw_f = m.bandwidth_gbps(n, run.cycles), m.bandwidth_gbps(n, fast)
+            print(f"  {pat:10s} {run.cycles:10d} {fast:11.0f} {100 * (fast - run.cycles) / run.cycles:+6.2f}% "
+                  f"{bw_r:9.2f} {bw_f:9.2f} {100 * bw_r / pk:6.1f}% {run.cycles / run.wall_seconds:15.3g} {tf:7.2f}")
+        for ranks in ((0,), (0, 1)):
+            rows = 128
+            run, sched = rtl_all_bank(cfg, rows, ranks=ranks)
+            last = sched[-1].cycle
+            fast = m.all_bank_cycles(rows, ranks=len(ranks))
+            print(f"  all-bank {len(ranks)} rank(s) x {rows} rows: RTL {last} fast {fast} cycles "
+                  f"({100 * (fast - last) / last:+.2f}%), bank-internal {m.all_bank_bandwidth_gbps(rows, ranks=len(ranks)):.1f} GB/s "
+                  f"({m.all_bank_bandwidth_gbps(rows, ranks=len(ranks)) / pk:.1f}x the DQ peak)")
+        # Amaranth: a short run
+        addrs = pattern_addresses(m.amap, "seq", 500)
+        run = rtl_stream(cfg, addrs, backend="amaranth")
+        print(f"  Amaranth simulator: {run.cycles} cycles in {run.wall_seconds:.2f} s = "
+              f"{run.cycles / run.wall_seconds:.3g} cycles/s")
+    print(f"\nbench time {time.time() - t_start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""NDP descriptor: layout (204 bits, one flit, documented offsets), encode/decode, validate(), helpers, config."""
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from hdl.ndp.config import NDPConfig, TINY, PAPER, NDP_PRESETS, ndp_preset
+from hdl.ndp.descriptor import (DESCRIPTOR_LAYOUT, HEADER_LAYOUT, DESCRIPTOR_BITS, FLIT_BYTES, DescType, DescOp,
+                                DType, ErrorCode, command_layout)
+from firmware.ndp.descriptor import Descriptor, decode, gemv, gemm, softmax, load, store
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "ndp_descriptor.md"
+
+
+def flat_fields(layout, prefix=""):
+    """(dotted name, offset, width) of every leaf field of a nested StructLayout."""
+    out = []
+    for name, field in layout:
+        if hasattr(field.shape, "__iter__") and not isinstance(field.shape, int):
+            out += [(f"{prefix}{name}.{n}", field.offset + o, w) for n, o, w in flat_fields(field.shape)]
+        else:
+            out.append((f"{prefix}{name}", field.offset, field.width))
+    return out
+
+
+# ---- layout ----------------------------------------------------------------------------------------------
+
+def test_layout_is_204_bits_and_fits_a_flit():
+    assert DESCRIPTOR_LAYOUT.size == DESCRIPTOR_BITS == 204
+    assert HEADER_LAYOUT.size == 20
+    assert DESCRIPTOR_BITS <= 8 * FLIT_BYTES == 2048
+    widths = {name: w for name, _, w in flat_fields(DESCRIPTOR_LAYOUT)}
+    assert widths["base_addr"] == 64
+    for t in ("operand", "input"):
+        assert [widths[f"{t}.{f}"] for f in ("bytes", "dim0", "dim1")] == [20, 20, 20]
+
+
+def test_layout_matches_documented_table():
+    rows = re.findall(r"^\| `([\w.]+)` \| (\d+):(\d+) \|", DOC.read_text(), re.M)
+    documented = {name: (int(lo), int(hi) - int(lo) + 1) for name, hi, lo in rows}
+    actual = {name: (off, w) for name, off, w in flat_fields(DESCRIPTOR_LAYOUT)}
+    assert documented == actual
+    # Contiguous and covering bits 0..203 exactly.
+    spans = sorted(actual.values())
+    assert spans[0][0] == 0
+    for (o1, w1), (o2, _) in zip(spans, spans[1:]):
+        assert o1 + w1 == o2
+    assert spans[-1][0] + spans[-1][1] == DESCRIPTOR_BITS
+
+
+def test_enum_codes_are_documented():
+    text = DOC.read_text()
+    for member in list(DescType) + list(DescOp):
+        assert f"{member.value} {member.name}" in text
+    for member in ErrorCode:
+        assert f"| {member.value} | {member.name} |" in text
+
+
+def test_encode_places_fields_at_their_offsets():
+    d = Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=DType.FP16, reserved=0xA5,
+                   base_addr=0x0123_4567_89AB_CDEF, operand_bytes=0x11111, operand_dim0=0x22222,
+                   operand_dim1=0x33333, input_bytes=0x44444, input_dim0=0x55555, input_dim1=0x66666)
+    v = d.encode()
+    assert v & 0xF == 3 and (v >> 4) & 0xF == 2 and (v >> 8) & 0xF == 1 and (v >> 12) & 0xFF == 0xA5
+    assert (v >> 20) & ((1 << 64) - 1) == 0x0123_4567_89AB_CDEF
+    for k, val in enumerate((0x11111, 0x22222, 0x33333, 0x44444, 0x55555, 0x66666)):
+        assert (v >> (84 + 20 * k)) & 0xFFFFF == val
+
+
+# ---- encode / decode -------------------------------------------------------------------------------------
+
+def u(bits):
+    return st.integers(0, (1 << bits) - 1)
+
+
+descriptors = st.builds(
+    Descriptor, type=u(4), op=u(4), dtype=u(4), reserved=u(8), base_addr=u(64),
+    operand_bytes=u(20), operand_dim0=u(20), operand_dim1=u(20),
+    input_bytes=u(20), input_dim0=u(20), input_dim1=u(20))
+
+
+@settings(max_examples=300, deadline=None)
+@given(descriptors)
+def test_encode_decode_round_trip(d):
+    v = d.encode()
+    assert 0 <= v < 1 << DESCRIPTOR_BITS
+    assert decode(v) == d
+    flit = d.to_flit()
+    assert len(flit) == FLIT_BYTES and flit[26:] == bytes(FLIT_BYTES - 26)
+    assert int.from_bytes(flit, "little") == v
+    assert decode(flit) == d
+
+
+@settings(max_examples=200, deadline=None)
+@given(u(DESCRIPTOR_BITS))
+def test_decode_encode_round_trip_any_bits(v):
+    assert decode(v).encode() == v
+
+
+def test_known_codes_become_enum_members():
+    d = Descriptor(type=3, op=1, dtype=1, base_addr=0, operand_bytes=0, operand_dim0=0, operand_dim1=0)
+    assert d.type is DescType.READ_COMPUTE and d.op is DescOp.GEMV and d.dtype is DType.FP16
+    assert Descriptor(type=9, op=0, dtype=1, base_addr=0, operand_bytes=0, operand_dim0=0,
+                      operand_dim1=0).type == 9
+
+
+@pytest.mark.parametrize("field,value", [
+    ("type", 16), ("op", -1), ("dtype", 1.0), ("reserved", 256), ("base_addr", 1 << 64),
+    ("operand_bytes", 1 << 20), ("operand_dim0", -1), ("input_dim1", 1 << 20), ("input_bytes", True),
+])
+def test_descriptor_rejects_out_of_range_fields(field, value):
+    with pytest.raises(ValueError, match=field):
+        replace(gemv(0, 2, 2), **{field: value})
+
+
+def test_decode_rejects_bad_flits():
+    with pytest.raises(ValueError, match="256"):
+        decode(bytes(255))
+    with pytest.raises(ValueError, match="203"):
+        decode(1 << DESCRIPTOR_BITS)
+    with pytest.raises(ValueError):
+        decode(-1)
+
+
+# ---- validate --------------------------------------------------------------------------------------------
+# TINY: input buffer 2048 B, DRAM buffer 4096 B, output buffer 2048 B, max_batch 4, device 16 MiB.
+GOOD = gemv(0x1000, 16, 32)
+
+BAD = {
+    "type-none": (replace(GOOD, type=0), ErrorCode.UNKNOWN_TYPE),
+    "type-7": (replace(GOOD, type=7), ErrorCode.UNKNOWN_TYPE),
+    "op-rc-none": (replace(GOOD, op=DescOp.NONE), ErrorCode.UNKNOWN_OP),
+    "op-rc-9": (replace(GOOD, op=9), ErrorCode.UNKNOWN_OP),
+    "op-load-gemv": (replace(load(0, 2, 2), op=DescOp.GEMV), ErrorCode.UNKNOWN_OP),
+    "op-store-15": (replace(store(0, 2, 2), op=15), ErrorCode.UNKNOWN_OP),
+    "dtype-fp32": (gemv(0, 16, 32, dtype=DType.FP32), ErrorCode.UNKNOWN_DTYPE),
+    "dtype-none": (replace(GOOD, dtype=0), ErrorCode.UNKNOWN_DTYPE),
+    "zero-operand-dim0": (replace(GOOD, operand_dim0=0, operand_bytes=0), ErrorCode.ZERO_DIMENSION),
+    "zero-operand-dim1": (replace(GOOD, operand_dim1=0), ErrorCode.ZERO_DIMENSION),
+    "zero-input-dim0": (replace(GOOD, input_dim0=0), ErrorCode.ZERO_DIMENSION),
+    "zero-store-input": (replace(store(0, 2, 2), input_dim1=0), ErrorCode.ZERO_DIMENSION),
+    "size-operand": (replace(GOOD, operand_bytes=GOOD.operand_bytes + 2), ErrorCode.SIZE_MISMATCH),
+    "size-operand-zero": (replace(GOOD, operand_bytes=0), ErrorCode.SIZE_MISMATCH),
+    "size-input": (replace(GOOD, input_bytes=16), ErrorCode.SIZE_MISMATCH),
+    "operand-large": (gemv(0, 64, 64), ErrorCode.OPERAND_TOO_LARGE),
+    "load-large": (load(0, 64, 33), ErrorCode.OPERAND_TOO_LARGE),
+    "input-large": (gemm(0, 4, 512, 2), ErrorCode.INPUT_TOO_LARGE),
+    "store-input-large": (store(0, 32, 33), ErrorCode.INPUT_TOO_LARGE),
+    "addr-capacity": (gemv((1 << 24) - 1023, 16, 32), ErrorCode.ADDRESS_OVERFLOW),
+    "addr-wrap": (gemv((1 << 64) - 2, 16, 32), ErrorCode.ADDRESS_OVERFLOW),
+    "shape-gemv-k": (replace(GOOD, input_dim1=8, input_bytes=16), ErrorCode.SHAPE_MISMATCH),
+    "shape-gemv-rows": (replace(GOOD, input_dim0=2, input_bytes=64), ErrorCode.SHAPE_MISMATCH),
+    "shape-gemm-k": (replace(gemm(0, 2, 16, 16), input_dim1=8, input_bytes=32), ErrorCode.SHAPE_MISMATCH),
+    "shape-softmax": (replace(softmax(0, 4, 8), input_dim1=2, input_bytes=16), ErrorCode.SHAPE_MISMATCH),
+    "shape-store": (replace(store(0, 4, 8), input_dim0=8, input_dim1=4), ErrorCode.SHAPE_MISMATCH),
+    "batch": (gemm(0, 5, 16, 16), ErrorCode.BATCH_TOO_LARGE),
+    "output-gemm": (gemm(0, 4, 2, 512), ErrorCode.OUTPUT_TOO_LARGE),
+    "output-softmax": (softmax(0, 1, 1023), ErrorCode.OUTPUT_TOO_LARGE),
+    "output-load": (load(0, 32, 33), ErrorCode.OUTPUT_TOO_LARGE),
+}
+
+GOOD_CASES = {
+    "gemv": GOOD, "gemm": gemm(0, 4, 16, 16), "softmax-edge": softmax(0, 1, 1022), "load": load(0, 32, 32),
+    "store": store(0, 32, 32), "load-ignores-input": replace(load(0, 2, 2), input_bytes=7, input_dim0=0),
+    "reserved-ignored": replace(GOOD, reserved=0xFF), "addr-edge": gemv((1 << 24) - 1024, 16, 32),
+    "gemv-k1": gemv(0, 1, 1), "gemm-b1": gemm(0, 1, 3, 5),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_validate_reports_each_error(name):
+    d, code = BAD[name]
+    assert d.validate(TINY) == code
+
+
+def test_every_error_code_has_a_case():
+    assert {code for _, code in BAD.values()} == set(ErrorCode) - {ErrorCode.OK}
+
+
+@pytest.mark.parametrize("name", list(GOOD_CASES))
+def test_validate_accepts_good_descriptors(name):
+    assert GOOD_CASES[name].validate(TINY) == ErrorCode.OK
+
+
+@pytest.mark.parametrize("d,code", [
+    (replace(GOOD, type=0, operand_dim0=0), ErrorCode.UNKNOWN_TYPE),
+    (replace(GOOD, op=7, dtype=5), ErrorCode.UNKNOWN_OP),
+    (replace(GOOD, dtype=2, input_dim0=0), ErrorCode.UNKNOWN_DTYPE),
+    (replace(GOOD, operand_dim1=0, base_addr=(1 << 64) - 1), ErrorCode.ZERO_DIMENSION),
+    (replace(gemv(0, 64, 64), operand_bytes=8190), ErrorCode.SIZE_MISMATCH),
+    (gemv((1 << 64) - 2, 64, 64), ErrorCode.OPERAND_TOO_LARGE),
+    (replace(gemm(1 << 24, 8, 256, 2)), ErrorCode.INPUT_TOO_LARGE),
+    (replace(gemm(1 << 24, 8, 16, 16), input_dim1=4, input_bytes=64), ErrorCode.ADDRESS_OVERFLOW),
+    (replace(gemm(0, 8, 16, 16), input_dim1=4, input_bytes=64), ErrorCode.SHAPE_MISMATCH),
+    (gemm(0, 8, 2, 512), ErrorCode.BATCH_TOO_LARGE),
+])
+def test_validate_precedence(d, code):
+    """Descriptors failing several checks report the lowest code."""
+    assert d.validate(TINY) == code
+
+
+def test_paper_config_limits():
+    assert gemv(0, 512, 1023).validate(PAPER) == ErrorCode.OK
+    assert gemm(0, 256, 1, 4096).validate(PAPER) == ErrorCode.OK
+    assert gemm(0, 257, 1, 4096).validate(PAPER) == ErrorCode.BATCH_TOO_LARGE
+    assert gemv((512 << 30) - 4, 1, 2).validate(PAPER) == ErrorCode.OK
+    assert gemv((512 << 30) - 3, 1, 2).validate(PAPER) == ErrorCode.ADDRESS_OVERFLOW
+
+
+# ---- helpers and expected commands ---------------------------------------------------------------------
+
+dims = st.integers(1, 64)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["gemv", "gemm", "softmax", "load", "store"]), dims, dims, dims,
+       st.integers(0, (1 << 20)))
+def test_helpers_build_valid_descriptors(kind, a, b, c, base):
+    d = {"gemv": lambda: gemv(base, a, b % 32 + 1), "gemm": lambda: gemm(base, 1 + a % 4, b, c % 16 + 1),
+         "softmax": lambda: softmax(base, 1 + a % 8, b), "load": lambda: load(base, a % 16 + 1, b),
+         "store": lambda: store(base, a % 16 + 1, b)}[kind]()
+    assert d.validate(TINY) == ErrorCode.OK
+    assert d.validate(PAPER) == ErrorCode.OK
+    assert decode(d.to_flit()) == d
+
+
+def test_command_fields():
+    layout = command_layout(TINY)
+    c = layout.const(gemm(0x40, 3, 16, 8).command(TINY, seq=70000))
+    assert c.status == ErrorCode.OK and c.seq == 70000 % 65536 and c.op == DescOp.GEMM
+    assert (c.operand_elems, c.input_elems, c.output_elems) == (128, 48, 24)
+    assert (c.operand_dim0, c.operand_dim1, c.input_dim0, c.input_dim1, c.base_addr) == (16, 8, 3, 16, 0x40)
+    c = layout.const(replace(load(0, 2, 3), input_dim0=5).command(TINY, 1))
+    assert (c.input_dim0, c.input_elems, c.output_elems) == (0, 0, 6)
+    assert layout.const(store(0, 2, 3).command(TINY)).output_elems == 0
+    assert layout.const(softmax(0, 2, 3).command(TINY)).output_elems == 10
+    bad = BAD["batch"][0].command_bits(TINY, seq=5)
+    assert bad == layout.const({"status": ErrorCode.BATCH_TOO_LARGE, "seq": 5}).as_value().value
+
+
+# ---- config ---------------------------------------------------------------------------------------------
+
+def test_presets():
+    assert NDP_PRESETS == {"tiny": TINY, "paper": PAPER}
+    assert ndp_preset("paper") is PAPER
+    assert PAPER.macs == 1024 and PAPER.clock_mhz == 1000
+    assert PAPER.peak_flops == pytest.approx(2.048e12)
+    assert PAPER.input_buffer_bytes == PAPER.dram_buffer_bytes == PAPER.output_buffer_bytes == 3 << 20
+    with pytest.raises(ValueError, match="tiny"):
+        ndp_preset("huge")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("macs", 0), ("clock_mhz", 0), ("input_buffer_bytes", 1), ("dram_buffer_bytes", 1 << 40),
+    ("output_buffer_bytes", "4k"), ("max_batch", 1 << 20), ("acc", "bf16"), ("instr_buffer_depth", 1),
+    ("device_bytes", (1 << 64) + 1), ("name", ""), ("macs", True),
+])
+def test_config_validation_names_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        replace(TINY, **{field: value})

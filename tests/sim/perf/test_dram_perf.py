@@ -1,0 +1,99 @@
+"""Calibration / agreement of the fast DRAM model (sim/perf/dram.py) against the cycle-accurate RTL.
+
+Grid: {ddr4-3200-tiny, lpddr5x-8533-tiny} x {in-order, fr-fcfs} x {sequential, strided (2, 4, 8, 32, 128
+bursts), random reads} through MemorySystem (controller + timing-only device) under Verilator, 20 000 requests each
+(several tREFI), plus the all-bank PIM program (firmware/pim_stream.py) through CommandPlayer + device, 1-2 ranks,
+up to 128 rows (crosses refresh). Every trace passes check_trace with zero violations and the device reports none.
+
+Bound: |fast - rtl| / rtl <= 3 % everywhere, except the FR-FCFS points in FRFCFS_UPPER_BOUND_ONLY: the model
+schedules requests in arrival order, while FR-FCFS reorders across its 16-entry queue, so there the model is only
+asserted to be an upper bound on the cycle count, within +40 % (measured worst +36.6 %, docs/dram_perf.md).
+"""
+
+import numpy as np
+import pytest
+
+from hdl.memctl.timing import DDR4_3200_TINY, LPDDR5X_8533_TINY
+from sim.backends import get_backend
+from sim.dram.checker import check_trace, describe
+from sim.dram.trace import decode_trace
+from sim.perf.dram import DRAMPerfModel
+from sim.perf.dram_bench import rtl_stream, rtl_all_bank, pattern_addresses
+
+BOUND = 0.03
+N = 20_000
+CONFIGS = {"ddr4-3200-tiny": DDR4_3200_TINY, "lpddr5x-8533-tiny": LPDDR5X_8533_TINY}
+PATTERNS = ["seq", "stride2", "stride4", "stride8", "stride32", "stride128", "random"]
+POLICIES = ["in-order", "fr-fcfs"]
+FRFCFS_UPPER_BOUND_ONLY = {("ddr4-3200-tiny", "stride4"), ("ddr4-3200-tiny", "stride8"),
+                           ("ddr4-3200-tiny", "stride32"), ("ddr4-3200-tiny", "random"),
+                           ("lpddr5x-8533-tiny", "random")}
+UPPER_BOUND = 0.40
+
+_table = []
+
+
+def _grid():
+    for cname in CONFIGS:
+        for policy in POLICIES:
+            for p in PATTERNS:
+                upper = policy == "fr-fcfs" and (cname, p) in FRFCFS_UPPER_BOUND_ONLY
+                bound = f"upper{int(UPPER_BOUND * 100)}pct" if upper else f"bound{int(BOUND * 100)}pct"
+                yield pytest.param(cname, policy, p, id=f"{cname}-{policy}-{p}-n{N}-{bound}")
+
+
+def _check(cfg, run):
+    cmds = decode_trace(run.outputs["trace"], cfg.org)
+    v = check_trace(cmds, cfg, end_cycle=run.cycles - 1)
+    assert not v, describe(v[:20])
+    assert run.outputs["errors"] == []
+    return cmds
+
+
+@pytest.mark.parametrize("cname, policy, pattern", list(_grid()))
+def test_stream_agreement(cname, policy, pattern):
+    cfg = CONFIGS[cname]
+    model = DRAMPerfModel(cfg, policy=policy)
+    addrs = pattern_addresses(model.amap, pattern, N)
+    run = rtl_stream(cfg, addrs, policy=policy)
+    _check(cfg, run)
+    fast = model.stream_cycles(addrs)
+    err = (fast - run.cycles) / run.cycles
+    line = (f"{cname:18s} {policy:8s} {pattern:10s} n={N:6d} rtl={run.cycles:8d} fast={fast:9.0f} "
+            f"err={100 * err:+6.2f}%")
+    _table.append(line)
+    print("\n" + line)
+    if policy == "fr-fcfs" and (cname, pattern) in FRFCFS_UPPER_BOUND_ONLY:
+        assert 0 <= err <= UPPER_BOUND, f"{line}: not an upper bound within +{100 * UPPER_BOUND:.0f}%"
+    else:
+        assert abs(err) <= BOUND, f"{line} exceeds the {100 * BOUND:.0f}% bound"
+
+
+@pytest.mark.parametrize("cname", list(CONFIGS))
+@pytest.mark.parametrize("ranks, rows, bursts", [((0,), 128, None), ((0, 1), 128, None), ((0, 1), 64, 4)],
+                         ids=lambda v: str(v).replace(" ", ""))
+def test_all_bank_agreement(cname, ranks, rows, bursts):
+    cfg = CONFIGS[cname]
+    model = DRAMPerfModel(cfg)
+    run, sched = rtl_all_bank(cfg, rows, bursts, ranks=ranks)
+    cmds = _check(cfg, run)
+    assert [(c.cycle, c.kind) for c in cmds] == [(c.cycle, c.kind) for c in sched]
+    rtl_last = cmds[-1].cycle
+    fast = model.all_bank_cycles(rows, bursts, ranks=len(ranks))
+    err = (fast - rtl_last) / rtl_last
+    refs = sum(c.kind.name == "REF" for c in cmds)
+    line = (f"{cname:18s} all-bank ranks={len(ranks)} rows={rows} bursts={bursts or cfg.org.bursts_per_row} "
+            f"REFs={refs} rtl={rtl_last} fast={fast} err={100 * err:+.2f}% (bound {100 * BOUND:.0f}%)")
+    print("\n" + line)
+    assert abs(err) <= BOUND, line
+
+
+def test_unloaded_latency_formula():
+    for cfg in CONFIGS.values():
+        m = DRAMPerfModel(cfg)
+        tm, bc = cfg.timing, cfg.org.burst_cycles
+        assert m.read_latency("hit") == tm.CL + bc + 3
+        assert m.read_latency("closed") == tm.tRCD + tm.CL + bc + 3
+        assert m.read_latency("miss") == tm.tRP + tm.tRCD + tm.CL + bc + 3
+        # the model's single-request stream equals the closed-bank latency + 1 (cycles counts the last edge)
+        assert m.stream_cycles(np.array([5])) == m.read_latency("closed") + 1
