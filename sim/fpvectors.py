@@ -5,7 +5,7 @@ Shared by the tests, ``ndpim fp-report`` and the benchmarks, so every campaign d
 
 import numpy as np
 
-from hdl.fp.format import FP16, FP32
+from hdl.fp.format import FP16
 
 __all__ = ["FP16_EDGE", "FP32_EDGE", "random_fp16", "random_fp32", "operand_pairs", "pack", "field"]
 

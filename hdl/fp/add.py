@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .format import FloatFormat, FP16
 from .pipeline import Pipeline, stream_layout
-from .round import decode, Normalizer, Rounder
+from .round import decode, Normalizer, round_special
 
 __all__ = ["FPAdd"]
 
@@ -77,10 +77,8 @@ class FPAdd(wiring.Component):
             sig=norm.sig_out, exp=norm.exp_out,
         )
 
-        m.submodules.round = rnd = Rounder(fmt=fmt, sig_width=P + 4, exp_width=exp_width)
-        m.d.comb += [rnd.sign.eq(s3.sign), rnd.exp.eq(s3.exp), rnd.sig.eq(s3.sig), rnd.sticky.eq(0)]
-        z = Mux(s3.nan, fmt.qnan_bits,
-                Mux(s3.inf, Cat(Const(fmt.inf_bits, fmt.width - 1), s3.sign), rnd.bits))
+        z = round_special(m, fmt, sig_width=P + 4, exp_width=exp_width, sign=s3.sign, exp=s3.exp, sig=s3.sig,
+                          nan=s3.nan, inf=s3.inf)
         s4 = p.stage(z=z)
         p.output(z=s4.z)
         return m

@@ -1,12 +1,12 @@
 """Pipelined conversion between IEEE 754 binary16 and binary32."""
 
-from amaranth.hdl import Module, Mux, Cat, Const
+from amaranth.hdl import Module
 from amaranth.lib import wiring, stream
 from amaranth.lib.wiring import In, Out
 
 from .format import FloatFormat, FP16, FP32, format_by_name
 from .pipeline import Pipeline, stream_layout
-from .round import decode, Normalizer, Rounder
+from .round import decode, Normalizer, round_special
 
 __all__ = ["FPConvert"]
 
@@ -57,10 +57,8 @@ class FPConvert(wiring.Component):
         s1 = p.stage(sign=a.sign, nan=a.is_nan, inf=a.is_inf, sig=norm.sig_out, exp=norm.exp_out)
 
         # The Rounder pads a narrower significand, so fp16 -> fp32 is exact and goes through the same path.
-        m.submodules.round = rnd = Rounder(fmt=dst, sig_width=P, exp_width=exp_width)
-        m.d.comb += [rnd.sign.eq(s1.sign), rnd.exp.eq(s1.exp), rnd.sig.eq(s1.sig), rnd.sticky.eq(0)]
-        z = Mux(s1.nan, dst.qnan_bits,
-                Mux(s1.inf, Cat(Const(dst.inf_bits, dst.width - 1), s1.sign), rnd.bits))
+        z = round_special(m, dst, sig_width=P, exp_width=exp_width, sign=s1.sign, exp=s1.exp, sig=s1.sig,
+                          nan=s1.nan, inf=s1.inf)
         s2 = p.stage(z=z)
         p.output(z=s2.z)
         assert p.latency == self.latency, (p.latency, self.latency)

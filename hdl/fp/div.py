@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from .format import FloatFormat, FP16
 from .pipeline import Pipeline, stream_layout
-from .round import decode, Normalizer, Rounder
+from .round import decode, Normalizer, round_special
 
 __all__ = ["FPDiv"]
 
@@ -106,11 +106,8 @@ class FPDiv(wiring.Component):
                     sig=norm.sig_out, exp=norm.exp_out, sticky=s.sticky)
 
         # --- round -------------------------------------------------------------------------------------------
-        m.submodules.round = rnd = Rounder(fmt=fmt, sig_width=QB, exp_width=exp_width)
-        m.d.comb += [rnd.sign.eq(s.sign), rnd.exp.eq(s.exp), rnd.sig.eq(s.sig), rnd.sticky.eq(s.sticky)]
-        signed_inf = Cat(Const(fmt.inf_bits, fmt.width - 1), s.sign)
-        signed_zero = Cat(Const(0, fmt.width - 1), s.sign)
-        z = Mux(s.nan, fmt.qnan_bits, Mux(s.inf, signed_inf, Mux(s.zero, signed_zero, rnd.bits)))
+        z = round_special(m, fmt, sig_width=QB, exp_width=exp_width, sign=s.sign, exp=s.exp, sig=s.sig,
+                          sticky=s.sticky, nan=s.nan, inf=s.inf, zero=s.zero)
         s = p.stage(z=z)
         p.output(z=s.z)
         assert p.latency == self.latency, (p.latency, self.latency)

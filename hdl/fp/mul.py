@@ -1,12 +1,12 @@
 """Pipelined IEEE 754 multiplier."""
 
-from amaranth.hdl import Module, Mux, Cat, Const, signed
+from amaranth.hdl import Module
 from amaranth.lib import wiring, stream
 from amaranth.lib.wiring import In, Out
 
 from .format import FloatFormat, FP16
 from .pipeline import Pipeline, stream_layout
-from .round import decode, Normalizer, Rounder
+from .round import decode, Normalizer, round_special
 
 __all__ = ["FPMul"]
 
@@ -56,10 +56,8 @@ class FPMul(wiring.Component):
         m.d.comb += [norm.sig.eq(s1.prod), norm.exp.eq(s1.exp)]
         s2 = p.stage(sign=s1.sign, nan=s1.nan, inf=s1.inf, sig=norm.sig_out, exp=norm.exp_out)
 
-        m.submodules.round = rnd = Rounder(fmt=ofmt, sig_width=sig_width, exp_width=exp_width)
-        m.d.comb += [rnd.sign.eq(s2.sign), rnd.exp.eq(s2.exp), rnd.sig.eq(s2.sig), rnd.sticky.eq(0)]
-        z = Mux(s2.nan, ofmt.qnan_bits,
-                Mux(s2.inf, Cat(Const(ofmt.inf_bits, ofmt.width - 1), s2.sign), rnd.bits))
+        z = round_special(m, ofmt, sig_width=sig_width, exp_width=exp_width, sign=s2.sign, exp=s2.exp, sig=s2.sig,
+                          nan=s2.nan, inf=s2.inf)
         s3 = p.stage(z=z)
         p.output(z=s3.z)
         return m

@@ -9,7 +9,7 @@ stable while ``o.valid & ~o.ready`` as the stream rules require, and has no comb
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Signal, Value, Shape
+from amaranth.hdl import Signal, Value
 from amaranth.lib import data
 
 __all__ = ["Pipeline", "stream_layout"]

@@ -7,13 +7,13 @@ overflow to infinity and ties-to-even are implemented exactly once.
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Module, Signal, Cat, Mux, Const, unsigned, signed
+from amaranth.hdl import Module, Signal, Cat, Mux, Const, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .format import FloatFormat
 
-__all__ = ["decode", "Normalizer", "Rounder", "lzc"]
+__all__ = ["decode", "Normalizer", "Rounder", "lzc", "round_special"]
 
 
 def decode(fmt: FloatFormat, bits) -> SimpleNamespace:
@@ -140,3 +140,16 @@ class Rounder(wiring.Component):
         with m.Else():
             m.d.comb += self.bits.eq(Cat(rounded[:E + F], self.sign))
         return m
+
+
+def round_special(m, fmt: FloatFormat, *, sig_width: int, exp_width: int, sign, exp, sig, sticky=0,
+                  nan, inf, zero=None):
+    """The packed result of a unit: the shared :class:`Rounder` on ``(sign, exp, sig, sticky)``, overridden by
+    the canonical NaN when ``nan``, a signed infinity when ``inf`` and (if given) a signed zero when ``zero``.
+    Adds the rounder to ``m`` as ``round``; returns the combinational result."""
+    m.submodules.round = rnd = Rounder(fmt=fmt, sig_width=sig_width, exp_width=exp_width)
+    m.d.comb += [rnd.sign.eq(sign), rnd.exp.eq(exp), rnd.sig.eq(sig), rnd.sticky.eq(sticky)]
+    result = rnd.bits
+    if zero is not None:
+        result = Mux(zero, Cat(Const(0, fmt.width - 1), sign), result)
+    return Mux(nan, fmt.qnan_bits, Mux(inf, Cat(Const(fmt.inf_bits, fmt.width - 1), sign), result))
