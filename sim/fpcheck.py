@@ -16,7 +16,7 @@ from sim.fpvectors import operand_pairs, random_fp16, random_fp32, FP16_EDGE, FP
 from sim.golden import fp16, fp32
 from sim.golden.exp import exp as exp16
 
-__all__ = ["UnitSpec", "UNITS", "run_check", "CheckResult"]
+__all__ = ["UnitSpec", "UNITS", "run_check", "CheckResult", "mac_operands"]
 
 
 @dataclass(frozen=True)
@@ -56,20 +56,26 @@ def _exp_inputs(rng, n):
     return (np.concatenate([FP16_EDGE, x]),)
 
 
+def mac_operands(rng, n, acc):
+    """``n`` random MAC operand triples (half with products in a moderate range and ``c`` close to ``-a*b``, so
+    the accumulation cancels heavily), after every pair of a third of the curated edge cases."""
+    a, b = random_fp16(rng, n), random_fp16(rng, n)
+    h = n // 2
+    a[:h] = (a[:h] & 0x83FF) | (rng.integers(9, 22, h).astype(np.uint16) << 10)
+    b[:h] = (b[:h] & 0x83FF) | (rng.integers(9, 22, h).astype(np.uint16) << 10)
+    if acc == "fp16":
+        c = random_fp16(rng, n)
+        c[:h] = fp16.mul(a[:h], b[:h]) ^ np.uint16(0x8000) ^ (c[:h] & 0x7)
+    else:
+        c = random_fp32(rng, n)
+        c[:h] = fp16.mul_wide(a[:h], b[:h]) ^ np.uint32(0x80000000) ^ (c[:h] & 0x1FFF)
+    ea, eb = np.meshgrid(FP16_EDGE[::3], FP16_EDGE[::3])
+    ce = np.resize(c, ea.size)
+    return np.concatenate([ea.ravel(), a]), np.concatenate([eb.ravel(), b]), np.concatenate([ce, c])
+
+
 def _mac_vectors(acc):
-    def draw(rng, n):
-        a, b = random_fp16(rng, n), random_fp16(rng, n)
-        h = n // 2
-        a[:h] = (a[:h] & 0x83FF) | (rng.integers(9, 22, h).astype(np.uint16) << 10)
-        b[:h] = (b[:h] & 0x83FF) | (rng.integers(9, 22, h).astype(np.uint16) << 10)
-        if acc == "fp16":
-            c = random_fp16(rng, n)
-            c[:h] = fp16.mul(a[:h], b[:h]) ^ np.uint16(0x8000) ^ (c[:h] & 0x7)
-        else:
-            c = random_fp32(rng, n)
-            c[:h] = fp16.mul_wide(a[:h], b[:h]) ^ np.uint32(0x80000000) ^ (c[:h] & 0x1FFF)
-        return a, b, c
-    return draw
+    return lambda rng, n: mac_operands(rng, n, acc)
 
 
 def _u64(x):

@@ -2,30 +2,10 @@
 import numpy as np
 import pytest
 
-from hdl.fp import FPMAC, FP16, FP32
+from hdl.fp import FPMAC
 from sim.golden import fp16
-from fp_util import random_fp16, random_fp32, FP16_EDGE, pack, field, run_unit, hexdiff, vector_count
-
-
-def mac_operands(rng, n, acc):
-    a, b = random_fp16(rng, n), random_fp16(rng, n)
-    # Keep half of the products in a moderate range so the accumulator matters.
-    h = n // 2
-    a[:h] = (a[:h] & 0x83FF) | (rng.integers(9, 22, h).astype(np.uint16) << 10)
-    b[:h] = (b[:h] & 0x83FF) | (rng.integers(9, 22, h).astype(np.uint16) << 10)
-    if acc == "fp16":
-        c = random_fp16(rng, n)
-        prod = fp16.mul(a, b)
-        c[:h] = prod[:h] ^ np.uint16(0x8000) ^ (c[:h] & 0x7)
-        sign = np.uint16(0x8000)
-    else:
-        c = random_fp32(rng, n)
-        prod = fp16.mul_wide(a, b)
-        c[:h] = prod[:h] ^ np.uint32(0x80000000) ^ (c[:h] & 0x1FFF)
-    ea, eb = np.meshgrid(FP16_EDGE[::3], FP16_EDGE[::3])
-    k = ea.size
-    ce = np.resize(c[:k], k)
-    return (np.concatenate([ea.ravel(), a]), np.concatenate([eb.ravel(), b]), np.concatenate([ce, c]))
+from sim.fpcheck import mac_operands
+from fp_util import pack, field, run_unit, hexdiff, vector_count
 
 
 @pytest.mark.parametrize("acc", ["fp16", "fp32"])
