@@ -1,37 +1,40 @@
 """Fast DRAM throughput/latency model of ``hdl.memctl.controller.MemoryController`` + a DRAM channel.
 
-No per-cycle loop: :meth:`DRAMPerfModel.stream_cycles` walks the *requests* once (a request-level list schedule,
-O(1) amortised work per request over small windows of byte maps), and the all-bank PIM model is closed form.
-Every term is a timing parameter or a documented rule of the controller (module docstring of
-``hdl/memctl/controller.py``):
+No per-cycle loop: :meth:`DRAMPerfModel.simulate` is an *event-driven, command-level* replay of the
+controller's request queue. It evaluates the controller's arbitration only in cycles where something can
+change (a command becomes legal, a request is accepted, a refresh timer ticks, a read credit returns) and jumps
+over the idle cycles in between, so its cost is O(commands x queue_depth), not O(cycles). Every term is a
+timing parameter or a documented rule of the controller (module docstring of ``hdl/memctl/controller.py``):
 
-* **Queue window**: request ``j`` is accepted once fewer than ``queue_depth`` requests are queued; an entry
-  leaves the queue in the cycle its column command is decided (one cycle before it is on the bus).
-* **Pipeline**: a request's first command is on the bus 2 cycles after acceptance; a read's response is on
-  ``o`` ``CL + burst_cycles + 1`` cycles after its RD (``pipeline_cycles`` = 3 in the latency formula).
-* **Per bank** (requests of a bank are served in arrival order: only the oldest queued request of a bank may
-  open/close it): row hit -> column command; closed -> ACT (tRC after the last ACT, tRP/tRPab after PRE/PREA,
-  tRFC after REF) then tRCD; row miss -> PRE (tRAS after ACT, tRTP after RD, CWL + burst + tWR after WR) then
-  ACT (tRP) then tRCD.
-* **Per rank ACT rate**: tRRD_S (rank), tRRD_L (bank group), tFAW (at most four ACTs in any tFAW window).
-* **Column commands** (FR-FCFS: the oldest *ready* request issues first, so a younger ready request fills an
-  earlier slot): tCCD_S per rank, tCCD_L per bank group, DQ bus: a burst of another rank needs burst + tRTRS;
-  read/write turnarounds as in the controller (tWTR_S/L, RD->WR = CL + burst + tRTW - CWL).
-* **Command bus**: one command per cycle.
-* **Refresh**: per rank a tREFI timer (ranks staggered by tREFI/ranks) owes REFs; a rank with no queued
-  requests is refreshed at once (eager: hidden when the rank stays idle for tRFC); otherwise it is postponed
-  until ``max_postponed_refresh`` are owed, then forced (PREA when every open bank may precharge, REF tRPab
-  later, the rank blocked until REF + tRFC). One rank refreshes at a time.
+* **Queue**: ``queue_depth`` entries in arrival order; a request is accepted in a cycle where fewer than
+  ``queue_depth`` entries are queued and is a candidate from the next cycle (its first command is on the bus
+  2 cycles after acceptance); an entry leaves in the cycle its column command is decided (on the bus one cycle
+  later). Acceptance sees the count before that cycle's removal.
+* **Timing**: the controller's down-counters are kept as "ready" cycles (``max(ready, t + d)`` when a command
+  issued in decision cycle ``t`` allows the next one ``d`` cycles later): per bank ACT (tRC, tRP, tRPab, tRFC),
+  RD/WR (tRCD), PRE (tRAS, tRTP, CWL + burst + tWR); per bank group tCCD_L, tRRD_L, CWL + burst + tWTR_L; per
+  rank tCCD_S, tRRD_S, CWL + burst + tWTR_S, the four-entry tFAW ring and the DQ-bus turnarounds (read/write
+  across ranks burst + tRTRS, RD->WR CL + burst + tRTW - CWL, WR->RD across ranks); reads also need a
+  response credit (at most ``response_depth`` reads outstanding, each for CL + burst + 3 cycles), and
+  acceptance a free write-data slot (``queue_depth`` slots; a write holds one until CWL + 1 cycles after its
+  WR is decided).
+* **Arbitration** (one command per cycle; priority refresh, column, row): ``"fr-fcfs"``: the oldest queued
+  row hit whose RD/WR is legal now (never bypassing an older request to the same address); else the oldest
+  request whose ACT/PRE is legal now, where only the oldest queued request of a bank may open/close it.
+  ``"in-order"``: only the oldest request may issue its RD/WR; ACT/PRE for younger requests run ahead.
+* **Refresh**: per rank a tREFI timer (ranks staggered by tREFI/ranks) counts owed REFs; a rank with owed REFs
+  and no queued request is refreshed at once, otherwise when ``max_postponed_refresh`` are owed (lowest rank
+  first); the refreshing rank is blocked: PREA once every open bank may precharge, REF once every bank may
+  activate, then tRFC before its next ACT.
+* **Response**: last RD on the bus at T -> response on ``o`` at T + CL + burst + 1; ``cycles`` = that + 1
+  (``pipeline_cycles`` = 3 in the latency formula).
 
-``policy="in-order"``: only the oldest request may issue its column command (column commands in arrival
-order); ACT/PRE still run ahead.
-
-Calibrated terms: none so far are fitted; the structural constants (2-cycle command pipeline, 1-cycle
-decision-to-bus, ``pipeline_cycles``) are the controller's documented, test-verified values. The agreement
-with the RTL over the calibration grid of tests/sim/perf/test_dram_perf.py is reported in docs/dram_perf.md.
+Calibrated terms: none; the structural constants (2-cycle command pipeline, 1-cycle decision-to-bus,
+``pipeline_cycles``) are the controller's documented, test-verified values. Against the RTL over the grid of
+tests/sim/perf/test_dram_perf.py (reads, both policies) the model is cycle-exact; see docs/dram_perf.md.
 """
 
-import heapq
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,41 +48,6 @@ __all__ = ["DRAMPerfModel", "PIPELINE_CYCLES", "ISSUE_DELAY"]
 ISSUE_DELAY = 2
 #: Fixed latency cycles of the controller beyond tRP/tRCD/CL/burst (``MemoryController.pipeline_cycles``).
 PIPELINE_CYCLES = 3
-
-_NEG = -(1 << 40)
-
-
-class _Map:
-    """A growable byte map of cycles (1 = resource used in that cycle)."""
-
-    __slots__ = ("b",)
-
-    def __init__(self, n=1 << 16):
-        self.b = bytearray(n)
-
-    def _grow(self, n):
-        if n > len(self.b):
-            self.b.extend(bytearray(max(n, 2 * len(self.b)) - len(self.b)))
-
-    def set(self, t):
-        self._grow(t + 1)
-        self.b[t] = 1
-
-    def any(self, lo, hi):
-        """Any use in [lo, hi] (inclusive)."""
-        lo = max(lo, 0)
-        if hi < lo:
-            return False
-        self._grow(hi + 1)
-        return 1 in self.b[lo:hi + 1]
-
-    def count(self, lo, hi):
-        lo = max(lo, 0)
-        if hi < lo:
-            return 0
-        self._grow(hi + 1)
-        return self.b[lo:hi + 1].count(1)
-
 
 @dataclass
 class StreamResult:
@@ -123,7 +91,8 @@ class DRAMPerfModel:
 
     # ---- request streams -------------------------------------------------------------------------------
     def simulate(self, addresses, writes=None) -> StreamResult:
-        """Request-level schedule of a stream of burst addresses (all offered back to back)."""
+        """Schedule of a stream of burst addresses (all offered back to back): an event-driven, command-level
+        replay of the controller's queue and arbitration (see the module docstring)."""
         org, tm = self.config.org, self.config.timing
         a = np.asarray(addresses, dtype=np.int64).ravel()
         n = a.size
@@ -131,194 +100,238 @@ class DRAMPerfModel:
             return StreamResult(0, 0, 0, 0, np.zeros(0, dtype=np.int64))
         d = self.amap.decode_py(a)
         G, K, R = org.bank_groups, org.banks_per_group, org.ranks
-        rank = d["rank"].tolist()
-        bgl = d["bg"].tolist()
-        bankf = ((d["rank"] * G + d["bg"]) * K + d["bank"]).tolist()
-        rowl = d["row"].tolist()
-        wr = [False] * n if writes is None else [bool(x) for x in np.broadcast_to(np.asarray(writes), (n,))]
-        BC = org.burst_cycles
-        CL, CWL = tm.CL, tm.CWL
-        tRPab = tm.tRPab
-        WEND = CWL + BC
-        rd_xr = BC + tm.tRTRS
-        rd_after_wr_xr = max(CWL + BC + tm.tRTRS - CL, CL + BC + tm.tRTRS - CWL)
-        wr_after_rd = CL + BC + tm.tRTW - CWL
-        wr_after_rd_xr = max(wr_after_rd, BC + tm.tRTRS)
         NB = R * G * K
+        rank_l = d["rank"].tolist()
+        grp_l = (d["rank"] * G + d["bg"]).tolist()
+        bank_l = ((d["rank"] * G + d["bg"]) * K + d["bank"]).tolist()
+        row_l = d["row"].tolist()
+        col_l = d["col"].tolist()
+        wr_l = [False] * n if writes is None else [bool(x) for x in np.broadcast_to(np.asarray(writes), (n,))]
+        BC, CL, CWL = org.burst_cycles, tm.CL, tm.CWL
+        wr_end = CWL + BC
+        rd_rd_xr = BC + tm.tRTRS
+        rd_wr_xr = max(CWL + BC + tm.tRTRS - CL, CL + BC + tm.tRTRS - CWL)
+        wr_rd = CL + BC + tm.tRTW - CWL
+        wr_rd_xr = max(wr_rd, BC + tm.tRTRS)
+        wr_wr_xr = BC + tm.tRTRS
+        tRC, tRCD, tRAS, tRP, tRTP = tm.tRC, tm.tRCD, tm.tRAS, tm.tRP, tm.tRTP
+        tRRD_S, tRRD_L, tFAW, tCCD_S, tCCD_L = tm.tRRD_S, tm.tRRD_L, tm.tFAW, tm.tCCD_S, tm.tCCD_L
+        WRP, WTRL, WTRS = wr_end + tm.tWR, wr_end + tm.tWTR_L, wr_end + tm.tWTR_S
+        tRPab, tRFC, tREFI = tm.tRPab, tm.tRFC, tm.tREFI
+        RESP = CL + BC + 3                  # RD decided in t -> no longer outstanding from t + RESP
+        RD_DEPTH = max(8, -(-(CL + BC + 8) // tCCD_S))
         Q = self.queue_depth
         inorder = self.policy == "in-order"
         maxp = self.max_postponed_refresh
-
-        # bank state
+        INF = 1 << 62
+        # ready times ("counter is zero from this cycle on")
         b_open = [False] * NB
         b_row = [-1] * NB
-        b_act_ok = [0] * NB      # earliest ACT (tRC / tRP / tRFC)
-        b_col_ok = [0] * NB      # earliest RD/WR (tRCD)
-        b_pre_ok = [0] * NB      # earliest PRE (tRAS / tRTP / tWR)
-        b_last_col = [_NEG] * NB  # decision of the previous request's column command (oldest-of-bank rule)
-        # maps
-        cmdbus = _Map()
-        act_r = [_Map() for _ in range(R)]
-        act_g = [[_Map() for _ in range(G)] for _ in range(R)]
-        rd_r = [_Map() for _ in range(R)]   # RD commands per rank
-        wr_r = [_Map() for _ in range(R)]   # WR commands per rank
-        col_g = [[_Map() for _ in range(G)] for _ in range(R)]
-        col_r = [_Map() for _ in range(R)]
-        wend_r = [_NEG] * R                 # last end of write data per rank (monotone approximation)
-        wend_g = [[_NEG] * G for _ in range(R)]
-        rank_block = [0] * R                # no command to the rank before this cycle (refresh)
+        b_act = [0] * NB
+        b_col = [0] * NB
+        b_pre = [0] * NB
+        g_ccd = [0] * (R * G)
+        g_rrd = [0] * (R * G)
+        g_wtr = [0] * (R * G)
+        r_ccd = [0] * R
+        r_rrd = [0] * R
+        r_wtr = [0] * R
+        r_rdbus = [0] * R
+        r_wrbus = [0] * R
+        r_faw = [[0] * 4 for _ in range(R)]
+        r_fawp = [0] * R
         # refresh
-        tick = [tm.tREFI - 1 + r * (tm.tREFI // R) for r in range(R)]
+        next_tick = [tREFI - 1 + r * (tREFI // R) for r in range(R)]
         owed = [0] * R
-        ref_free = 0                        # one rank refreshes at a time
-        refs = acts = pres = 0
-        queued = []                         # heap of (decision cycle, rank) of queued requests
-        qcount = [0] * R
+        ref_active = False
+        ref_rank = 0
+        rank_banks = [list(range(r * G * K, (r + 1) * G * K)) for r in range(R)]
+        rank_q = [0] * R                     # queued requests per rank (has_req)
+        rd_out = deque()                     # release cycles of outstanding reads
+        wslot = deque()                      # release cycles of write-data slots of issued writes
+        wq = 0                               # queued writes (each holds a write-data slot)
+        queue = []                           # request indices, oldest first
         col = [0] * n
-        last_acc = -1
-        last_col_dec = -1                   # in-order: previous column decision
-
-        def free_cmd(t):
-            while cmdbus.b[t] if t < len(cmdbus.b) else False:
-                t += 1
-            return t
-
-        def act_legal(r, g, t):
-            # tRRD_S / tRRD_L around t, tFAW windows containing t
-            while True:
-                if act_r[r].any(t - tm.tRRD_S + 1, t + tm.tRRD_S - 1) or \
-                        act_g[r][g].any(t - tm.tRRD_L + 1, t + tm.tRRD_L - 1) or \
-                        act_r[r].count(t - tm.tFAW + 1, t) >= 4 or act_r[r].count(t, t + tm.tFAW - 1) >= 4 or \
-                        (cmdbus.b[t] if t < len(cmdbus.b) else 0):
-                    t += 1
-                    continue
-                return t
-
-        def col_legal(r, g, t, is_wr):
-            while True:
-                bad = (cmdbus.b[t] if t < len(cmdbus.b) else 0) or \
-                    col_r[r].any(t - tm.tCCD_S + 1, t + tm.tCCD_S - 1) or \
-                    col_g[r][g].any(t - tm.tCCD_L + 1, t + tm.tCCD_L - 1)
-                if not bad:
-                    for r2 in range(R):
-                        if r2 == r:
-                            if is_wr:
-                                bad = rd_r[r].any(t - wr_after_rd + 1, t - 1)
+        nxt = 0                              # next request to accept
+        done = 0
+        acts = pres = refs = 0
+        t = 0
+        while done < n:
+            # ---- decisions in cycle t
+            while rd_out and rd_out[0] <= t:
+                rd_out.popleft()
+            while wslot and wslot[0] <= t:
+                wslot.popleft()
+            credit = len(rd_out) < RD_DEPTH
+            issued = False
+            sel_col = -1
+            wake = INF
+            blk = ref_rank if ref_active else -1
+            is_ref = False
+            if ref_active:
+                rb = rank_banks[ref_rank]
+                if any(b_open[b] for b in rb):
+                    tp = max(b_pre[b] for b in rb)
+                    if tp <= t:            # PREA
+                        for b in rb:
+                            b_open[b] = False
+                            if b_act[b] < t + tRPab:
+                                b_act[b] = t + tRPab
+                        pres += 1
+                        issued = True
+                    else:
+                        wake = tp
+                else:
+                    ta = max(b_act[b] for b in rb)
+                    if ta <= t:            # REF
+                        for b in rb:
+                            if b_act[b] < t + tRFC:
+                                b_act[b] = t + tRFC
+                        refs += 1
+                        issued = is_ref = True
+                    else:
+                        wake = ta
+            if not issued:
+                sel_row = -1
+                row_kind = 0
+                seen_b = set()
+                seen_a = set()
+                for p, j in enumerate(queue):
+                    b = bank_l[j]
+                    r = rank_l[j]
+                    if b_open[b] and b_row[b] == row_l[j]:
+                        if sel_col < 0 and r != blk and (not inorder or p == 0) and \
+                                (b, row_l[j], col_l[j]) not in seen_a:
+                            gi = grp_l[j]
+                            if wr_l[j]:
+                                tc = max(b_col[b], g_ccd[gi], r_ccd[r], r_wrbus[r])
                             else:
-                                bad = wr_r[r].any(t - 1 - 0, t - 1) and False
+                                tc = max(b_col[b], g_ccd[gi], r_ccd[r], r_rdbus[r], g_wtr[gi], r_wtr[r])
+                                if not credit:
+                                    tc = max(tc, t + 1, rd_out[0])
+                            if tc <= t:
+                                sel_col = p
+                            elif tc < wake:
+                                wake = tc
+                    elif sel_row < 0 and r != blk and b not in seen_b:
+                        if b_open[b]:
+                            tr = b_pre[b]
+                            k = 1
                         else:
-                            if is_wr:
-                                bad = rd_r[r2].any(t - wr_after_rd_xr + 1, t + rd_after_wr_xr - 1) or \
-                                    wr_r[r2].any(t - rd_xr + 1, t + rd_xr - 1)
-                            else:
-                                bad = rd_r[r2].any(t - rd_xr + 1, t + rd_xr - 1) or \
-                                    wr_r[r2].any(t - rd_after_wr_xr + 1, t + wr_after_rd_xr - 1)
-                        if bad:
-                            break
-                if not bad and not is_wr:
-                    bad = t < wend_g[r][g] + tm.tWTR_L or t < wend_r[r] + tm.tWTR_S
-                if not bad:
-                    return t
-                t += 1
-
-        def refresh(r, t):
-            """Refresh rank r: PREA when allowed (from cycle t), REF after; returns the REF cycle."""
-            nonlocal refs, pres, ref_free
-            t = max(t, ref_free, rank_block[r])
-            banks = range(r * G * K, (r + 1) * G * K)
-            opened = [b for b in banks if b_open[b]]
-            if opened:
-                tp = free_cmd(max([t] + [b_pre_ok[b] for b in opened]))
-                cmdbus.set(tp)
-                pres += 1
-                t_ref = tp + tRPab
-            else:
-                t_ref = t
-            t_ref = free_cmd(max([t_ref] + [b_act_ok[b] for b in banks]))
-            cmdbus.set(t_ref)
-            refs += 1
-            for b in banks:
-                b_open[b] = False
-                b_act_ok[b] = max(b_act_ok[b], t_ref + tm.tRFC)
-            rank_block[r] = t_ref + tm.tRFC
-            ref_free = t_ref + 1
-            return t_ref
-
-        for j in range(n):
-            # acceptance: queue has a free entry (an entry leaves when its column command is decided)
-            acc = last_acc + 1
-            while len(queued) >= Q:
-                dec, r0 = heapq.heappop(queued)
-                qcount[r0] -= 1
-                acc = max(acc, dec)
-            # retire entries decided by now (for has_req)
-            while queued and queued[0][0] <= acc:
-                dec, r0 = heapq.heappop(queued)
-                qcount[r0] -= 1
-            # refresh timers up to acc
-            for r in range(R):
-                while tick[r] <= acc:
-                    owed[r] = min(owed[r] + 1, maxp + 1)
-                    tick[r] += tm.tREFI
+                            gi = grp_l[j]
+                            tr = max(b_act[b], g_rrd[gi], r_rrd[r], r_faw[r][r_fawp[r]])
+                            k = 2
+                        if tr <= t:
+                            sel_row = p
+                            row_kind = k
+                        elif tr < wake:
+                            wake = tr
+                    seen_b.add(b)
+                    seen_a.add((b, row_l[j], col_l[j]))
+                    if sel_col >= 0:
+                        break
+                if sel_col >= 0:
+                    j = queue.pop(sel_col)
+                    b, r, gi = bank_l[j], rank_l[j], grp_l[j]
+                    g_ccd[gi] = max(g_ccd[gi], t + tCCD_L)
+                    r_ccd[r] = max(r_ccd[r], t + tCCD_S)
+                    if wr_l[j]:
+                        wslot.append(t + CWL + 1)
+                        b_pre[b] = max(b_pre[b], t + WRP)
+                        g_wtr[gi] = max(g_wtr[gi], t + WTRL)
+                        r_wtr[r] = max(r_wtr[r], t + WTRS)
+                        for r2 in range(R):
+                            if r2 != r:
+                                r_rdbus[r2] = max(r_rdbus[r2], t + rd_wr_xr)
+                                r_wrbus[r2] = max(r_wrbus[r2], t + wr_wr_xr)
+                    else:
+                        b_pre[b] = max(b_pre[b], t + tRTP)
+                        rd_out.append(t + RESP)
+                        r_wrbus[r] = max(r_wrbus[r], t + wr_rd)
+                        for r2 in range(R):
+                            if r2 != r:
+                                r_rdbus[r2] = max(r_rdbus[r2], t + rd_rd_xr)
+                                r_wrbus[r2] = max(r_wrbus[r2], t + wr_rd_xr)
+                    col[j] = t + 1
+                    done += 1
+                    issued = True
+                elif sel_row >= 0:
+                    j = queue[sel_row]
+                    b, r, gi = bank_l[j], rank_l[j], grp_l[j]
+                    if row_kind == 1:      # PRE
+                        b_open[b] = False
+                        b_act[b] = max(b_act[b], t + tRP)
+                        pres += 1
+                    else:                  # ACT
+                        b_open[b] = True
+                        b_row[b] = row_l[j]
+                        b_act[b] = max(b_act[b], t + tRC)
+                        b_col[b] = max(b_col[b], t + tRCD)
+                        b_pre[b] = max(b_pre[b], t + tRAS)
+                        g_rrd[gi] = max(g_rrd[gi], t + tRRD_L)
+                        r_rrd[r] = max(r_rrd[r], t + tRRD_S)
+                        f = r_faw[r]
+                        p = r_fawp[r]
+                        f[p] = max(f[p], t + tFAW)
+                        r_fawp[r] = (p + 1) & 3
+                        acts += 1
+                    issued = True
+            # ---- refresh bookkeeping (has_req: the queue of cycle t, before this cycle's removal and push)
+            changed = issued
+            new_active = ref_active
+            if not ref_active:
+                cand = -1
+                for r in range(R):
                     if owed[r] >= maxp:
-                        t_ref = refresh(r, tick[r] - tm.tREFI + 1)
-                        owed[r] -= 1
-                        
-                if owed[r] and qcount[r] == 0 and rank[j] != r:
-                    # eager: the rank has no queued requests
-                    refresh(r, acc)
+                        cand = r
+                        break
+                if cand < 0:
+                    for r in range(R):
+                        if owed[r] and rank_q[r] == 0:
+                            cand = r
+                            break
+                if cand >= 0:
+                    new_active = True
+                    ref_rank = cand
+                    changed = True
+            elif is_ref:
+                new_active = False
+            for r in range(R):
+                tick = next_tick[r] == t
+                dn = is_ref and ref_rank == r
+                if tick:
+                    next_tick[r] += tREFI
+                    changed = True
+                    if not dn and owed[r] != maxp + 1:
+                        owed[r] += 1
+                elif dn:
                     owed[r] -= 1
-                    while owed[r] and False:
-                        pass
-            last_acc = acc
-            r, g, b = rank[j], bgl[j], bankf[j]
-            t0 = acc + ISSUE_DELAY - 1          # earliest decision cycle of a first command
-            t0 = max(t0, rank_block[r] - 1)
-            # bank: only the oldest queued request of the bank may open/close it
-            tb = max(t0, b_last_col[b] + 1) if not (b_open[b] and b_row[b] == rowl[j]) else t0
-            if not (b_open[b] and b_row[b] == rowl[j]):
-                if b_open[b]:
-                    tp = free_cmd(max(tb, b_pre_ok[b] - 1) + 1) - 1
-                    cmdbus.set(tp + 1)
-                    pres += 1
-                    b_act_ok[b] = max(b_act_ok[b], tp + 1 + tm.tRP)
-                    tb = tp + 1
-                ta = act_legal(r, g, max(tb, b_act_ok[b] - 1) + 1)
-                cmdbus.set(ta)
-                act_r[r].set(ta)
-                act_g[r][g].set(ta)
-                acts += 1
-                b_open[b], b_row[b] = True, rowl[j]
-                b_act_ok[b] = max(b_act_ok[b], ta + tm.tRC)
-                b_col_ok[b] = ta + tm.tRCD
-                b_pre_ok[b] = max(b_pre_ok[b], ta + tm.tRAS)
-                tb = ta
-            tc = max(t0 + 1, tb + 1 if tb > t0 else t0 + 1, b_col_ok[b])
-            if inorder:
-                tc = max(tc, last_col_dec + 2)
-            tc = col_legal(r, g, tc, wr[j])
-            cmdbus.set(tc)
-            col_r[r].set(tc)
-            col_g[r][g].set(tc)
-            if wr[j]:
-                wr_r[r].set(tc)
-                e = tc + WEND
-                wend_r[r] = max(wend_r[r], e)
-                wend_g[r][g] = max(wend_g[r][g], e)
-                b_pre_ok[b] = max(b_pre_ok[b], e + tm.tWR)
+            ref_active = new_active
+            if sel_col >= 0:
+                rank_q[rank_l[j]] -= 1
+                wq -= wr_l[j]
+            # ---- acceptance (count of cycle t < Q and a free write-data slot; both before this cycle's removal)
+            if nxt < n and len(queue) + (sel_col >= 0) < Q and wq + len(wslot) < Q:
+                j = nxt
+                queue.append(j)
+                rank_q[rank_l[j]] += 1
+                wq += wr_l[j]
+                nxt += 1
+                changed = True
+            if changed:
+                t += 1
             else:
-                rd_r[r].set(tc)
-                b_pre_ok[b] = max(b_pre_ok[b], tc + tm.tRTP)
-            col[j] = tc
-            b_last_col[b] = max(b_last_col[b], tc - 1)
-            last_col_dec = tc - 1
-            heapq.heappush(queued, (tc - 1, r))
-            qcount[r] += 1
+                w = min(wake, min(next_tick))
+                if rd_out and not credit:
+                    w = min(w, rd_out[0])
+                if wslot and nxt < n:
+                    w = min(w, wslot[0])
+                t = max(t + 1, w)
         colv = np.asarray(col, dtype=np.int64)
-        # last response: RD at T -> last beat T + CL + BC - 1 -> on o 2 cycles later; cycles = that + 1
-        last = int(colv.max())
-        cycles = last + CL + BC + 2
-        return StreamResult(cycles, acts, pres, refs, colv)
+        # cycles ends with the last read response (as StreamRun.cycles); a write-only stream with its last WR
+        rd = ~np.asarray(wr_l, dtype=bool)
+        last = int(colv[rd].max()) if rd.any() else int(colv.max())
+        return StreamResult(last + CL + BC + 2, acts, pres, refs, colv)
 
     def stream_cycles(self, addresses, writes=None) -> float:
         """Cycles to serve a back-to-back stream of requests (first acceptance to last response)."""
