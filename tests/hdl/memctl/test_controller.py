@@ -252,6 +252,23 @@ def test_sequential_read_bandwidth_and_refresh():
             assert owed - ctl.max_postponed_refresh <= refs[r] <= owed
 
 
+@pytest.mark.parametrize("policy", ["in-order", "fr-fcfs"])
+def test_short_sequential_stream_on_both_engines(backend, policy):
+    """The bandwidth validation at a length the Amaranth simulator affords (no refresh crossed): >= 95% of
+    peak x (1 - tRFC/tREFI), and exactly the cycle count of the fast model (sim/perf/dram.py), on both engines."""
+    from sim.perf.dram import DRAMPerfModel
+    import numpy as np
+    tm, org = CFG.timing, CFG.org
+    sys_ = make_system(policy=policy, storage=False)
+    ctl = sys_.controller
+    n = 400
+    run = run_system(backend, sys_, [req(ctl, a, tag=a) for a in range(n)], n)
+    check_legal(sys_, run)
+    assert [unpack_resp(ctl, p) for p in run.outputs["o"]] == [(flat_addr(ctl, a), a) for a in range(n)]
+    assert _bw(n, run.cycles, org.burst_cycles) >= 0.95 * (1 - tm.tRFC / tm.tREFI)
+    assert run.cycles == DRAMPerfModel(CFG, policy=policy).stream_cycles(np.arange(n))
+
+
 def test_sequential_write_then_read_back():
     vl = get_backend("verilator")
     org = CFG.org
