@@ -12,7 +12,7 @@ from amaranth.lib import data
 
 from hdl.ndp.descriptor import (
     CODE_BITS, FIELD_BITS, ADDR_BITS, HEADER_BITS, DESCRIPTOR_BITS, FLIT_BYTES, SEQ_BITS,
-    DescType, DescOp, DType, ELEMENT_BYTES, ErrorCode, HEADER_LAYOUT, DESCRIPTOR_LAYOUT, command_layout,
+    DescType, DescOp, DType, ELEMENT_BYTES, ErrorCode, DESCRIPTOR_LAYOUT, command_layout,
 )
 
 __all__ = ["Descriptor", "decode", "gemv", "gemm", "softmax", "load", "store"]

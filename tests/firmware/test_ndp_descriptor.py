@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hdl.ndp.config import NDPConfig, TINY, PAPER, NDP_PRESETS, ndp_preset
+from hdl.ndp.config import TINY, PAPER, NDP_PRESETS, ndp_preset
 from hdl.ndp.descriptor import (DESCRIPTOR_LAYOUT, HEADER_LAYOUT, DESCRIPTOR_BITS, FLIT_BYTES, DescType, DescOp,
                                 DType, ErrorCode, command_layout)
 from firmware.ndp.descriptor import Descriptor, decode, gemv, gemm, softmax, load, store

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hdl.fp import FP16, FP32
+from hdl.fp import FP32
 from hdl.fp.div import FPDiv
 from sim.golden import fp16
 from fp_util import operand_pairs, pack, field, run_unit, hexdiff, vector_count

@@ -330,7 +330,7 @@ def test_lpddr5x_config_sequential():
     """The same controller on the LPDDR5X organisation (BL16, 8 beats per clock)."""
     vl = get_backend("verilator")
     cfg = LPDDR5X_8533_TINY
-    tm, org = cfg.timing, cfg.org
+    org = cfg.org
     sys_ = make_system(cfg)
     ctl = sys_.controller
     n = 8192

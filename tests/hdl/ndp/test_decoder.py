@@ -13,8 +13,8 @@ import pytest
 
 from hdl.ndp.config import TINY, PAPER
 from hdl.ndp.decoder import DescriptorDecoder, InstructionBuffer
-from hdl.ndp.descriptor import DescType, DescOp, DType, ErrorCode
-from firmware.ndp.descriptor import Descriptor, decode, gemv, gemm, softmax, load, store
+from hdl.ndp.descriptor import DescOp, DType, ErrorCode
+from firmware.ndp.descriptor import decode, gemv, gemm, softmax, load, store
 from sim.backends import Traffic, stream_ports
 
 

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from hdl.memctl.timing import DDR4_3200_TINY, LPDDR5X_8533_TINY
-from sim.backends import get_backend
 from sim.dram.checker import check_trace, describe
 from sim.dram.trace import decode_trace
 from sim.perf.dram import DRAMPerfModel
