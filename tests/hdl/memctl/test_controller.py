@@ -269,19 +269,25 @@ def test_short_sequential_stream_on_both_engines(backend, policy):
     assert run.cycles == DRAMPerfModel(CFG, policy=policy).stream_cycles(np.arange(n))
 
 
-def test_sequential_write_then_read_back():
-    vl = get_backend("verilator")
-    org = CFG.org
-    rng = np.random.default_rng(9)
-    sys_ = make_system()
+def write_then_read_back(cfg, n, *, seed):
+    """Writes random data to bursts 0..n-1 (all bursts when n is None), reads them back on Verilator, checks
+    the data bit-exactly (matching tags: FR-FCFS may reorder) and the trace; returns (n, run, commands)."""
+    rng = np.random.default_rng(seed)
+    sys_ = make_system(cfg)
     ctl = sys_.controller
-    n = ctl.amap.bursts  # every burst of the channel
-    data = [int.from_bytes(rng.bytes(org.burst_bytes), "little") for _ in range(n)]
+    n = ctl.amap.bursts if n is None else n
+    data = [int.from_bytes(rng.bytes(cfg.org.burst_bytes), "little") for _ in range(n)]
     reqs = [req(ctl, a, True, data[a]) for a in range(n)] + [req(ctl, a, tag=a) for a in range(n)]
-    run = run_system(vl, sys_, reqs, n)
+    run = run_system(get_backend("verilator"), sys_, reqs, n)
     cmds = check_legal(sys_, run)
-    got = sorted(unpack_resp(ctl, p)[::-1] for p in run.outputs["o"])  # FR-FCFS may reorder: match tags
+    got = sorted(unpack_resp(ctl, p)[::-1] for p in run.outputs["o"])
     assert [d for _, d in got] == data
+    return n, run, cmds
+
+
+def test_sequential_write_then_read_back():
+    org = CFG.org
+    n, run, cmds = write_then_read_back(CFG, None, seed=9)  # every burst of the channel
     last_wr = max(c.cycle for c in cmds if c.kind is Cmd.WR)
     print(f"\nsequential writes: {n} bursts by cycle {last_wr} = "
           f"{100 * _bw(n, last_wr + 1, org.burst_cycles):.2f}% of peak; total {run.cycles} cycles")
@@ -328,19 +334,9 @@ def test_random_mixed_long_fr_fcfs():
 
 def test_lpddr5x_config_sequential():
     """The same controller on the LPDDR5X organisation (BL16, 8 beats per clock)."""
-    vl = get_backend("verilator")
     cfg = LPDDR5X_8533_TINY
     org = cfg.org
-    sys_ = make_system(cfg)
-    ctl = sys_.controller
-    n = 8192
-    rng = np.random.default_rng(4)
-    data = [int.from_bytes(rng.bytes(org.burst_bytes), "little") for _ in range(n)]
-    reqs = [req(ctl, a, True, data[a]) for a in range(n)] + [req(ctl, a, tag=a) for a in range(n)]
-    run = run_system(vl, sys_, reqs, n)
-    cmds = check_legal(sys_, run)
-    got = sorted(unpack_resp(ctl, p)[::-1] for p in run.outputs["o"])  # FR-FCFS may reorder: match tags
-    assert [d for _, d in got] == data
+    n, run, cmds = write_then_read_back(cfg, 8192, seed=4)
     first_rd = min(c.cycle for c in cmds if c.kind is Cmd.RD)
     bw = _bw(n, run.cycles - first_rd, org.burst_cycles)
     print(f"\nlpddr5x: sequential reads {100 * bw:.2f}% of peak")
