@@ -11,15 +11,17 @@ from dataclasses import dataclass, fields
 from amaranth.lib import data
 
 from hdl.ndp.descriptor import (
-    CODE_BITS, FIELD_BITS, ADDR_BITS, HEADER_BITS, DESCRIPTOR_BITS, FLIT_BYTES, SEQ_BITS,
-    DescType, DescOp, DType, ELEMENT_BYTES, ErrorCode, DESCRIPTOR_LAYOUT, command_layout,
+    CODE_BITS, FIELD_BITS, ADDR_BITS, HEADER_BITS, DESCRIPTOR_BITS, FLIT_BYTES, SEQ_BITS, FLAG_BITS,
+    FLAG_KEEP, FLAG_CHAIN, ANCHOR_ELEMS, DescType, DescOp, DType, ELEMENT_BYTES, ErrorCode, DESCRIPTOR_LAYOUT,
+    command_layout,
 )
 
 __all__ = ["Descriptor", "decode", "gemv", "gemm", "softmax", "load", "store"]
 
 _CODES = {"type": DescType, "op": DescOp, "dtype": DType}
 _WIDTHS = {
-    "type": CODE_BITS, "op": CODE_BITS, "dtype": CODE_BITS, "reserved": HEADER_BITS - 3 * CODE_BITS,
+    "type": CODE_BITS, "op": CODE_BITS, "dtype": CODE_BITS, "flags": FLAG_BITS,
+    "reserved": HEADER_BITS - 3 * CODE_BITS - FLAG_BITS,
     "base_addr": ADDR_BITS,
     "operand_bytes": FIELD_BITS, "operand_dim0": FIELD_BITS, "operand_dim1": FIELD_BITS,
     "input_bytes": FIELD_BITS, "input_dim0": FIELD_BITS, "input_dim1": FIELD_BITS,
@@ -47,6 +49,7 @@ class Descriptor:
     input_bytes: int = 0
     input_dim0: int = 0
     input_dim1: int = 0
+    flags: int = 0
     reserved: int = 0
 
     def __post_init__(self):
@@ -69,7 +72,7 @@ class Descriptor:
         """The descriptor as a ``DESCRIPTOR_LAYOUT`` constant."""
         return DESCRIPTOR_LAYOUT.const({
             "header": {"type": _code(self.type), "op": _code(self.op), "dtype": _code(self.dtype),
-                       "reserved": self.reserved},
+                       "flags": self.flags, "reserved": self.reserved},
             "base_addr": self.base_addr,
             "operand": {"bytes": self.operand_bytes, "dim0": self.operand_dim0, "dim1": self.operand_dim1},
             "input": {"bytes": self.input_bytes, "dim0": self.input_dim0, "dim1": self.input_dim1},
@@ -84,6 +87,19 @@ class Descriptor:
         return self.encode().to_bytes(FLIT_BYTES, "little")
 
     # ---- checks -----------------------------------------------------------------------------------------
+
+    @property
+    def keep(self) -> bool:
+        return bool(self.flags & FLAG_KEEP)
+
+    @property
+    def chain(self) -> bool:
+        return bool(self.flags & FLAG_CHAIN)
+
+    @property
+    def has_operand(self) -> bool:
+        """Everything but SOFTMAX reads a device-resident operand (a SOFTMAX's operand fields are ignored)."""
+        return not (self.type == DescType.READ_COMPUTE and self.op == DescOp.SOFTMAX)
 
     @property
     def has_input(self) -> bool:
@@ -102,7 +118,7 @@ class Descriptor:
         if op == DescOp.GEMM:
             return self.input_dim0 * self.operand_dim1
         if op == DescOp.SOFTMAX:
-            return self.operand_dim0 * (self.operand_dim1 + 2)
+            return self.input_dim0 * (self.input_dim1 + ANCHOR_ELEMS)
         return 0
 
     def _shape_ok(self) -> bool:
@@ -114,9 +130,15 @@ class Descriptor:
                 return self.input_dim0 == 1 and self.input_dim1 == self.operand_dim0
             if op == DescOp.GEMM:
                 return self.input_dim1 == self.operand_dim0
-            if op == DescOp.SOFTMAX:
-                return self.input_dim0 == self.operand_dim0 and self.input_dim1 == 1
         return True
+
+    def _not_multiple(self, config) -> bool:
+        t, op, lanes = self.type, self.op, config.lanes
+        if t == DescType.READ_COMPUTE and op in (DescOp.GEMV, DescOp.GEMM):
+            return self.operand_dim0 % lanes != 0 or self.operand_dim1 % lanes != 0
+        if t == DescType.READ_COMPUTE and op == DescOp.SOFTMAX:
+            return self.input_dim1 % lanes != 0
+        return t == DescType.STORE and self.operand_bytes % config.align_bytes != 0
 
     def validate(self, config) -> ErrorCode:
         """The decoder's verdict for this descriptor on an :class:`NDPConfig` (first failing check wins)."""
@@ -130,18 +152,18 @@ class Descriptor:
         if self.dtype not in _SUPPORTED_DTYPES:
             return ErrorCode.UNKNOWN_DTYPE
         esize = ELEMENT_BYTES[self.dtype]
-        inp = self.has_input
-        if self.operand_dim0 == 0 or self.operand_dim1 == 0 or (inp and (self.input_dim0 == 0
-                                                                          or self.input_dim1 == 0)):
+        inp, opd = self.has_input, self.has_operand
+        if ((opd and (self.operand_dim0 == 0 or self.operand_dim1 == 0))
+                or (inp and (self.input_dim0 == 0 or self.input_dim1 == 0))):
             return ErrorCode.ZERO_DIMENSION
-        if (self.operand_bytes != self.operand_dim0 * self.operand_dim1 * esize
+        if ((opd and self.operand_bytes != self.operand_dim0 * self.operand_dim1 * esize)
                 or (inp and self.input_bytes != self.input_dim0 * self.input_dim1 * esize)):
             return ErrorCode.SIZE_MISMATCH
-        if self.operand_bytes > config.dram_buffer_bytes:
+        if opd and self.operand_bytes > config.dram_buffer_bytes:
             return ErrorCode.OPERAND_TOO_LARGE
         if inp and self.input_bytes > config.input_buffer_bytes:
             return ErrorCode.INPUT_TOO_LARGE
-        if self.base_addr + self.operand_bytes > config.device_bytes:
+        if opd and self.base_addr + self.operand_bytes > config.device_bytes:
             return ErrorCode.ADDRESS_OVERFLOW
         if not self._shape_ok():
             return ErrorCode.SHAPE_MISMATCH
@@ -149,6 +171,12 @@ class Descriptor:
             return ErrorCode.BATCH_TOO_LARGE
         if self.output_elems(esize) * esize > config.output_buffer_bytes:
             return ErrorCode.OUTPUT_TOO_LARGE
+        if opd and self.base_addr % config.align_bytes:
+            return ErrorCode.MISALIGNED
+        if self._not_multiple(config):
+            return ErrorCode.NOT_MULTIPLE
+        if self.type != DescType.READ_COMPUTE and self.flags:
+            return ErrorCode.BAD_FLAGS
         return ErrorCode.OK
 
     def command(self, config, seq: int = 0) -> dict:
@@ -158,13 +186,14 @@ class Descriptor:
         if status != ErrorCode.OK:
             return {"status": status, "seq": seq}
         esize = ELEMENT_BYTES[self.dtype]
-        inp = self.has_input
+        inp, opd = self.has_input, self.has_operand
         return {
             "status": status, "seq": seq, "type": self.type, "op": self.op, "dtype": self.dtype,
-            "base_addr": self.base_addr,
-            "operand_dim0": self.operand_dim0, "operand_dim1": self.operand_dim1,
+            "keep": int(self.keep), "chain": int(self.chain),
+            "base_addr": self.base_addr if opd else 0,
+            "operand_dim0": self.operand_dim0 if opd else 0, "operand_dim1": self.operand_dim1 if opd else 0,
             "input_dim0": self.input_dim0 if inp else 0, "input_dim1": self.input_dim1 if inp else 0,
-            "operand_elems": self.operand_bytes // esize,
+            "operand_elems": self.operand_bytes // esize if opd else 0,
             "input_elems": self.input_bytes // esize if inp else 0,
             "output_elems": self.output_elems(esize),
         }
@@ -186,7 +215,8 @@ def decode(raw: int | bytes) -> Descriptor:
         raise ValueError(f"bits above bit {DESCRIPTOR_BITS - 1} of a descriptor must be 0")
     c = data.Const(DESCRIPTOR_LAYOUT, raw)
     h = c.header
-    return Descriptor(type=h.type, op=h.op, dtype=h.dtype, reserved=h.reserved, base_addr=c.base_addr,
+    return Descriptor(type=h.type, op=h.op, dtype=h.dtype, flags=h.flags, reserved=h.reserved,
+                      base_addr=c.base_addr,
                       operand_bytes=c.operand.bytes, operand_dim0=c.operand.dim0, operand_dim1=c.operand.dim1,
                       input_bytes=c.input.bytes, input_dim0=c.input.dim0, input_dim1=c.input.dim1)
 
@@ -195,25 +225,32 @@ def _nbytes(rows, cols, dtype):
     return rows * cols * ELEMENT_BYTES[DType(_code(dtype))]
 
 
-def gemv(base_addr: int, k: int, n: int, *, dtype=DType.FP16) -> Descriptor:
-    """y[1 x N] = x[1 x K] A[K x N], A at ``base_addr``."""
+def _flags(keep, chain):
+    return (FLAG_KEEP if keep else 0) | (FLAG_CHAIN if chain else 0)
+
+
+def gemv(base_addr: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=False) -> Descriptor:
+    """y[1 x N] = x[1 x K] A[K x N], A at ``base_addr``. ``keep``/``chain``: header flags (module docs)."""
     return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMV, dtype=dtype, base_addr=base_addr,
+                      flags=_flags(keep, chain),
                       operand_bytes=_nbytes(k, n, dtype), operand_dim0=k, operand_dim1=n,
                       input_bytes=_nbytes(1, k, dtype), input_dim0=1, input_dim1=k)
 
 
-def gemm(base_addr: int, b: int, k: int, n: int, *, dtype=DType.FP16) -> Descriptor:
+def gemm(base_addr: int, b: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=False) -> Descriptor:
     """Y[B x N] = X[B x K] A[K x N] (a batch of B GEMVs sharing A), A at ``base_addr``."""
     return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=dtype, base_addr=base_addr,
+                      flags=_flags(keep, chain),
                       operand_bytes=_nbytes(k, n, dtype), operand_dim0=k, operand_dim1=n,
                       input_bytes=_nbytes(b, k, dtype), input_dim0=b, input_dim1=k)
 
 
-def softmax(base_addr: int, rows: int, cols: int, *, dtype=DType.FP16) -> Descriptor:
-    """Partial softmax of the ``rows x cols`` scores at ``base_addr`` against a ``rows x 1`` running maximum."""
-    return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.SOFTMAX, dtype=dtype, base_addr=base_addr,
-                      operand_bytes=_nbytes(rows, cols, dtype), operand_dim0=rows, operand_dim1=cols,
-                      input_bytes=_nbytes(rows, 1, dtype), input_dim0=rows, input_dim1=1)
+def softmax(rows: int, cols: int, *, dtype=DType.FP16, keep=False, chain=False) -> Descriptor:
+    """Partial softmax of ``rows x cols`` scores (GPU input, or the kept scores with ``chain``): the exponentials
+    and per-row anchors (max, FP32 sum). No device-resident operand (base address and operand fields 0)."""
+    return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.SOFTMAX, dtype=dtype, base_addr=0,
+                      operand_bytes=0, operand_dim0=0, operand_dim1=0, flags=_flags(keep, chain),
+                      input_bytes=_nbytes(rows, cols, dtype), input_dim0=rows, input_dim1=cols)
 
 
 def load(base_addr: int, rows: int, cols: int, *, dtype=DType.FP16) -> Descriptor:

@@ -29,6 +29,9 @@ _RANGES = {
     "output_buffer_bytes": (64, 1 << 32),
     "max_batch": (1, (1 << 20) - 1),          # a batch is a 20-bit descriptor dimension (input dim0)
     "instr_buffer_depth": (2, 1024),
+    "lanes": (1, 1 << 12),
+    "pe_batch": (1, 1 << 10),
+    "align_bytes": (2, 1 << 12),
     "device_bytes": (1, 1 << 64),             # base + bytes is checked against this; 2**64 = whole address space
 }
 
@@ -46,6 +49,12 @@ class NDPConfig:
     * ``acc``: MAC accumulator format, ``"fp16"`` or ``"fp32"``.
     * ``instr_buffer_depth``: descriptors the instruction buffer holds before the decoder.
     * ``device_bytes``: device memory capacity; ``base_addr + operand bytes`` beyond it is rejected.
+    * ``lanes`` x ``pe_batch`` = ``macs``: geometry of the PE array (:class:`hdl.ndp.pe_array.PEArray`): FP16
+      elements per beat (the width of every core-internal data path) and PE rows (GEMM rows computed per pass
+      over the operand; a batch ``B > pe_batch`` takes ``ceil(B / pe_batch)`` passes). GEMV/GEMM operand
+      dimensions and softmax lengths must be multiples of ``lanes``.
+    * ``align_bytes``: the memory burst (access granule): ``base_addr`` must be a multiple of it, and a STORE
+      writes whole bursts (its byte size must be a multiple of it).
     """
 
     name: str
@@ -58,11 +67,16 @@ class NDPConfig:
     acc: str = "fp32"             # design choice: FP32 accumulation of FP16 products (FPMAC acc="fp32")
     instr_buffer_depth: int = 16
     device_bytes: int = 1 << 64
+    lanes: int = 0                # 0: macs // pe_batch
+    pe_batch: int = 1
+    align_bytes: int = 64         # DDR4/LPDDR5X burst of one x64 channel: 8 beats x 8 bytes (BL8, JESD79-4)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"NDPConfig: name must be a non-empty str, got {self.name!r}")
         who = f"NDPConfig {self.name!r}"
+        if self.lanes == 0 and isinstance(self.macs, int) and isinstance(self.pe_batch, int) and self.pe_batch > 0:
+            object.__setattr__(self, "lanes", self.macs // self.pe_batch)
         for f in fields(self):
             if f.name not in _RANGES:
                 continue
@@ -70,6 +84,19 @@ class NDPConfig:
             lo, hi = _RANGES[f.name]
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise ValueError(f"{who}: {f.name} must be an int in {lo}..{hi}, got {value!r}")
+        for f in ("lanes", "align_bytes"):
+            v = getattr(self, f)
+            if v & (v - 1):
+                raise ValueError(f"{who}: {f} must be a power of two, got {v}")
+        if self.lanes * self.pe_batch != self.macs:
+            raise ValueError(f"{who}: lanes ({self.lanes}) x pe_batch ({self.pe_batch}) must equal macs "
+                             f"({self.macs})")
+        if self.max_batch < self.pe_batch:
+            raise ValueError(f"{who}: max_batch ({self.max_batch}) must be >= pe_batch ({self.pe_batch})")
+        for f in ("input_buffer_bytes", "dram_buffer_bytes", "output_buffer_bytes"):
+            if getattr(self, f) % (2 * self.lanes):
+                raise ValueError(f"{who}: {f} must be a multiple of one beat (2 x lanes = {2 * self.lanes} "
+                                 f"bytes), got {getattr(self, f)}")
         if self.acc not in ACCUMULATORS:
             raise ValueError(f"{who}: acc must be one of {ACCUMULATORS}, got {self.acc!r}")
 
@@ -87,7 +114,9 @@ class NDPConfig:
 #: Small core for tests: buffers of a few KB so that "too large" descriptors are easy to build.
 TINY = NDPConfig(
     name="tiny",
-    macs=8,
+    macs=16,                       # 8 lanes x 2 PE rows: a GEMM of max_batch 4 takes 2 passes
+    lanes=8,                       # 8 FP16 = 16 B per cycle = one 64 B DDR4 burst per 4 cycles (BL8, tCCD_S 4)
+    pe_batch=2,
     clock_mhz=1000,
     input_buffer_bytes=2048,
     dram_buffer_bytes=4096,
@@ -107,6 +136,8 @@ TINY = NDPConfig(
 PAPER = NDPConfig(
     name="paper",
     macs=1024,
+    lanes=64,                      # design choice (the paper gives only the MAC count): 64 lanes x 16 PE rows;
+    pe_batch=16,                   # K, N multiples of 64 (LoRA ranks 64 and 128 directly). See docs/ndp_core.md
     clock_mhz=1000,
     input_buffer_bytes=3 << 20,
     dram_buffer_bytes=3 << 20,

@@ -28,7 +28,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from ..fp.pipeline import Pipeline
 from .config import NDPConfig
 from .descriptor import (DESCRIPTOR_LAYOUT, DESCRIPTOR_BITS, SEQ_BITS, DescType, DescOp, DType, ELEMENT_BYTES,
-                         ErrorCode, command_layout)
+                         ErrorCode, DECODER_CODES, ANCHOR_ELEMS, FLAG_KEEP, FLAG_CHAIN, command_layout)
 
 __all__ = ["InstructionBuffer", "DescriptorDecoder"]
 
@@ -112,9 +112,9 @@ class DescriptorDecoder(wiring.Component):
         is_gemm = is_rc & (h.op == DescOp.GEMM)
         is_softmax = is_rc & (h.op == DescOp.SOFTMAX)
         # Result shape rows x cols (descriptor module table): LOAD R x C, GEMV 1 x N, GEMM B x N,
-        # SOFTMAX R x (L + 2), STORE nothing.
-        out_rows = Mux(is_load | is_softmax, opd.dim0, Mux(is_gemv, 1, Mux(is_gemm, inp.dim0, 0)))
-        out_cols = Mux(is_softmax, opd.dim1 + 2, opd.dim1)
+        # SOFTMAX R x (L + ANCHOR_ELEMS), STORE nothing.
+        out_rows = Mux(is_load, opd.dim0, Mux(is_softmax, inp.dim0, Mux(is_gemv, 1, Mux(is_gemm, inp.dim0, 0))))
+        out_cols = Mux(is_softmax, inp.dim1 + ANCHOR_ELEMS, opd.dim1)
         s1 = pipe.stage(
             desc=d, seq=seq,
             is_load=is_load, is_store=is_store, is_rc=is_rc,
@@ -130,27 +130,36 @@ class DescriptorDecoder(wiring.Component):
         h, opd, inp = d.header, d.operand, d.input
         esize = ELEMENT_BYTES[DType.FP16]       # the only accepted dtype (UNKNOWN_DTYPE otherwise)
         has_input = s1.is_store | s1.is_rc
+        has_operand = ~s1.is_softmax
         shape_bad = Mux(
             s1.is_store, (inp.dim0 != opd.dim0) | (inp.dim1 != opd.dim1),
             Mux(s1.is_gemv, (inp.dim0 != 1) | (inp.dim1 != opd.dim0),
-                Mux(s1.is_gemm, inp.dim1 != opd.dim0,
-                    Mux(s1.is_softmax, (inp.dim0 != opd.dim0) | (inp.dim1 != 1), 0))))
+                Mux(s1.is_gemm, inp.dim1 != opd.dim0, 0)))
+        lane_mask, align_mask = cfg.lanes - 1, cfg.align_bytes - 1
+        not_multiple = Mux(
+            s1.is_gemv | s1.is_gemm, ((opd.dim0 & lane_mask) != 0) | ((opd.dim1 & lane_mask) != 0),
+            Mux(s1.is_softmax, (inp.dim1 & lane_mask) != 0,
+                s1.is_store & ((opd.bytes & align_mask) != 0)))
+        flags = h.flags
         checks = {
             ErrorCode.UNKNOWN_TYPE: ~(s1.is_load | s1.is_store | s1.is_rc),
             ErrorCode.UNKNOWN_OP: Mux(s1.is_rc, ~s1.op_known, h.op != DescOp.NONE),
             ErrorCode.UNKNOWN_DTYPE: h.dtype != DType.FP16,
-            ErrorCode.ZERO_DIMENSION: (opd.dim0 == 0) | (opd.dim1 == 0)
+            ErrorCode.ZERO_DIMENSION: (has_operand & ((opd.dim0 == 0) | (opd.dim1 == 0)))
                                       | (has_input & ((inp.dim0 == 0) | (inp.dim1 == 0))),
-            ErrorCode.SIZE_MISMATCH: (opd.bytes != s1.operand_elems * esize)
+            ErrorCode.SIZE_MISMATCH: (has_operand & (opd.bytes != s1.operand_elems * esize))
                                      | (has_input & (inp.bytes != s1.input_elems * esize)),
-            ErrorCode.OPERAND_TOO_LARGE: opd.bytes > cfg.dram_buffer_bytes,
+            ErrorCode.OPERAND_TOO_LARGE: has_operand & (opd.bytes > cfg.dram_buffer_bytes),
             ErrorCode.INPUT_TOO_LARGE: has_input & (inp.bytes > cfg.input_buffer_bytes),
-            ErrorCode.ADDRESS_OVERFLOW: (d.base_addr + opd.bytes) > Const(cfg.device_bytes, 65),
+            ErrorCode.ADDRESS_OVERFLOW: has_operand & ((d.base_addr + opd.bytes) > Const(cfg.device_bytes, 65)),
             ErrorCode.SHAPE_MISMATCH: shape_bad,
             ErrorCode.BATCH_TOO_LARGE: s1.is_gemm & (inp.dim0 > cfg.max_batch),
             ErrorCode.OUTPUT_TOO_LARGE: s1.output_elems * esize > cfg.output_buffer_bytes,
+            ErrorCode.MISALIGNED: has_operand & ((d.base_addr & align_mask) != 0),
+            ErrorCode.NOT_MULTIPLE: not_multiple,
+            ErrorCode.BAD_FLAGS: ~s1.is_rc & (flags != 0),
         }
-        assert list(checks) == [c for c in ErrorCode if c != ErrorCode.OK]   # precedence = value order
+        assert tuple(checks) == DECODER_CODES   # precedence = value order
         status = Signal(ErrorCode)
         code = Const(ErrorCode.OK.value, 4)
         for err in reversed(list(checks)):
@@ -165,12 +174,17 @@ class DescriptorDecoder(wiring.Component):
                 cmd.type.eq(h.type),
                 cmd.op.eq(h.op),
                 cmd.dtype.eq(h.dtype),
-                cmd.base_addr.eq(d.base_addr),
-                cmd.operand_dim0.eq(opd.dim0),
-                cmd.operand_dim1.eq(opd.dim1),
-                cmd.operand_elems.eq(s1.operand_elems),
+                cmd.keep.eq((flags & FLAG_KEEP) != 0),
+                cmd.chain.eq((flags & FLAG_CHAIN) != 0),
                 cmd.output_elems.eq(s1.output_elems),
             ]
+            with m.If(has_operand):
+                m.d.comb += [
+                    cmd.base_addr.eq(d.base_addr),
+                    cmd.operand_dim0.eq(opd.dim0),
+                    cmd.operand_dim1.eq(opd.dim1),
+                    cmd.operand_elems.eq(s1.operand_elems),
+                ]
             with m.If(has_input):
                 m.d.comb += [
                     cmd.input_dim0.eq(inp.dim0),

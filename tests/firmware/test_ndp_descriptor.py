@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from hdl.ndp.config import TINY, PAPER, NDP_PRESETS, ndp_preset
 from hdl.ndp.descriptor import (DESCRIPTOR_LAYOUT, HEADER_LAYOUT, DESCRIPTOR_BITS, FLIT_BYTES, DescType, DescOp,
-                                DType, ErrorCode, command_layout)
+                                DType, ErrorCode, DECODER_CODES, command_layout)
 from firmware.ndp.descriptor import Descriptor, decode, gemv, gemm, softmax, load, store
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ndp_descriptor.md"
@@ -60,11 +60,12 @@ def test_enum_codes_are_documented():
 
 
 def test_encode_places_fields_at_their_offsets():
-    d = Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=DType.FP16, reserved=0xA5,
+    d = Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=DType.FP16, flags=2, reserved=0x29,
                    base_addr=0x0123_4567_89AB_CDEF, operand_bytes=0x11111, operand_dim0=0x22222,
                    operand_dim1=0x33333, input_bytes=0x44444, input_dim0=0x55555, input_dim1=0x66666)
     v = d.encode()
-    assert v & 0xF == 3 and (v >> 4) & 0xF == 2 and (v >> 8) & 0xF == 1 and (v >> 12) & 0xFF == 0xA5
+    assert v & 0xF == 3 and (v >> 4) & 0xF == 2 and (v >> 8) & 0xF == 1 and (v >> 12) & 0x3 == 2
+    assert (v >> 14) & 0x3F == 0x29
     assert (v >> 20) & ((1 << 64) - 1) == 0x0123_4567_89AB_CDEF
     for k, val in enumerate((0x11111, 0x22222, 0x33333, 0x44444, 0x55555, 0x66666)):
         assert (v >> (84 + 20 * k)) & 0xFFFFF == val
@@ -77,7 +78,7 @@ def u(bits):
 
 
 descriptors = st.builds(
-    Descriptor, type=u(4), op=u(4), dtype=u(4), reserved=u(8), base_addr=u(64),
+    Descriptor, type=u(4), op=u(4), dtype=u(4), flags=u(2), reserved=u(6), base_addr=u(64),
     operand_bytes=u(20), operand_dim0=u(20), operand_dim1=u(20),
     input_bytes=u(20), input_dim0=u(20), input_dim1=u(20))
 
@@ -108,7 +109,7 @@ def test_known_codes_become_enum_members():
 
 
 @pytest.mark.parametrize("field,value", [
-    ("type", 16), ("op", -1), ("dtype", 1.0), ("reserved", 256), ("base_addr", 1 << 64),
+    ("type", 16), ("op", -1), ("dtype", 1.0), ("reserved", 64), ("flags", 4), ("base_addr", 1 << 64),
     ("operand_bytes", 1 << 20), ("operand_dim0", -1), ("input_dim1", 1 << 20), ("input_bytes", True),
 ])
 def test_descriptor_rejects_out_of_range_fields(field, value):
@@ -126,7 +127,8 @@ def test_decode_rejects_bad_flits():
 
 
 # ---- validate --------------------------------------------------------------------------------------------
-# TINY: input buffer 2048 B, DRAM buffer 4096 B, output buffer 2048 B, max_batch 4, device 16 MiB.
+# TINY: input buffer 2048 B, DRAM buffer 4096 B, output buffer 2048 B, max_batch 4, device 16 MiB, lanes 8,
+# align_bytes 64.
 GOOD = gemv(0x1000, 16, 32)
 
 BAD = {
@@ -135,38 +137,50 @@ BAD = {
     "op-rc-none": (replace(GOOD, op=DescOp.NONE), ErrorCode.UNKNOWN_OP),
     "op-rc-9": (replace(GOOD, op=9), ErrorCode.UNKNOWN_OP),
     "op-load-gemv": (replace(load(0, 2, 2), op=DescOp.GEMV), ErrorCode.UNKNOWN_OP),
-    "op-store-15": (replace(store(0, 2, 2), op=15), ErrorCode.UNKNOWN_OP),
+    "op-store-15": (replace(store(0, 2, 32), op=15), ErrorCode.UNKNOWN_OP),
     "dtype-fp32": (gemv(0, 16, 32, dtype=DType.FP32), ErrorCode.UNKNOWN_DTYPE),
     "dtype-none": (replace(GOOD, dtype=0), ErrorCode.UNKNOWN_DTYPE),
     "zero-operand-dim0": (replace(GOOD, operand_dim0=0, operand_bytes=0), ErrorCode.ZERO_DIMENSION),
     "zero-operand-dim1": (replace(GOOD, operand_dim1=0), ErrorCode.ZERO_DIMENSION),
     "zero-input-dim0": (replace(GOOD, input_dim0=0), ErrorCode.ZERO_DIMENSION),
-    "zero-store-input": (replace(store(0, 2, 2), input_dim1=0), ErrorCode.ZERO_DIMENSION),
+    "zero-store-input": (replace(store(0, 2, 32), input_dim1=0), ErrorCode.ZERO_DIMENSION),
+    "zero-softmax-rows": (replace(softmax(2, 8), input_dim0=0, input_bytes=0), ErrorCode.ZERO_DIMENSION),
     "size-operand": (replace(GOOD, operand_bytes=GOOD.operand_bytes + 2), ErrorCode.SIZE_MISMATCH),
     "size-operand-zero": (replace(GOOD, operand_bytes=0), ErrorCode.SIZE_MISMATCH),
     "size-input": (replace(GOOD, input_bytes=16), ErrorCode.SIZE_MISMATCH),
+    "size-softmax-input": (replace(softmax(2, 8), input_bytes=30), ErrorCode.SIZE_MISMATCH),
     "operand-large": (gemv(0, 64, 64), ErrorCode.OPERAND_TOO_LARGE),
     "load-large": (load(0, 64, 33), ErrorCode.OPERAND_TOO_LARGE),
     "input-large": (gemm(0, 4, 512, 2), ErrorCode.INPUT_TOO_LARGE),
     "store-input-large": (store(0, 32, 33), ErrorCode.INPUT_TOO_LARGE),
+    "softmax-input-large": (softmax(2, 520), ErrorCode.INPUT_TOO_LARGE),
     "addr-capacity": (gemv((1 << 24) - 1023, 16, 32), ErrorCode.ADDRESS_OVERFLOW),
     "addr-wrap": (gemv((1 << 64) - 2, 16, 32), ErrorCode.ADDRESS_OVERFLOW),
     "shape-gemv-k": (replace(GOOD, input_dim1=8, input_bytes=16), ErrorCode.SHAPE_MISMATCH),
     "shape-gemv-rows": (replace(GOOD, input_dim0=2, input_bytes=64), ErrorCode.SHAPE_MISMATCH),
     "shape-gemm-k": (replace(gemm(0, 2, 16, 16), input_dim1=8, input_bytes=32), ErrorCode.SHAPE_MISMATCH),
-    "shape-softmax": (replace(softmax(0, 4, 8), input_dim1=2, input_bytes=16), ErrorCode.SHAPE_MISMATCH),
     "shape-store": (replace(store(0, 4, 8), input_dim0=8, input_dim1=4), ErrorCode.SHAPE_MISMATCH),
     "batch": (gemm(0, 5, 16, 16), ErrorCode.BATCH_TOO_LARGE),
     "output-gemm": (gemm(0, 4, 2, 512), ErrorCode.OUTPUT_TOO_LARGE),
-    "output-softmax": (softmax(0, 1, 1023), ErrorCode.OUTPUT_TOO_LARGE),
+    "output-softmax": (softmax(1, 1022), ErrorCode.OUTPUT_TOO_LARGE),
     "output-load": (load(0, 32, 33), ErrorCode.OUTPUT_TOO_LARGE),
+    "misaligned-gemv": (gemv(0x1002, 16, 32), ErrorCode.MISALIGNED),
+    "misaligned-load": (load(0x20, 2, 2), ErrorCode.MISALIGNED),
+    "multiple-k": (gemv(0, 12, 32), ErrorCode.NOT_MULTIPLE),
+    "multiple-n": (gemm(0, 2, 16, 20), ErrorCode.NOT_MULTIPLE),
+    "multiple-softmax": (softmax(2, 12), ErrorCode.NOT_MULTIPLE),
+    "multiple-store": (store(0, 2, 2), ErrorCode.NOT_MULTIPLE),
+    "flags-load": (replace(load(0, 2, 2), flags=1), ErrorCode.BAD_FLAGS),
+    "flags-store": (replace(store(0, 2, 32), flags=2), ErrorCode.BAD_FLAGS),
 }
 
 GOOD_CASES = {
-    "gemv": GOOD, "gemm": gemm(0, 4, 16, 16), "softmax-edge": softmax(0, 1, 1022), "load": load(0, 32, 32),
+    "gemv": GOOD, "gemm": gemm(0, 4, 16, 16), "softmax-edge": softmax(1, 1016), "load": load(0, 32, 32),
     "store": store(0, 32, 32), "load-ignores-input": replace(load(0, 2, 2), input_bytes=7, input_dim0=0),
-    "reserved-ignored": replace(GOOD, reserved=0xFF), "addr-edge": gemv((1 << 24) - 1024, 16, 32),
-    "gemv-k1": gemv(0, 1, 1), "gemm-b1": gemm(0, 1, 3, 5),
+    "reserved-ignored": replace(GOOD, reserved=0x3F), "addr-edge": gemv((1 << 24) - 1024, 16, 32),
+    "gemv-k8": gemv(0, 8, 8), "gemm-b1": gemm(0, 1, 8, 16), "load-odd": load(64, 3, 5),
+    "softmax-ignores-operand": replace(softmax(4, 8), base_addr=3, operand_dim0=0, operand_bytes=5),
+    "keep-chain": gemm(0, 2, 16, 8, keep=True, chain=True), "softmax-keep": softmax(1, 1016, keep=True),
 }
 
 
@@ -177,7 +191,8 @@ def test_validate_reports_each_error(name):
 
 
 def test_every_error_code_has_a_case():
-    assert {code for _, code in BAD.values()} == set(ErrorCode) - {ErrorCode.OK}
+    """Every decoder code has a case (NO_CHAIN_INPUT is the control unit's, tested with the core)."""
+    assert {code for _, code in BAD.values()} == set(DECODER_CODES)
 
 
 @pytest.mark.parametrize("name", list(GOOD_CASES))
@@ -194,8 +209,11 @@ def test_validate_accepts_good_descriptors(name):
     (gemv((1 << 64) - 2, 64, 64), ErrorCode.OPERAND_TOO_LARGE),
     (replace(gemm(1 << 24, 8, 256, 2)), ErrorCode.INPUT_TOO_LARGE),
     (replace(gemm(1 << 24, 8, 16, 16), input_dim1=4, input_bytes=64), ErrorCode.ADDRESS_OVERFLOW),
-    (replace(gemm(0, 8, 16, 16), input_dim1=4, input_bytes=64), ErrorCode.SHAPE_MISMATCH),
-    (gemm(0, 8, 2, 512), ErrorCode.BATCH_TOO_LARGE),
+    (replace(gemm(2, 8, 16, 16), input_dim1=4, input_bytes=64), ErrorCode.SHAPE_MISMATCH),
+    (gemm(2, 8, 2, 512), ErrorCode.BATCH_TOO_LARGE),
+    (gemm(2, 4, 2, 512), ErrorCode.OUTPUT_TOO_LARGE),
+    (gemv(2, 12, 16), ErrorCode.MISALIGNED),
+    (replace(store(0, 2, 2), flags=3), ErrorCode.NOT_MULTIPLE),
 ])
 def test_validate_precedence(d, code):
     """Descriptors failing several checks report the lowest code."""
@@ -203,11 +221,14 @@ def test_validate_precedence(d, code):
 
 
 def test_paper_config_limits():
-    assert gemv(0, 512, 1023).validate(PAPER) == ErrorCode.OK
-    assert gemm(0, 256, 1, 4096).validate(PAPER) == ErrorCode.OK
-    assert gemm(0, 257, 1, 4096).validate(PAPER) == ErrorCode.BATCH_TOO_LARGE
-    assert gemv((512 << 30) - 4, 1, 2).validate(PAPER) == ErrorCode.OK
-    assert gemv((512 << 30) - 3, 1, 2).validate(PAPER) == ErrorCode.ADDRESS_OVERFLOW
+    # PAPER lanes = 64: K and N must be multiples of 64.
+    assert gemv(0, 4096, 64).validate(PAPER) == ErrorCode.OK
+    assert gemv(0, 4096, 32).validate(PAPER) == ErrorCode.NOT_MULTIPLE
+    assert gemm(0, 256, 1024, 256).validate(PAPER) == ErrorCode.OK
+    assert gemm(0, 257, 1024, 256).validate(PAPER) == ErrorCode.BATCH_TOO_LARGE
+    assert softmax(128, 2048).validate(PAPER) == ErrorCode.OK
+    assert load((512 << 30) - 64, 1, 32).validate(PAPER) == ErrorCode.OK
+    assert load((512 << 30) - 64, 1, 33).validate(PAPER) == ErrorCode.ADDRESS_OVERFLOW
 
 
 # ---- helpers and expected commands ---------------------------------------------------------------------
@@ -217,26 +238,29 @@ dims = st.integers(1, 64)
 
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from(["gemv", "gemm", "softmax", "load", "store"]), dims, dims, dims,
-       st.integers(0, (1 << 20)))
-def test_helpers_build_valid_descriptors(kind, a, b, c, base):
-    d = {"gemv": lambda: gemv(base, a, b % 32 + 1), "gemm": lambda: gemm(base, 1 + a % 4, b, c % 16 + 1),
-         "softmax": lambda: softmax(base, 1 + a % 8, b), "load": lambda: load(base, a % 16 + 1, b),
-         "store": lambda: store(base, a % 16 + 1, b)}[kind]()
+       st.integers(0, (1 << 14)), st.booleans(), st.booleans())
+def test_helpers_build_valid_descriptors(kind, a, b, c, line, keep, chain):
+    base, f = 64 * line, {"keep": keep, "chain": chain}
+    d = {"gemv": lambda: gemv(base, 8 * (a % 8 + 1), 8 * (b % 4 + 1), **f),
+         "gemm": lambda: gemm(base, 1 + a % 4, 8 * (b % 8 + 1), 8 * (c % 2 + 1), **f),
+         "softmax": lambda: softmax(1 + a % 8, 8 * (b % 4 + 1), **f), "load": lambda: load(base, a % 16 + 1, b),
+         "store": lambda: store(base, a % 16 + 1, 32)}[kind]()
     assert d.validate(TINY) == ErrorCode.OK
-    assert d.validate(PAPER) == ErrorCode.OK
     assert decode(d.to_flit()) == d
 
 
 def test_command_fields():
     layout = command_layout(TINY)
     c = layout.const(gemm(0x40, 3, 16, 8).command(TINY, seq=70000))
+    assert (c.keep, c.chain) == (0, 0)
     assert c.status == ErrorCode.OK and c.seq == 70000 % 65536 and c.op == DescOp.GEMM
     assert (c.operand_elems, c.input_elems, c.output_elems) == (128, 48, 24)
     assert (c.operand_dim0, c.operand_dim1, c.input_dim0, c.input_dim1, c.base_addr) == (16, 8, 3, 16, 0x40)
     c = layout.const(replace(load(0, 2, 3), input_dim0=5).command(TINY, 1))
     assert (c.input_dim0, c.input_elems, c.output_elems) == (0, 0, 6)
     assert layout.const(store(0, 2, 3).command(TINY)).output_elems == 0
-    assert layout.const(softmax(0, 2, 3).command(TINY)).output_elems == 10
+    c = layout.const(softmax(2, 8, keep=True, chain=True).command(TINY))
+    assert (c.output_elems, c.input_elems, c.operand_elems, c.keep, c.chain) == (22, 16, 0, 1, 1)
     bad = BAD["batch"][0].command_bits(TINY, seq=5)
     assert bad == layout.const({"status": ErrorCode.BATCH_TOO_LARGE, "seq": 5}).as_value().value
 
@@ -256,7 +280,8 @@ def test_presets():
 @pytest.mark.parametrize("field,value", [
     ("macs", 0), ("clock_mhz", 0), ("input_buffer_bytes", 1), ("dram_buffer_bytes", 1 << 40),
     ("output_buffer_bytes", "4k"), ("max_batch", 1 << 20), ("acc", "bf16"), ("instr_buffer_depth", 1),
-    ("device_bytes", (1 << 64) + 1), ("name", ""), ("macs", True),
+    ("device_bytes", (1 << 64) + 1), ("name", ""), ("macs", True), ("lanes", 6), ("lanes", 4),
+    ("pe_batch", 0), ("align_bytes", 48), ("input_buffer_bytes", 72),
 ])
 def test_config_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):

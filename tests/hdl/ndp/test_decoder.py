@@ -13,7 +13,7 @@ import pytest
 
 from hdl.ndp.config import TINY, PAPER
 from hdl.ndp.decoder import DescriptorDecoder, InstructionBuffer
-from hdl.ndp.descriptor import DescOp, DType, ErrorCode
+from hdl.ndp.descriptor import DescOp, DType, ErrorCode, DECODER_CODES
 from firmware.ndp.descriptor import decode, gemv, gemm, softmax, load, store
 from sim.backends import Traffic, stream_ports
 
@@ -21,20 +21,23 @@ from sim.backends import Traffic, stream_ports
 def valid_descriptor(rng, cfg):
     """A random well-formed descriptor that fits ``cfg`` (TINY-sized shapes, so it fits PAPER too)."""
     kind = rng.choice(["gemv", "gemm", "softmax", "load", "store"])
-    base = rng.randrange(0, cfg.device_bytes - 8192)
+    base = cfg.align_bytes * rng.randrange(0, (cfg.device_bytes - 8192) // cfg.align_bytes)
+    flags = {"keep": rng.random() < 0.3, "chain": rng.random() < 0.3}
     if kind == "gemv":
-        return gemv(base, rng.randint(1, 64), rng.randint(1, 32))
+        return gemv(base, 8 * rng.randint(1, 8), 8 * rng.randint(1, 4), **flags)
     if kind == "gemm":
-        return gemm(base, rng.randint(1, cfg.max_batch), rng.randint(1, 64), rng.randint(1, 16))
+        return gemm(base, rng.randint(1, cfg.max_batch), 8 * rng.randint(1, 8), 8 * rng.randint(1, 2), **flags)
     if kind == "softmax":
-        return softmax(base, rng.randint(1, 8), rng.randint(1, 64))
-    return (load if kind == "load" else store)(base, rng.randint(1, 16), rng.randint(1, 64))
+        return softmax(rng.randint(1, 8), 8 * rng.randint(1, 8), **flags)
+    if kind == "load":
+        return load(base, rng.randint(1, 16), rng.randint(1, 64))
+    return store(base, rng.randint(1, 16), 32 * rng.randint(1, 2))
 
 
 def mutate(rng, d, cfg):
     """``d`` with one random field (or a few) replaced: mostly malformed, sometimes still valid."""
     f = rng.choice(["type", "op", "dtype", "zero", "bytes", "dims", "big", "addr", "shape", "batch", "out",
-                    "raw"])
+                    "align", "multiple", "flags", "raw"])
     if f == "type":
         return replace(d, type=rng.choice([0, 4, 7, 15, 1, 2, 3]))
     if f == "op":
@@ -62,17 +65,26 @@ def mutate(rng, d, cfg):
         b = rng.randint(cfg.max_batch + 1, cfg.max_batch + 3)
         return gemm(d.base_addr, b, rng.randint(1, 8), rng.randint(1, 8))
     if f == "out":
-        return rng.choice([gemm(0, cfg.max_batch, 2, rng.randint(257, 1000)), softmax(0, 1, rng.randint(1000, 1500)),
+        return rng.choice([gemm(0, cfg.max_batch, 8, 8 * rng.randint(33, 100)), softmax(1, 8 * rng.randint(125, 127)),
                            load(0, 32, rng.randint(33, 60))])
+    if f == "align":
+        return replace(d, base_addr=d.base_addr + rng.choice([1, 2, 32, cfg.align_bytes - 2]))
+    if f == "multiple":
+        return rng.choice([gemv(0, 8 * rng.randint(1, 4) + rng.randint(1, 7), 8),
+                           gemm(0, 2, 8, 8 * rng.randint(1, 4) + rng.randint(1, 7)),
+                           softmax(2, rng.randint(1, 7)), store(0, 1, rng.randint(1, 31))])
+    if f == "flags":
+        return replace(d, flags=rng.randrange(4))
     return decode(rng.getrandbits(204))
 
 
 # One minimal descriptor per error class (TINY), so every class is covered whatever the seed.
 EVERY_CODE = [
-    replace(gemv(0, 2, 2), type=0), replace(load(0, 2, 2), op=DescOp.GEMM), gemv(0, 2, 2, dtype=DType.FP32),
-    replace(gemv(0, 2, 2), input_dim0=0), replace(gemv(0, 2, 2), operand_bytes=6), gemv(0, 64, 64),
-    gemm(0, 4, 512, 2), gemv(TINY.device_bytes - 6, 2, 2), replace(gemv(0, 2, 2), input_dim0=2, input_bytes=8),
-    gemm(0, TINY.max_batch + 1, 2, 2), softmax(0, 1, 1023), gemv(0, 2, 2),
+    replace(gemv(0, 8, 8), type=0), replace(load(0, 2, 2), op=DescOp.GEMM), gemv(0, 8, 8, dtype=DType.FP32),
+    replace(gemv(0, 8, 8), input_dim0=0), replace(gemv(0, 8, 8), operand_bytes=6), gemv(0, 64, 64),
+    gemm(0, 4, 512, 8), gemv(TINY.device_bytes - 64, 8, 8), replace(gemv(0, 8, 8), input_dim0=2, input_bytes=32),
+    gemm(0, TINY.max_batch + 1, 8, 8), softmax(1, 1016), gemv(2, 8, 8), gemv(0, 12, 8), store(0, 1, 2),
+    replace(load(0, 2, 2), flags=2), gemv(64, 8, 8), softmax(2, 8, keep=True, chain=True),
 ]
 
 
@@ -105,7 +117,7 @@ def check_outputs(run, ds, cfg=TINY):
 def test_stream_matches_firmware_validate(backend):
     ds = descriptor_stream(seed=1, n=200)
     codes = {d.validate(TINY) for d in ds}
-    assert codes == set(ErrorCode), set(ErrorCode) - codes
+    assert codes == set(DECODER_CODES) | {ErrorCode.OK}, set(DECODER_CODES) - codes
     _, run = run_decoder(backend, ds, traffic="random")
     check_outputs(run, ds)
 
@@ -122,7 +134,7 @@ def test_heavy_backpressure_fills_the_buffer(backend):
 def test_full_rate_latency_and_throughput(backend):
     """One descriptor per cycle, first result DescriptorDecoder.latency cycles after acceptance; a rejected
     descriptor costs no extra cycle (no hang, no bubble)."""
-    ds = [gemv(0, 2, 2)]
+    ds = [gemv(0, 8, 8)]
     _, run = run_decoder(backend, ds)
     assert run.cycles == DescriptorDecoder.latency + 1
     ds = [d for _, d in zip(range(40), (EVERY_CODE * 4))]
@@ -133,9 +145,9 @@ def test_full_rate_latency_and_throughput(backend):
 
 def test_paper_config(backend):
     cap = PAPER.device_bytes
-    ds = [gemv(cap - 4, 1, 2), gemv(cap - 3, 1, 2), gemm(0, 256, 1, 4096), gemm(0, 257, 1, 4096),
-          gemv(0, 512, 1023), replace(gemv(0, 512, 1023), operand_bytes=0), softmax(0, 2, 4000),
-          store(1 << 38, 100, 5000), load((1 << 64) - 2, 1, 1)]
+    ds = [gemv(cap - 8192, 64, 64), gemv(cap - 64, 64, 64), gemm(0, 256, 1024, 256), gemm(0, 257, 1024, 256),
+          gemv(0, 512, 1023), replace(gemv(0, 256, 1024), operand_bytes=0), softmax(2, 4096, keep=True),
+          store(1 << 38, 64, 4096), load((1 << 64) - 64, 1, 1), gemv(cap - (1 << 19), 256, 1024)]
     ds += descriptor_stream(seed=4, n=40, cfg=PAPER)
     _, run = run_decoder(backend, ds, cfg=PAPER, traffic="random")
     check_outputs(run, ds, cfg=PAPER)
