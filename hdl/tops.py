@@ -38,14 +38,22 @@ MEMCTL_TOPS = {
 
 TOPS.update(MEMCTL_TOPS)
 
-from .ndp.config import PAPER as NDP_PAPER
+from .ndp.config import PAPER as NDP_PAPER, TINY as NDP_TINY
 from .ndp.decoder import DescriptorDecoder
 from .ndp.pe_array import PEArray
+from .ndp.softmax import SoftmaxUnit
+from .ndp.core import NDPCore
+from .memctl.addrmap import AddressMap
 
 NDP_TOPS = {
     "ndp_decoder": lambda: DescriptorDecoder(config=NDP_PAPER),
     # lanes x batch = 16 FPMACs with FP32 accumulators: a small instance of the parametric array.
     "ndp_pe_array": lambda: PEArray(lanes=4, batch=4, acc="fp32", max_k=4096, max_n=4096),
+    "ndp_softmax": lambda: SoftmaxUnit(lanes=8, max_len=1024, max_rows=128),
+    # The whole core (tiny preset: 8 lanes x 2 PE rows, KB buffers) for the DDR4-3200 controller's
+    # 512-bit bursts, burst addresses and default 8-bit tags (the core drives tags 0: responses are in order).
+    "ndp_core": lambda: NDPCore(config=NDP_TINY, mem_burst_bits=DDR4_3200.org.burst_bits,
+                                mem_addr_bits=AddressMap(DDR4_3200.org).addr_bits, mem_tag_width=8),
 }
 
 TOPS.update(NDP_TOPS)

@@ -202,11 +202,14 @@ class NDPCore(wiring.Component):
         wr_next = Signal(range(self.dram_depth // P + 2))
 
         req = self.mem_req
-        m.d.comb += [req.payload.write.eq(c_is_store), req.payload.wdata.eq(wp)]
+        req_addr = Signal(self.mem_addr_bits)
         with m.If(c_is_store):
-            m.d.comb += [req.valid.eq(wp_full), req.payload.addr.eq(base_burst + wr_next)]
+            m.d.comb += [req.valid.eq(wp_full), req_addr.eq(base_burst + wr_next)]
         with m.Else():
-            m.d.comb += [req.valid.eq(rd_issue & (rd_next != nbursts)), req.payload.addr.eq(base_burst + rd_next)]
+            m.d.comb += [req.valid.eq(rd_issue & (rd_next != nbursts)), req_addr.eq(base_burst + rd_next)]
+        # one assignment of the whole payload (tags are driven 0: responses return in request order)
+        m.d.comb += req.payload.as_value().eq(
+            Cat(req_addr, c_is_store, wp, Const(0, self.request_layout.size - self.mem_addr_bits - 1 - self.burst_bits)))
         with m.If(req.valid & req.ready):
             with m.If(c_is_store):
                 m.d.sync += [wr_next.eq(wr_next + 1), wp_idx.eq(0)]
