@@ -8,7 +8,7 @@ SYNTH_STAMP := $(VENV)/.installed-synth
 # pytest workers: the machine (and CI) has 2 cores.
 JOBS   ?= 2
 
-.PHONY: demo test verilog lint cocotb synth fp-report bench-fp bench-dram clean
+.PHONY: demo test verilog lint cocotb synth fp-report bench-fp bench-dram bench-ndp clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ndpim needs Python >= 3.11: make PYTHON=python3.11 ...")'
@@ -45,6 +45,9 @@ bench-fp: $(STAMP)
 
 bench-dram: $(STAMP)
 	$(PY) -m sim.perf.dram_bench
+
+bench-ndp: $(STAMP)
+	$(PY) -m sim.perf.ndp_bench
 
 clean:
 	rm -rf build sim_build .pytest_cache
