@@ -27,7 +27,7 @@ One descriptor executes at a time; the instruction buffer and the decoder's pipe
 from amaranth.hdl import Module, Signal, Const, Cat, Mux, Elaboratable, unsigned
 from amaranth.lib import wiring, stream, data, memory
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
+from amaranth.utils import exact_log2
 
 from ..fp.convert import FPConvert
 from ..fp.format import FP16, FP32
@@ -248,7 +248,6 @@ class NDPCore(wiring.Component):
         pass0 = Signal()
         anc_cnt = Signal(range(self.in_depth + 1))
         ret_cnt = Signal(range(self.out_depth + 1))
-        o_beats = Signal(range(self.out_depth + 1))        # result beats of the descriptor (LOAD / SFU o)
 
         m.d.comb += dec.o.ready.eq(state == IDLE)
         with m.If(state == IDLE):

@@ -35,6 +35,15 @@ BENCH = replace(TINY, name="bench", input_buffer_bytes=64 << 10, dram_buffer_byt
                 * DDR4_3200_TINY.org.bus_width // 8)
 
 _system = None
+_backend = None
+
+
+def _verilator():
+    global _backend
+    if _backend is None:
+        from sim.backends import get_backend
+        _backend = get_backend("verilator")     # one instance: it caches the compiled harness per component
+    return _backend
 
 
 def _dut():
@@ -48,20 +57,17 @@ def _dut():
 def run_program(program, *, config=BENCH):
     """Cycles of ``program`` (list of (Descriptor, input or None)) on the RTL core; every completion must be OK
     and no DRAM timing violation may occur."""
-    from sim.backends import get_backend
-    from sim.golden.ndp_core import beats
     n_y = 0
     for d, _ in program:
         if d.validate(config).value:
             raise ValueError(f"descriptor {d} is rejected: {d.validate(config)!r}")
-    # Result beats: count what the core returns (timing only: the data are not checked here).
-    from sim.golden.ndp_core import GoldenCore  # noqa: F401  (documentation: the data path is tested elsewhere)
+    # Result beats: count what the core returns (timing only: the data path is tested in tests/hdl/ndp).
     for d, _ in program:
         n = d.output_elems()
         if d.keep:
             n = 3 * d.input_dim0 if d.op.name == "SOFTMAX" else 0
         n_y += -(-n // config.lanes)
-    run = get_backend("verilator").run_streams(
+    run = _verilator().run_streams(
         _dut(), {"desc": [d.encode() for d, _ in program], "x": x_beats(program, config)},
         {"y": n_y, "cpl": len(program), "trace": None, "errors": None}, max_cycles=5_000_000)
     status = [(w >> 16) & 0xF for w in run.outputs["cpl"]]

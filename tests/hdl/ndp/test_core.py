@@ -15,7 +15,7 @@ from hdl.ndp.core import NDPCore
 from hdl.ndp.descriptor import ErrorCode
 from hdl.memctl.commands import Cmd
 from hdl.memctl.timing import DDR4_3200_TINY
-from firmware.ndp.descriptor import gemv, gemm, softmax, load, store, decode
+from firmware.ndp.descriptor import gemv, gemm, softmax, load, store
 from firmware.ndp import kernels
 from sim.golden.ndp_core import GoldenCore, beats, x_beats
 from sim.ndp.system import NDPBurstSystem, NDPMemorySystem
