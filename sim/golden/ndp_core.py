@@ -164,7 +164,7 @@ class GoldenCore:
             a = self.read(desc.base_addr, desc.operand_dim0 * desc.operand_dim1)
             a = a.reshape(desc.operand_dim0, desc.operand_dim1)
             x = inp.reshape(desc.input_dim0, desc.input_dim1)
-            y = pe_gemm(x, a, acc=cfg.acc)
+            y = pe_gemm(x, a, acc=cfg.acc, lanes=cfg.lanes)
             if cfg.acc == "fp32":
                 y = fp16.from_f32(y)
             res = y.astype(np.uint16).reshape(-1)

@@ -148,12 +148,12 @@ def test_e4_and_e3_bit_exact(cfg):
     core.run(K.lora_store(a, b, lay, config=cfg).program)
     e4 = K.lora_e4(x, lay["a"], d, r, config=cfg)
     m = e4.results(core.run(e4.program))
-    m_ref = pe_gemm(x, a, acc=cfg.acc)
+    m_ref = pe_gemm(x, a, acc=cfg.acc, lanes=cfg.lanes)
     m_ref = fp16.from_f32(m_ref) if cfg.acc == "fp32" else m_ref
     assert np.array_equal(m, m_ref)
     e3 = K.lora_e3(x[0], lay["a"], lay["b"], d, r, config=cfg)
     y = e3.results(core.run(e3.program))
-    y_ref = pe_gemm(m_ref[:1], b, acc=cfg.acc)
+    y_ref = pe_gemm(m_ref[:1], b, acc=cfg.acc, lanes=cfg.lanes)
     y_ref = fp16.from_f32(y_ref) if cfg.acc == "fp32" else y_ref
     assert y.shape == (d,) and np.array_equal(y, y_ref[0])
 

@@ -58,7 +58,7 @@ def stimulus(pe, jobs, rng):
         cmds.append(pe.cmd_layout.const({"rows": b, "k": k, "nb": n // pe.lanes}).as_value().value)
         xs += lane_words(xp, pe.lanes)
         as_ += lane_words(a, pe.lanes)
-        want.append(gemm(x, a, acc=pe.acc).ravel())
+        want.append(gemm(x, a, acc=pe.acc, lanes=pe.lanes).ravel())
     return {"cmd": cmds, "x": xs, "a": as_}, np.concatenate(want)
 
 
@@ -86,19 +86,29 @@ def test_pe_array_matches_golden(backend, acc):
 
 
 def test_full_rate_cycles_and_utilization(backend):
-    """One A beat per cycle for nb >= 8; nb < 8 spaces the rows min_nb cycles apart; fixed drain latency."""
+    """One A beat per cycle for nb >= 8, and (K split over S phases) for nb < 8 once S*nb >= 8; fixed drain
+    latency, or the K-split reduction per output beat."""
     pe = PEArray(acc="fp32", **CONFIGS[backend.name])
     rng = np.random.default_rng(3)
-    shapes = [(pe.batch, 8, 8 * pe.lanes), (1, 6, pe.lanes)] if backend.name == "amaranth" else \
-        [(pe.batch, 256, 256), (1, 512, 256), (2, 100, 3 * pe.lanes)]
+    shapes = [(pe.batch, 8, 8 * pe.lanes), (1, 6, pe.lanes), (2, 16, 2 * pe.lanes)] \
+        if backend.name == "amaranth" else \
+        [(pe.batch, 256, 256), (1, 512, 256), (2, 100, 3 * pe.lanes), (1, 512, pe.lanes), (4, 64, 2 * pe.lanes)]
     for b, k, n in shapes:
         inputs, want = stimulus(pe, [(b, k, n)], rng)
         nb = n // pe.lanes
-        # Only the first result beat: the cycle it appears in is last A beat + drain_latency.
+        S = pe.phases(k, nb)
+        # Only the first result beat: the cycle it appears in is last A beat + drain_latency (no split), or
+        # the job's length less the reductions of the other beats (split).
         first = backend.run_streams(pe, inputs, {"y": 1})
         x_beats = b * -(-k // pe.lanes)
-        last_a = x_beats + 1 + (k - 1) * max(nb, pe.min_nb) + nb - 1
-        assert first.cycles == last_a + pe.drain_latency + 1
+        if S == 1:
+            last_a = x_beats + 1 + (k - 1) * max(nb, pe.min_nb) + nb - 1
+            assert first.cycles == last_a + pe.drain_latency + 1
+        else:
+            assert first.cycles == pe.cycles(b, k, nb) - (b * nb - 1) * pe.reduce_cycles(S)
+            if S * nb >= pe.min_nb:     # one A beat per cycle: the compute phase is K * nb cycles
+                assert pe.cycles(b, k, nb) == (x_beats + k * nb + pe.loop_latency
+                                               + b * nb * pe.reduce_cycles(S) + 1)
         run = backend.run_streams(pe, inputs, {"y": b * nb})
         assert run.cycles == pe.cycles(b, k, nb)
         got = unpack_lanes(run.outputs["y"], pe.lanes, pe.acc_width, np.uint32)
@@ -106,7 +116,8 @@ def test_full_rate_cycles_and_utilization(backend):
         macs = b * k * n
         print(f"\n[{backend.name}] B={b} K={k} N={n} lanes={pe.lanes} batch={pe.batch}: {run.cycles} cycles, "
               f"{macs / run.cycles:.2f} MACs/cycle of {pe.lanes * pe.batch} "
-              f"(compute phase {macs / (k * max(nb, pe.min_nb)):.2f}), "
+              f"(K split over {S} phases; compute phase "
+              f"{macs / (k * (nb if S > 1 else max(nb, pe.min_nb))):.2f}), "
               f"{run.cycles / max(run.wall_seconds, 1e-9) / 1e3:.1f}k cycles/s")
 
 

@@ -29,7 +29,7 @@ def core_with(cfg, addr, data):
 
 
 def ref_mm(x, a, cfg):
-    y = pe_gemm(np.atleast_2d(x), a, acc=cfg.acc)
+    y = pe_gemm(np.atleast_2d(x), a, acc=cfg.acc, lanes=cfg.lanes)
     return (fp16.from_f32(y) if cfg.acc == "fp32" else y).reshape(-1)
 
 
@@ -92,9 +92,9 @@ def test_e3_equals_two_step_gemm(cfg):
     assert all(k.ok for k in core.run(kernels.lora_store(a, b, lay, config=cfg).program))
     k = kernels.lora_e3(x, lay["a"], lay["b"], d, r, config=cfg)
     y = k.results(core.run(k.program))
-    m = pe_gemm(x, a, acc=cfg.acc)
+    m = pe_gemm(x, a, acc=cfg.acc, lanes=cfg.lanes)
     m16 = fp16.from_f32(m) if cfg.acc == "fp32" else m       # m is kept on the device in FP16
-    y2 = pe_gemm(m16, b, acc=cfg.acc)
+    y2 = pe_gemm(m16, b, acc=cfg.acc, lanes=cfg.lanes)
     assert np.array_equal(y, fp16.from_f32(y2) if cfg.acc == "fp32" else y2)
 
 
