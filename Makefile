@@ -23,7 +23,7 @@ $(SYNTH_STAMP): $(STAMP)
 demo: fp-report
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(JOBS) -q tests
+	$(PY) -m pytest -n $(JOBS) -q --durations=25 tests
 
 fp-report: $(STAMP)
 	$(NDPIM) fp-report
