@@ -126,10 +126,11 @@ def test_lora_and_attention_kernels(backend):
             + kernels.lora_e4(rand_bits(rng, (1, d)), lay["a"], d, r, config=CFG).program
             + kernels.attention_integral(rand_bits(rng, (1, 16)), kv["kT"], kv["v"], 16, 32, config=CFG).program)
     assert kv["end"] <= MEM_BYTES
-    run, y, cpl = run_core(backend, lambda: GoldenCore(CFG, MEM_BYTES), prog)
-    assert all(s == ErrorCode.OK for _, s in cpl)
-    assert completions(run.outputs["cpl"]) == cpl
-    assert run.outputs["y"] == y
+    for traffic in (None, "random"):
+        run, y, cpl = run_core(backend, lambda: GoldenCore(CFG, MEM_BYTES), prog, traffic=traffic, seed=9)
+        assert all(s == ErrorCode.OK for _, s in cpl)
+        assert completions(run.outputs["cpl"]) == cpl
+        assert run.outputs["y"] == y
 
 
 def test_rejected_descriptors_touch_no_memory():
