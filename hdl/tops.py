@@ -57,3 +57,16 @@ NDP_TOPS = {
 }
 
 TOPS.update(NDP_TOPS)
+
+from .cxl import CSRBank, RegisterMap
+from .cxl.guard import MemoryGuard
+
+CXL_TOPS = {
+    # MMIO register bank of the CXL front end for 4 requester queues (docs/cxl_regmap.md).
+    "cxl_csr": lambda: CSRBank(RegisterMap(num_queues=4)),
+    # Per-queue address window guard on the DDR4-3200 controller's request stream (docs/cxl_isolation.md).
+    "cxl_guard": lambda: MemoryGuard(addr_bits=AddressMap(DDR4_3200.org).addr_bits,
+                                     burst_bytes=DDR4_3200.org.burst_bits // 8, tag_width=8),
+}
+
+TOPS.update(CXL_TOPS)
