@@ -60,6 +60,7 @@ TOPS.update(NDP_TOPS)
 
 from .cxl import CSRBank, RegisterMap
 from .cxl.guard import MemoryGuard
+from .cxl.device import CXLDevice
 
 CXL_TOPS = {
     # MMIO register bank of the CXL front end for 4 requester queues (docs/cxl_regmap.md).
@@ -67,6 +68,10 @@ CXL_TOPS = {
     # Per-queue address window guard on the DDR4-3200 controller's request stream (docs/cxl_isolation.md).
     "cxl_guard": lambda: MemoryGuard(addr_bits=AddressMap(DDR4_3200.org).addr_bits,
                                      burst_bytes=DDR4_3200.org.burst_bits // 8, tag_width=8),
+    # The whole device: CSR bank, queue engine, guard, arbiter and the tiny NDP core, 4 queues, on the
+    # DDR4-3200 controller's burst addresses and 8-bit tags (docs/cxl_device.md).
+    "cxl_device": lambda: CXLDevice(config=NDP_TINY, num_queues=4, mem_addr_bits=AddressMap(DDR4_3200.org).addr_bits,
+                                    mem_tag_width=8),
 }
 
 TOPS.update(CXL_TOPS)

@@ -1,0 +1,1 @@
+"""Simulation tops around the CXL NDP device."""
