@@ -36,7 +36,6 @@ from amaranth.hdl import Module, Signal, Const, Cat, Mux, Array
 from amaranth.lib import wiring, stream, data, memory
 from amaranth.lib.wiring import In, Out
 from amaranth.lib.fifo import SyncFIFOBuffered
-from amaranth.utils import exact_log2
 
 from hdl.ndp.config import NDPConfig
 from hdl.ndp.core import NDPCore
@@ -227,7 +226,6 @@ class CXLDevice(wiring.Component):
         line_full = Signal()
 
         slot_mask = qr.sq_entries - 1
-        slot = idx & slot_mask
         slot_bytes_lines = lay.slot_bytes // LINE_BYTES
         cpl_bytes_lines = lay.cpl_bytes // LINE_BYTES
 
