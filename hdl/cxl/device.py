@@ -20,8 +20,8 @@ Queue engine (one descriptor at a time, queues visited round robin): for a queue
 SQ_ENTRIES != 0 and HEAD != tail (the last DOORBELL value) it reads the header line of slot HEAD. A valid word
 other than ``valid_word(HEAD)`` means the GPU has not finished writing: the queue is re-polled after
 :attr:`CXLDevice.repoll_cycles` (an early doorbell waits; a coalesced doorbell just leaves HEAD != tail for
-several slots). A descriptor whose operand range is outside [WIN_BASE, WIN_LIMIT) completes with
-:data:`WINDOW_VIOLATION` without reaching the core. Otherwise the slot's input area (at most the input
+several slots). A descriptor whose operand lines (its byte range rounded out to 64-byte lines, what the core
+reads) are not inside [WIN_BASE, WIN_LIMIT) completes with :data:`WINDOW_VIOLATION` without reaching the core. Otherwise the slot's input area (at most the input
 buffer's size) is staged, the descriptor goes to the core, the staged input feeds the core's ``x`` (a rejected
 descriptor takes none; the rest is discarded), the result beats are written, packed, to the completion record's
 result area, and finally the record header (seq, status, result bytes, completion flag) in one 64-byte write.
@@ -46,13 +46,24 @@ from .regmap import (RegisterMap, QueueLayout, COUNTER_BITS, SLOT_HEADER_BYTES, 
 from .csr import CSRBank, mmio_request_layout, MMIO_RESPONSE_LAYOUT
 from .guard import MemoryGuard, WindowCheck
 
-__all__ = ["CXLDevice", "WINDOW_VIOLATION", "LINE_BYTES", "event_layout", "core_req_layout"]
+__all__ = ["CXLDevice", "WINDOW_VIOLATION", "LINE_BYTES", "event_layout", "core_req_layout", "line_window_ok"]
 
 #: Completion status of a descriptor whose operand lies outside its queue's window (a front-end status above
 #: the core's 4-bit ErrorCode range; the completion record's status is a u32).
 WINDOW_VIOLATION = 16
 #: CXL.mem line = the memory burst the device top is built for (64 B: DDR4/LPDDR5 BL8/BL16 x64 bursts).
 LINE_BYTES = 64
+
+
+def line_window_ok(base_addr: int, size: int, win_base: int, win_limit: int, has_operand: bool = True) -> bool:
+    """The queue engine's window check (Python mirror): the operand's whole 64-byte lines
+    ``[floor64(base), ceil64(base + size))`` must lie in ``[win_base, win_limit)`` (the core reads whole bursts,
+    so a byte-exact check would let a burst past an unaligned limit through to the guard, which drops it)."""
+    if not has_operand:
+        return True
+    lo = base_addr - base_addr % LINE_BYTES
+    hi = -(-(base_addr + size) // LINE_BYTES) * LINE_BYTES
+    return win_base <= lo and hi <= win_limit and hi <= 1 << 64
 
 
 def event_layout() -> data.StructLayout:
@@ -262,7 +273,10 @@ class CXLDevice(wiring.Component):
             h = desc.header
             is_rc = h.type == DescType.READ_COMPUTE
             has_operand = ~(is_rc & (h.op == DescOp.SOFTMAX))
-            ok = WindowCheck.check(desc.base_addr, desc.operand.bytes, qr.win_base, qr.win_limit, has_operand)
+            # the operand's whole 64-byte lines: the core reads (and the guard checks) whole bursts
+            lo = Cat(Const(0, 6), desc.base_addr[6:])
+            span = ((desc.base_addr[:6] + desc.operand.bytes + (LINE_BYTES - 1)) >> 6) << 6
+            ok = WindowCheck.check(lo, span, qr.win_base, qr.win_limit, has_operand)
             gpu_input = ((h.type == DescType.STORE) | is_rc) & ((h.flags & FLAG_CHAIN) == 0)
             nlines = (desc.input.bytes + (LINE_BYTES - 1)) >> 6
             cap = lay.input_bytes // LINE_BYTES
