@@ -9,7 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from hdl.tops import NDP_TOPS
 from hdl.ndp.config import TINY
