@@ -348,7 +348,7 @@ class CXLDevice(wiring.Component):
             m.d.comb += hdr.eq(
                 (idx.as_unsigned() << (8 * CPL_SEQ_OFFSET))
                 | (status.as_unsigned() << (8 * CPL_STATUS_OFFSET))
-                | ((y_beats * 16) << (8 * CPL_RESULT_BYTES_OFFSET))
+                | ((y_beats * (2 * L)) << (8 * CPL_RESULT_BYTES_OFFSET))
                 | ((Const(CPL_FLAG_TAG, 64) | idx) << (8 * CPL_FLAG_OFFSET)))
             m.d.comb += [e_req.valid.eq(1), e_req.payload.addr.eq(cpl_line), e_req.payload.write.eq(1),
                          e_req.payload.wdata.eq(hdr)]

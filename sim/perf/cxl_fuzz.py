@@ -1,7 +1,7 @@
 """Random-program fuzzing of the CXL NDP device RTL (``sim.cxl.system.CXLSystem``) against the golden device.
 
 One *case* is an independent random program on 2-4 queues: random rings (1, 2 or 4 slots, so rings wrap),
-random data windows (64-byte aligned, sometimes empty or, with ``unaligned_windows``, with an unaligned limit),
+random data windows (64-byte aligned, sometimes empty or, unless ``unaligned=False``, with an unaligned limit),
 random descriptors (mostly small valid GEMV / GEMM / SOFTMAX / LOAD / STORE with KEEP / CHAIN, some with operands
 outside the queue's window -- in another queue's window, straddling the limit, below the base, near 2**64 -- and
 some malformed in every decoder field), normal, early and coalesced doorbells. A *batch* packs as many cases as fit
@@ -564,8 +564,8 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--max-subs", type=int, default=6, help="submissions per queue, at most")
-    p.add_argument("--unaligned-windows", action="store_true",
-                   help="also window limits that are not multiples of 64 bytes")
+    p.add_argument("--aligned-windows", action="store_true",
+                   help="only window limits that are multiples of 64 bytes (default: some unaligned ones too)")
     p.add_argument("--backend", default="verilator")
     a = p.parse_args(argv)
     last = [0.0]
@@ -578,7 +578,7 @@ def main(argv=None):
                   f"{t['corrupted_queues']} corrupted, {t['mismatches']} mismatches", flush=True)
 
     t = campaign(a.cases, seed=a.seed, jobs=a.jobs, backend=a.backend, progress=progress,
-                 max_subs=a.max_subs, unaligned=a.unaligned_windows)
+                 max_subs=a.max_subs, unaligned=not a.aligned_windows)
     print(f"cases: {t['cases']} ({t['batches']} batches, {t['descriptors']} descriptors, "
           f"{t['cycles']} cycles) in {t['seconds']:.1f} s")
     print(f"hangs: {t['hangs']}")

@@ -10,7 +10,7 @@ memory request lies in its queue's window and in an accepted operand of that que
 at the end equals its initial data plus the queue's own STOREs (nothing else wrote it); events, completion
 records, results and window data equal the golden device's.
 
-``CXL_FUZZ_BATCHES`` (default 200) sets the examples per half (two halves, so ``pytest -n 2`` runs them on both
+``CXL_FUZZ_BATCHES`` (default 100) sets the examples per half (two halves, so ``pytest -n 2`` runs them on both
 workers); a batch holds ~5.3 cases. ``python -m sim.perf.cxl_fuzz --cases N`` runs long campaigns.
 """
 
@@ -28,7 +28,7 @@ from sim.golden.cxl_device import status_name
 from hdl.cxl.device import WINDOW_VIOLATION
 from sim.perf.cxl_fuzz import run_batch, make_batch, FUZZ_QUEUES, FUZZ_CONFIG, FUZZ_DEPTH
 
-BATCHES = int(os.environ.get("CXL_FUZZ_BATCHES", "200"))
+BATCHES = int(os.environ.get("CXL_FUZZ_BATCHES", "100"))
 
 
 def _report(res):
