@@ -4,7 +4,7 @@ import numpy as np
 
 from hdl.fp.format import FloatFormat
 
-__all__ = ["as_bits", "canonicalize_nan"]
+__all__ = ["as_bits", "canonicalize_nan", "to_float64"]
 
 
 def as_bits(value, fmt: FloatFormat, name: str) -> np.ndarray:
@@ -36,3 +36,13 @@ def broadcast(*arrays, names):
     except ValueError:
         shapes = ", ".join(f"{n}{a.shape}" for n, a in zip(names, arrays))
         raise ValueError(f"operand shapes do not broadcast: {shapes}") from None
+
+
+def to_float64(bits) -> np.ndarray:
+    """FP16 (uint16) or FP32 (uint32) bit patterns as float64 values."""
+    bits = np.asarray(bits)
+    if bits.dtype == np.uint16:
+        return bits.view(np.float16).astype(np.float64)
+    if bits.dtype == np.uint32:
+        return bits.view(np.float32).astype(np.float64)
+    raise TypeError(f"expected uint16 or uint32 bit patterns, got dtype {bits.dtype}")

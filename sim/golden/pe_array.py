@@ -12,7 +12,7 @@ import numpy as np
 
 from hdl.fp.format import FP16
 from . import fp16, fp32
-from .bits import as_bits
+from .bits import as_bits, to_float64
 
 __all__ = ["gemm", "gemv", "to_float64", "accuracy", "phases", "MIN_NB"]
 
@@ -67,16 +67,6 @@ def gemv(x_bits, a_bits, *, acc: str = "fp16", lanes: int | None = None) -> np.n
     if x.ndim != 1:
         raise ValueError(f"x must be 1-D (K,), got shape {x.shape}")
     return gemm(x[None, :], a_bits, acc=acc, lanes=lanes)[0]
-
-
-def to_float64(bits) -> np.ndarray:
-    """FP16 (uint16) or FP32 (uint32) bit patterns as float64 values."""
-    bits = np.asarray(bits)
-    if bits.dtype == np.uint16:
-        return bits.view(np.float16).astype(np.float64)
-    if bits.dtype == np.uint32:
-        return bits.view(np.float32).astype(np.float64)
-    raise TypeError(f"expected uint16 or uint32 bit patterns, got dtype {bits.dtype}")
 
 
 def accuracy(x_bits, a_bits, *, acc: str = "fp16", y_bits=None) -> dict:

