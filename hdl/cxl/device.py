@@ -87,7 +87,8 @@ class CXLDevice(wiring.Component):
     memory request forwarded by the guard: ``core_req_layout``; ``ready`` ignored), ``mem_req`` / ``mem_rsp``.
     """
 
-    #: Cycles before a queue whose slot was not valid yet is polled again.
+    #: Cycles before a queue whose slot was not valid yet is polled again (design choice: long enough that a
+    #: re-poll costs < 10 % of the memory port while the GPU finishes its stores, short against a descriptor).
     repoll_cycles = 32
 
     def __init__(self, *, config: NDPConfig, num_queues: int, mem_addr_bits: int, mem_tag_width: int = 0):
@@ -161,6 +162,8 @@ class CXLDevice(wiring.Component):
                 (guard.o.valid, guard.o.payload.addr, guard.o.payload.write, guard.o.payload.wdata)]
         readies = [self.hmem.ready, e_req.ready, guard.o.ready]
         NS = len(srcs)
+        # source of every read in flight, in request order (design choice: 64 > the controller's 16 queued
+        # requests + its response buffer, so the FIFO never limits the reads in flight)
         m.submodules.route = route = SyncFIFOBuffered(width=2, depth=64)
         rr = Signal(range(NS))
         grant = Signal(NS)

@@ -40,7 +40,7 @@ class BurstMemory(wiring.Component):
         m.submodules.mem = mem = memory.Memory(shape=unsigned(self.burst_bits), depth=self.depth, init=self.init)
         wr = mem.write_port()
         rd = mem.read_port(transparent_for=(wr,))
-        fifo_depth = self.latency + 4
+        fifo_depth = self.latency + 4      # every read in the delay line has room, plus slack for the consumer
         m.submodules.fifo = fifo = SyncFIFOBuffered(width=self.burst_bits, depth=fifo_depth)
         outstanding = Signal(range(fifo_depth + 2))
         addr = self.i.payload.addr[:(self.depth - 1).bit_length()]

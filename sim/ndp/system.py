@@ -27,9 +27,7 @@ def _core_ports(core):
 
 
 def _connect_core(m, self, core):
-    for name in ("desc", "x"):
-        wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(core, name))
-    for name in ("y", "cpl"):
+    for name in ("desc", "x", "y", "cpl"):
         wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(core, name))
 
 
