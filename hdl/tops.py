@@ -75,3 +75,13 @@ CXL_TOPS = {
 }
 
 TOPS.update(CXL_TOPS)
+
+from .pim.config import PAPER as PIM_PAPER
+from .pim.bank_pu import BankPU
+
+PIM_TOPS = {
+    # One bank PU (4 FP16 multipliers + 4 adders; identical for the paper and tiny presets), docs/pim_bank_pu.md.
+    "pim_bank_pu": lambda: BankPU(PIM_PAPER),
+}
+
+TOPS.update(PIM_TOPS)
