@@ -1,0 +1,95 @@
+"""DIMM-PIM fused-kernel performance model (sim/perf/pim.py): command-level exactness against
+firmware/pim_stream.all_bank_schedule, counts, refresh modes, calibration, system bandwidth, ranksets."""
+
+from dataclasses import replace
+
+import pytest
+
+from firmware.pim_stream import all_bank_schedule, schedule_end
+from hdl.memctl.commands import Cmd
+from hdl.pim.config import PAPER, TINY
+from sim.dram.checker import check_trace
+from sim.perf.pim import PIMPerfModel, _Rank, calibrate, rankset_sim, system_bandwidth, bus_bandwidth_gbps
+
+
+@pytest.mark.parametrize("rows,n,refresh", [(3, 128, False), (40, 128, True), (60, 37, True), (5, 1, True),
+                                            (100, 128, True), (30, 64, False)])
+def test_row_stream_matches_all_bank_schedule(rows, n, refresh):
+    """The model's RD_AB stream lands on the schedule's last cycle exactly, REFs included."""
+    tm = PAPER.dram.timing
+    s = all_bank_schedule(PAPER.dram, rows, n, refresh=refresh)
+    r = _Rank(tm, tm.tREFI)
+    assert r.stream([n] * rows, in_head_refresh=refresh) == schedule_end(s)
+    assert r.refs == sum(c.kind is Cmd.REF for c in s)
+    assert r.rds == sum(c.kind is Cmd.RD_AB for c in s)
+
+
+def test_head_stream_matches_schedule_of_full_rows():
+    """L = 4096 on PAPER: 8 K rows + 8 V rows of 128 RD_ABs each = the 16-row all-bank program."""
+    m = PIMPerfModel(PAPER, refresh="in_head")
+    h = m.head(4096)
+    assert (h.score_rd_ab, h.context_rd_ab, h.rows) == (1024, 1024, 16)
+    assert h.command_cycles == schedule_end(all_bank_schedule(PAPER.dram, 16, 128)) + 1
+
+
+def test_counts_and_partial_rows():
+    m = PIMPerfModel(PAPER)
+    assert m.score_rd_ab(1) == 4 and m.context_rd_ab(1) == 1
+    assert m.score_rd_ab(131072) == 32768 and m.context_rd_ab(131072) == 32768
+    assert m.head_runs(100) == [28, 25]
+    t = PIMPerfModel(TINY)
+    assert t.head_runs(200) == [32, 20, 32, 18]
+
+
+def test_refresh_modes_and_utilization():
+    m = PIMPerfModel(PAPER)
+    tm = PAPER.dram.timing
+    short, long_ = m.head(16384), m.head(32768)
+    assert short.refresh_mode == "between" and short.refs == 0
+    assert long_.refresh_mode == "in_head" and long_.refs == long_.command_cycles // tm.tREFI
+    # one row of 128 RD_ABs costs tRCD + 127 tCCD_L + tRTP + tRPab: the stream is ~95% of the ideal
+    assert 0.95 < short.utilization < 0.96
+    per = m.heads_period(4096)
+    assert 0.95 < m.ideal_cycles(4096) / per < 0.97
+    assert m.heads_period(4096) > m.head(4096).cycles  # refresh costs in steady state
+    with pytest.raises(ValueError, match="max_tokens"):
+        m.head(131073)
+    with pytest.raises(ValueError, match="refresh"):
+        PIMPerfModel(PAPER, refresh="x")
+
+
+def test_calibration_hook():
+    truth = PIMPerfModel(PAPER, fixed_cycles=57)
+    pts = [(L, truth.head(L).cycles) for L in (64, 256, 1000)]
+    cal, res = calibrate(PIMPerfModel(PAPER), pts)
+    assert cal.fixed_cycles == 57 and res == [0, 0, 0]
+    with pytest.raises(ValueError):
+        calibrate(PIMPerfModel(PAPER), [])
+
+
+def test_system_bandwidth_table2():
+    s = system_bandwidth(PAPER)
+    assert s["ranks"] == 64
+    assert s["pim_peak"] == pytest.approx(13107.2)         # L3 Table 2: 13.0 TB/s (DIMM-PIM)
+    assert abs(s["pim_peak"] / 1000 - 13.0) < 0.15
+    assert bus_bandwidth_gbps(PAPER) == pytest.approx(409.6)  # 16 x 3200 MT/s x 8 B; L3: "406GB/s (CPU)"
+    assert abs(s["bus"] - 406) / 406 < 0.01
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_rankset_fraction(ranks):
+    r = rankset_sim(PAPER, ranks, writes=1024, L=4096)
+    ideal = (ranks - 1) / ranks
+    assert ideal - 0.01 < r.preserved <= ideal + 0.002
+    assert 0 <= r.contention_loss < 0.01
+    assert r.write_gbps > 0.9 * r.dq_peak_gbps
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_rankset_trace_is_legal(ranks):
+    """The writer + PIM command trace passes the independent JEDEC checker (sim/dram/checker.py)."""
+    trace = []
+    rankset_sim(PAPER, ranks, writes=600, L=2048, trace=trace)
+    org = replace(PAPER.dram.org, ranks=ranks)
+    assert {c.kind for c in trace} >= {Cmd.ACT, Cmd.WR, Cmd.PRE, Cmd.ACT_AB, Cmd.RD_AB, Cmd.PREA}
+    assert check_trace(trace, replace(PAPER.dram, org=org)) == []
