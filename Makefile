@@ -8,7 +8,7 @@ SYNTH_STAMP := $(VENV)/.installed-synth
 # pytest workers: the machine (and CI) has 2 cores.
 JOBS   ?= 2
 
-.PHONY: demo test verilog lint cocotb synth fp-report bench-fp bench-dram bench-ndp fuzz clean
+.PHONY: demo test verilog lint cocotb synth fp-report bench-fp bench-dram bench-ndp bench-pim fuzz clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ndpim needs Python >= 3.11: make PYTHON=python3.11 ...")'
@@ -48,6 +48,11 @@ bench-dram: $(STAMP)
 
 bench-ndp: $(STAMP)
 	$(PY) -m sim.perf.ndp_bench
+
+# DIMM-PIM: fused-kernel cycles (RTL on Verilator and the calibrated model), utilization vs the all-bank ideal up
+# to 128K tokens, system bandwidth vs the 406 GB/s CPU bus, rankset compute preserved, accuracy vs float64.
+bench-pim: $(STAMP)
+	$(PY) -m sim.perf.pim_bench --rtl
 
 # Long CXL device fuzz campaign (Verilator, both cores): FUZZ_CASES=1000000 takes hours (~45 cases/s).
 FUZZ_CASES ?= 1000000
