@@ -78,10 +78,13 @@ TOPS.update(CXL_TOPS)
 
 from .pim.config import PAPER as PIM_PAPER
 from .pim.bank_pu import BankPU
+from .pim.relayout import Relayout
 
 PIM_TOPS = {
     # One bank PU (4 FP16 multipliers + 4 adders; identical for the paper and tiny presets), docs/pim_bank_pu.md.
     "pim_bank_pu": lambda: BankPU(PIM_PAPER),
+    # The rank PU's re-layout unit: two-beat double buffer in the write-data path (docs/pim_relayout.md).
+    "pim_relayout": lambda: Relayout(PIM_PAPER),
 }
 
 TOPS.update(PIM_TOPS)

@@ -28,12 +28,19 @@ Rules (all distances in command-clock cycles; "end of write data" of a WR at cyc
   all-bank column commands are tCCD_L apart), RD_AB obeys tWTR_L after any write data of the rank. RD_AB moves
   no data on the DQ bus; WR_AB uses the DQ bus like a WR. PRE after them obeys tRTP / tWR in every bank.
 
+* WRITE DATA TIMING (tWL = CWL; optional, :class:`PinViolation` ``WRITE_DATA``): given ``write_strobe``, the
+  cycles in which write data is driven at the device pins (its data strobe), every WR / WR_AB at cycle t needs
+  data in every cycle of [t + CWL, t + CWL + burst_cycles), and no write data may be driven outside such a window.
+  A command bus trace alone cannot see this; a buffer chip in the data path (DIMM-PIM re-layout) can break it.
+  See :func:`check_write_data`.
+
 ``injected`` (optional): indices into ``commands`` of commands injected on purpose by a test (e.g. illegal
 commands meant to make a device model flag a violation). They are checked and their violations reported with
 ``injected=True``, but they never change the checker's state, so the rest of the trace is judged as if they had
 not been issued.
 """
 
+import enum
 from collections import Counter
 from dataclasses import dataclass
 
@@ -41,16 +48,22 @@ from hdl.memctl.commands import Cmd, Violation
 
 from .trace import TraceCommand
 
-__all__ = ["TimingViolation", "check_trace", "describe"]
+__all__ = ["TimingViolation", "PinViolation", "check_trace", "check_write_data", "describe"]
 
 _NEG = -(1 << 60)  # "never happened"
+
+
+class PinViolation(enum.Enum):
+    """Pin-level data rules, beyond the command rules of :class:`hdl.memctl.commands.Violation` (whose 5-bit code
+    the device model also uses). Reported in ``TimingViolation.violation`` like a ``Violation``."""
+    WRITE_DATA = 32  # write data not driven exactly in [t + CWL, t + CWL + burst_cycles) of a WR / WR_AB
 
 
 @dataclass(frozen=True)
 class TimingViolation:
     cycle: int                    # cycle the violation happened at (the command's cycle; for T_REFI the deadline)
     command: TraceCommand | None  # the offending command (T_REFI: the first command after the deadline, or None)
-    violation: Violation
+    violation: Violation | PinViolation
     message: str
     constraint: str = ""          # "tRCD", "DQ bus", ...
     required: int | None = None   # required distance in cycles
@@ -73,13 +86,19 @@ def describe(violations) -> str:
     return "\n".join(lines)
 
 
-def check_trace(commands, config, *, injected=None, end_cycle=None) -> list[TimingViolation]:
+def check_trace(commands, config, *, injected=None, end_cycle=None, write_strobe=None) -> list[TimingViolation]:
     """Check a command trace of one channel of ``config`` (a DRAMConfig). Returns violations in trace order.
 
     ``commands``: TraceCommand objects in issue order (cycles non-decreasing; otherwise ValueError).
     ``end_cycle``: the cycle the trace was captured up to, for the refresh-postponement check (default: the
     last command's cycle).
+    ``write_strobe`` (optional): the cycles in which write data is driven at the device pins; adds the WRITE DATA
+    TIMING rule (:func:`check_write_data`), whose violations follow the command violations, in cycle order.
     """
+    if write_strobe is not None:
+        commands = list(commands)
+        out = check_trace(commands, config, injected=injected, end_cycle=end_cycle)
+        return out + check_write_data(commands, config, write_strobe, injected=injected)
     org, tm = config.org, config.timing
     R, BG, BPG = org.ranks, org.bank_groups, org.banks_per_group
     NB = BG * BPG
@@ -407,4 +426,63 @@ def check_trace(commands, config, *, injected=None, end_cycle=None) -> list[Timi
     end = last_t if end_cycle is None else max(end_cycle, last_t)
     if end >= next_deadline:
         refresh_deadlines(end, None, None, True)
+    return out
+
+
+def check_write_data(commands, config, write_strobe, *, injected=None) -> list[TimingViolation]:
+    """WRITE DATA TIMING (tWL = CWL) at the device pins. Returns violations in cycle order.
+
+    ``write_strobe``: the cycles in which write data is driven at the device pins (any order; duplicates
+    ignored). Every WR / WR_AB at cycle t (except ``injected`` ones, whose windows are allowed but not required)
+    needs data in each cycle of [t + CWL, t + CWL + burst_cycles): a window with cycles missing is one violation
+    at the command's cycle. Each maximal run of consecutive strobe cycles outside every window is one violation
+    at the run's first cycle, blamed on the newest WR / WR_AB issued before it (``None`` if there is none).
+    Data one clock late therefore shows as the first window's missing cycle and the extra cycle after the last
+    window of a run of back-to-back writes.
+    """
+    tm, BC = config.timing, config.org.burst_cycles
+    CWL = tm.CWL
+    injected = frozenset(injected) if injected else frozenset()
+    strobe = sorted(set(int(x) for x in write_strobe))
+    have = set(strobe)
+    writes = [(i, c) for i, c in enumerate(commands) if c.kind is Cmd.WR or c.kind is Cmd.WR_AB]
+    allowed = set()
+    out = []
+    for i, c in writes:
+        s = c.cycle + CWL
+        window = range(s, s + BC)
+        allowed.update(window)
+        if i in injected:
+            continue
+        missing = [x for x in window if x not in have]
+        if missing:
+            near = [x for x in strobe if s - BC < x < s + 2 * BC]
+            actual = (near[0] - c.cycle) if near else None
+            out.append(TimingViolation(
+                c.cycle, c, PinViolation.WRITE_DATA,
+                f"cycle {c.cycle}: {c} \u2014 write data timing (tWL = CWL = {CWL}): data expected at the pins in "
+                f"[{s}, {s + BC}), no data strobe in cycle(s) {missing}"
+                + (f"; nearest write data starts {actual} cycles after the command" if near else ""),
+                "tWL (CWL)", CWL, actual, i, False))
+    stray = [x for x in strobe if x not in allowed]
+    runs = []
+    for x in stray:
+        if runs and x == runs[-1][1]:
+            runs[-1][1] = x + 1
+        else:
+            runs.append([x, x + 1])
+    w = 0
+    last = None
+    for a, b in runs:
+        while w < len(writes) and writes[w][1].cycle < a:
+            last = writes[w]
+            w += 1
+        i, c = last if last else (None, None)
+        blame = f"last WR: {c} at cycle {c.cycle}, window [{c.cycle + CWL}, {c.cycle + CWL + BC})" if c else "no WR"
+        out.append(TimingViolation(
+            a, c, PinViolation.WRITE_DATA,
+            f"cycle {a}: write data timing (tWL = CWL = {CWL}): write data driven in [{a}, {b}) outside every "
+            f"write's data window ({blame})",
+            "tWL (CWL)", CWL, (a - c.cycle) if c else None, i, False))
+    out.sort(key=lambda v: v.cycle)
     return out
