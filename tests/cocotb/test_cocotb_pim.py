@@ -1,6 +1,7 @@
 # amaranth: UnusedElaboratable=no
 """cocotb runs of the DIMM-PIM tops' generated Verilog (``pim_stream_tb.py`` drives them) against the golden
-models: the bank PU (score and context jobs, edge values) under random valid gaps and backpressure."""
+models: the bank PU (score and context jobs, edge values) under random valid gaps and backpressure; the re-layout
+unit on write-data clocks with gaps (no backpressure: a DDR data bus cannot stall)."""
 
 import json
 import os
@@ -19,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 BUILD = HERE.parent.parent / "build" / "cocotb"
 
 
-def _run(monkeypatch, name, inputs, expected, out_mask, seed):
+def _run(monkeypatch, name, inputs, expected, out_mask, seed, ready_prob=0.6):
     from cocotb_tools.runner import get_runner
     from cocotb_tools.check_results import get_results
 
@@ -31,7 +32,7 @@ def _run(monkeypatch, name, inputs, expected, out_mask, seed):
     [source] = write_verilog(build, {name: PIM_TOPS[name]})
     path = build / "vectors.json"
     path.write_text(json.dumps({"unit": name, "inputs": inputs, "expected": expected, "out_mask": out_mask,
-                                "seed": seed, "valid_prob": 0.7, "ready_prob": 0.6,
+                                "seed": seed, "valid_prob": 0.7, "ready_prob": ready_prob,
                                 "max_cycles": 40 * len(inputs) + 2000}))
     runner = get_runner("verilator")
     runner.build(sources=[source], hdl_toplevel=name, build_dir=build,
@@ -73,3 +74,14 @@ def test_bank_pu_top(monkeypatch):
               for i in range(k)]
     expected = [w | (m << (16 * n)) for w, m in want]
     _run(monkeypatch, "pim_bank_pu", inputs, expected, (1 << (16 * n + 1)) - 1, seed=4)
+
+
+def test_relayout_top(monkeypatch):
+    """Random write-data clocks with gaps between them: each valid clock comes out re-laid out (docs/pim.md 4.1)."""
+    from hdl.pim.relayout import relayout_words
+    dut = PIM_TOPS["pim_relayout"]()
+    bits = dut.config.dram.org.clock_bits
+    rng = np.random.default_rng(3)
+    words = [int.from_bytes(rng.bytes(bits // 8), "little") for _ in range(400)]
+    _run(monkeypatch, "pim_relayout", words, relayout_words(words, dut.config), (1 << bits) - 1, seed=8,
+         ready_prob=1.0)
