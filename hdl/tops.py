@@ -79,12 +79,19 @@ TOPS.update(CXL_TOPS)
 from .pim.config import PAPER as PIM_PAPER
 from .pim.bank_pu import BankPU
 from .pim.relayout import Relayout
+from .pim.adder_unit import AdderUnit
+from .pim.softmax_unit import PIMSoftmaxUnit, PIMNormalizer
 
 PIM_TOPS = {
     # One bank PU (4 FP16 multipliers + 4 adders; identical for the paper and tiny presets), docs/pim_bank_pu.md.
     "pim_bank_pu": lambda: BankPU(PIM_PAPER),
     # The rank PU's re-layout unit: two-beat double buffer in the write-data path (docs/pim_relayout.md).
     "pim_relayout": lambda: Relayout(PIM_PAPER),
+    # The rank PU's adder unit (8 FP16 adders: chip tree / context accumulators), chunk softmax unit and per-chunk
+    # normalizer (docs/pim_rank_pu.md).
+    "pim_adder_unit": lambda: AdderUnit(PIM_PAPER),
+    "pim_softmax": lambda: PIMSoftmaxUnit(PIM_PAPER),
+    "pim_normalizer": lambda: PIMNormalizer(PIM_PAPER),
 }
 
 TOPS.update(PIM_TOPS)
