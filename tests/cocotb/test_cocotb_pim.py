@@ -1,7 +1,8 @@
 # amaranth: UnusedElaboratable=no
 """cocotb runs of the DIMM-PIM tops' generated Verilog (``pim_stream_tb.py`` drives them) against the golden
 models: the bank PU (score and context jobs, edge values) under random valid gaps and backpressure; the re-layout
-unit on write-data clocks with gaps (no backpressure: a DDR data bus cannot stall)."""
+unit on write-data clocks with gaps (no backpressure: a DDR data bus cannot stall); the rank PU's adder unit (chip
+trees and context aggregation), chunk softmax unit (e / m / head outputs) and normalizer."""
 
 import json
 import os
@@ -20,7 +21,8 @@ HERE = Path(__file__).resolve().parent
 BUILD = HERE.parent.parent / "build" / "cocotb"
 
 
-def _run(monkeypatch, name, inputs, expected, out_mask, seed, ready_prob=0.6):
+def _run(monkeypatch, name, dut, inputs, outputs, seed, ready_prob=0.6):
+    """``outputs``: {port: (expected payloads, mask)}."""
     from cocotb_tools.runner import get_runner
     from cocotb_tools.check_results import get_results
 
@@ -29,11 +31,12 @@ def _run(monkeypatch, name, inputs, expected, out_mask, seed, ready_prob=0.6):
     if str(HERE) not in sys.path:
         monkeypatch.syspath_prepend(str(HERE))
     build = BUILD / name
-    [source] = write_verilog(build, {name: PIM_TOPS[name]})
+    [source] = write_verilog(build, {name: lambda: dut})
     path = build / "vectors.json"
-    path.write_text(json.dumps({"unit": name, "inputs": inputs, "expected": expected, "out_mask": out_mask,
+    path.write_text(json.dumps({"unit": name, "inputs": inputs,
+                                "outputs": {p: {"expected": [int(x) for x in e], "mask": m} for p, (e, m) in outputs.items()},
                                 "seed": seed, "valid_prob": 0.7, "ready_prob": ready_prob,
-                                "max_cycles": 40 * len(inputs) + 2000}))
+                                "max_cycles": 60 * len(inputs) + 2000}))
     runner = get_runner("verilator")
     runner.build(sources=[source], hdl_toplevel=name, build_dir=build,
                  build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style"], timescale=("1ns", "1ps"))
@@ -73,7 +76,7 @@ def test_bank_pu_top(monkeypatch):
                                   "mode": modes[i], "first": firsts[i], "last": lasts[i]}).as_value().value
               for i in range(k)]
     expected = [w | (m << (16 * n)) for w, m in want]
-    _run(monkeypatch, "pim_bank_pu", inputs, expected, (1 << (16 * n + 1)) - 1, seed=4)
+    _run(monkeypatch, "pim_bank_pu", dut, inputs, {"o": (expected, (1 << (16 * n + 1)) - 1)}, seed=4)
 
 
 def test_relayout_top(monkeypatch):
@@ -83,5 +86,59 @@ def test_relayout_top(monkeypatch):
     bits = dut.config.dram.org.clock_bits
     rng = np.random.default_rng(3)
     words = [int.from_bytes(rng.bytes(bits // 8), "little") for _ in range(400)]
-    _run(monkeypatch, "pim_relayout", words, relayout_words(words, dut.config), (1 << bits) - 1, seed=8,
+    _run(monkeypatch, "pim_relayout", dut, words, {"o": (relayout_words(words, dut.config), (1 << bits) - 1)}, seed=8,
          ready_prob=1.0)
+
+
+def test_adder_unit_top(monkeypatch):
+    """Chip-tree tokens, then one head's context aggregation (token set outer, slot inner), then trees again."""
+    from sim.golden.pim_rank import score_tree, aggregate
+    dut = PIM_TOPS["pim_adder_unit"]()
+    rng = np.random.default_rng(12)
+    lanes, chips = dut.lanes, dut.chips
+    mask = (1 << (16 * lanes)) - 1
+
+    def item(data, mode, idx=0, first=0, last=0):
+        return dut.in_layout.const({"data": _word(data), "mode": mode, "idx": idx, "first": first, "last": last}
+                                   ).as_value().value
+
+    inputs, expected = [], []
+    for tokens in (40, 7):
+        p = _fp16(rng, (tokens, chips))
+        inputs += [item(list(r) + [0] * (lanes - chips), dut.TREE) for r in p]
+        expected += [int(s) for s in score_tree(p)]
+        G, S, N = dut.config.token_sets, dut.slots, dut.adders
+        acc = _fp16(rng, (N, G, S))
+        out = aggregate(acc).reshape(N, S)
+        inputs += [item(list(acc[:, g, e]) + [0] * (lanes - N), dut.ACC, e, g == 0, g == G - 1)
+                   for g in range(G) for e in range(S)]
+        expected += [_word(list(out[:, e]) + [0] * (lanes - N)) for e in range(S)]
+    _run(monkeypatch, "pim_adder_unit", dut, inputs, {"o": (expected, mask)}, seed=6)
+
+
+def test_softmax_and_normalizer_tops(monkeypatch):
+    """Four heads (one with a single real token in its last chunk) through the chunk softmax unit; their
+    exponentials through the normalizer."""
+    from sim.golden.pim_rank import chunk_softmax, normalize
+    sm, nm = PIM_TOPS["pim_softmax"](), PIM_TOPS["pim_normalizer"]()
+    ch = sm.config.chunk
+    rng = np.random.default_rng(13)
+    items, e_want, m_want, head_want, norm_in, p_want = [], [], [], [], [], []
+    for L in (64, 17, 40, 33):
+        n = -(-L // ch)
+        s = np.full(n * ch, 0x1234, np.uint16)
+        s[:L] = (3 * rng.standard_normal(L)).astype(np.float16).view(np.uint16)
+        g = chunk_softmax(s, L)
+        items += [int(s[t]) | (int(t >= L) << 16) | (int(t // ch == n - 1) << 17) for t in range(n * ch)]
+        e_want += [int(x) for x in g["e"]]
+        m_want += [int(x) for x in g["m"]]
+        head_want.append(int(g["M"]) | (int(g["z_m"]) << 16) | ((int(g["s"]) & 0x1FF) << 32) | (int(g["Z"]) << 41))
+        p = normalize(g["e"], g["m"], g["M"], g["z_m"], g["s"], L)
+        for t in range(n * ch):
+            norm_in.append(nm.i.payload.shape().const({
+                "e": int(g["e"][t]), "m": int(g["m"][t // ch]), "M": int(g["M"]), "z_m": int(g["z_m"]),
+                "s": int(g["s"]), "pad": int(t >= L)}).as_value().value)
+        p_want += [int(x) for x in p]
+    _run(monkeypatch, "pim_softmax", sm, items, {"e": (e_want, 0xFFFF), "m": (m_want, 0xFFFF),
+                                             "head": (head_want, (1 << 73) - 1)}, seed=9)
+    _run(monkeypatch, "pim_normalizer", nm, norm_in, {"o": (p_want, 0xFFFF)}, seed=10)
