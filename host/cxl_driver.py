@@ -207,8 +207,9 @@ def compare_runs(a: DeviceRun, b: DeviceRun, *, events: str = "per-queue", mmio:
         out.append(f"{len(a.reads)} vs {len(b.reads)} reads")
     if a.read_err != b.read_err:
         k = next((i for i, (x, y) in enumerate(zip(a.read_err, b.read_err)) if x != y), None)
-        out.append(f"read errors differ (first at read {k}): {a.backend} {a.read_err[k:k + 4] if k is not None else a.read_err} "
-                   f"vs {b.backend} {b.read_err[k:k + 4] if k is not None else b.read_err}")
+        k = k or 0
+        out.append(f"read errors differ (first at read {k}): {a.backend} {a.read_err[k:k + 4]} "
+                   f"vs {b.backend} {b.read_err[k:k + 4]}")
     for h in a.handles:
         da, db = a.reads[h.id], b.reads[h.id]
         if da != db:

@@ -10,7 +10,7 @@ Register map and queue memory layout: ``docs/cxl_regmap.md``; this module: ``doc
 Architecture::
 
     mmio ──> CSRBank ──(queue registers, doorbells, HEAD/ERRORS, int_set)──> irq
-    hmem ──────────────────────────────────┐
+    hmem ──> HostFilter ───────────────────┐   HostFilter: queue window + PASID check (rejected reads: zeros + err)
     queue engine ── desc / x ──> NDPCore ──┼── mem_req ──> MemoryGuard(window of the running queue) ──┐
          ^  └── header / input reads,      │                                                          v
          |      result / completion writes ┴───────────────> arbiter (round robin) ──> mem_req (controller)
@@ -29,7 +29,9 @@ HEAD (and ERRORS for a status other than OK) then advance and INT_STATUS bit q i
 
 The core's memory requests pass a :class:`MemoryGuard` loaded with the running queue's window, so even a
 descriptor the window check let through cannot make the core touch memory outside it (formally proven for the
-guard, ``docs/cxl_isolation.md``).
+guard, ``docs/cxl_isolation.md``). With a queue window programmed, the CSR placement rules keep every enabled
+queue's data window off it, so no device-side descriptor operand reaches a queue ring. The host's accesses pass
+:class:`hdl.cxl.filter.HostFilter` (queue window + PASID check, also formally proven).
 """
 
 from amaranth.hdl import Module, Signal, Const, Cat, Mux, Array
@@ -83,7 +85,8 @@ class CXLDevice(wiring.Component):
     back in request order: an in-order controller).
 
     Ports: ``mmio`` / ``mmio_rsp`` (CXL.io register access), ``hmem`` / ``hmem_rsp`` (CXL.mem line accesses of the
-    GPU: ``{addr, write, wdata}`` -> ``{rdata}`` per read, in order), ``irq``, ``events`` (a completion record
+    GPU: ``{addr, write, wdata, pasid}`` -> ``{rdata, err}`` per read, in order; ``err``: the address filter
+    rejected the read, ``rdata`` = 0), ``irq``, ``events`` (a completion record
     was written: ``event_layout``; never stalls the device: ``ready`` is ignored), ``core_req`` (every core
     memory request forwarded by the guard: ``core_req_layout``; ``ready`` ignored), ``mem_req`` / ``mem_rsp``.
     """
@@ -140,9 +143,9 @@ class CXLDevice(wiring.Component):
         wiring.connect(m, wiring.flipped(self.mmio), csr.mmio)
         wiring.connect(m, wiring.flipped(self.hmem), hf.i)
         for q in range(N):
-            m.d.comb += [hf.queue[q].sq_base.eq(csr.queue[q].sq_base), hf.queue[q].sq_entries.eq(csr.queue[q].sq_entries),
-                         hf.queue[q].cq_base.eq(csr.queue[q].cq_base), hf.queue[q].pasid.eq(csr.queue[q].pasid),
-                         hf.queue[q].enable.eq(csr.queue[q].ctrl.enable)]
+            fq, cq_ = hf.queue[q], csr.queue[q]
+            m.d.comb += [fq.sq_base.eq(cq_.sq_base), fq.sq_entries.eq(cq_.sq_entries), fq.cq_base.eq(cq_.cq_base),
+                         fq.pasid.eq(cq_.pasid), fq.enable.eq(cq_.ctrl.enable)]
         m.d.comb += [hf.qwin_base.eq(csr.qwin_base), hf.qwin_limit.eq(csr.qwin_limit),
                      csr.hmem_rejects.eq(hf.rejects)]
         wiring.connect(m, wiring.flipped(self.mmio_rsp), csr.rsp)

@@ -33,7 +33,8 @@ __all__ = [
     "MAX_SQ_ENTRIES", "COUNTER_BITS", "QWIN_ALIGN", "DEFAULT_DATA_PASID", "queue_pasid", "GLOBAL_REGISTERS", "QUEUE_REGISTERS",
     "SLOT_HEADER_BYTES", "DESC_OFFSET", "DESC_BYTES", "VALID_OFFSET", "VALID_TAG", "valid_word",
     "CPL_HEADER_BYTES", "CPL_SEQ_OFFSET", "CPL_STATUS_OFFSET", "CPL_RESULT_BYTES_OFFSET", "CPL_FLAG_OFFSET",
-    "CPL_FLAG_TAG", "completion_flag", "QueueLayout", "qwin_enabled", "placement_ok",
+    "CPL_FLAG_TAG", "completion_flag", "QueueLayout",
+    "qwin_enabled", "placement_ok",
 ]
 
 #: Access types: read-only (writes are errors), read-write, write-only (reads are errors; a write is an event),

@@ -274,7 +274,8 @@ class GoldenDevice:
         mmio_rsp = [self._mmio(*mf.unpack(w)) for w in inputs.get("mmio", ())]
         hmem_rsp = []
         pos = [hf.names.index(n) for n in ("addr", "write", "wdata", "after", "pasid")]
-        (oa, ma), (ow, _), (od, md), (oq, mq), (op, mp) = ((hf.offsets[i], (1 << hf.spec[i][1]) - 1) for i in pos)
+        (oa, ma), (ow, _), (od, md), (oq, mq), (op, mp) = ((hf.offsets[i], (1 << hf.spec[i][1]) - 1)
+                                                           for i in pos)
         rsp = self.fields["hmem_rsp"]
         for k, w in enumerate(inputs.get("hmem", ())):
             addr, write, wdata, after = (w >> oa) & ma, (w >> ow) & 1, (w >> od) & md, (w >> oq) & mq
