@@ -28,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 from .regmap import PASID_BITS, QueueLayout, MAX_SQ_ENTRIES
 
 __all__ = ["LINE_BYTES", "FILTER_QUEUE_LAYOUT", "filter_request_layout", "filter_output_layout",
-           "host_access_ok", "HostFilter"]
+           "host_access_ok", "FilterModel", "HostFilter"]
 
 LINE_BYTES = 64                    # one CXL.mem line = one device burst (the filter's grain)
 _LINE_SHIFT = 6
@@ -52,20 +52,30 @@ def _overlap(lo, hi, a_lo, a_hi):
     return lo < a_hi and a_lo < hi and a_lo < a_hi
 
 
+class FilterModel:
+    """Python mirror of :class:`HostFilter` for fixed registers: ``queues`` = ``(sq_base, entries, cq_base, pasid,
+    enable)`` per queue; :meth:`ok` decides one access (the live queue areas are computed once)."""
+
+    def __init__(self, queues, qwin_base: int, qwin_limit: int, layout: QueueLayout):
+        self.areas = []                   # (first byte, end, pasid) of every live queue area
+        for sq_base, entries, cq_base, qpasid, enable in queues:
+            if enable and entries:
+                self.areas.append((sq_base, sq_base + entries * layout.slot_bytes, qpasid))
+                self.areas.append((cq_base, cq_base + entries * layout.cpl_bytes, qpasid))
+        self.qwin = (qwin_base, qwin_limit)
+
+    def ok(self, line: int, pasid: int) -> bool:
+        lo, hi = line * LINE_BYTES, (line + 1) * LINE_BYTES
+        owners = [p for a_lo, a_hi, p in self.areas if _overlap(lo, hi, a_lo, a_hi)]
+        if owners:
+            return pasid in owners
+        return not _overlap(lo, hi, *self.qwin)
+
+
 def host_access_ok(line: int, pasid: int, queues, qwin_base: int, qwin_limit: int, layout: QueueLayout) -> bool:
     """Python mirror of :class:`HostFilter`: is a host access of ``line`` with ``pasid`` allowed? ``queues``:
     ``(sq_base, entries, cq_base, pasid, enable)`` per queue."""
-    lo, hi = line * LINE_BYTES, (line + 1) * LINE_BYTES
-    owners = []
-    for sq_base, entries, cq_base, qpasid, enable in queues:
-        if not enable or not entries:
-            continue
-        if _overlap(lo, hi, sq_base, sq_base + entries * layout.slot_bytes) or \
-                _overlap(lo, hi, cq_base, cq_base + entries * layout.cpl_bytes):
-            owners.append(qpasid)
-    if owners:
-        return pasid in owners
-    return not _overlap(lo, hi, qwin_base, qwin_limit)
+    return FilterModel(queues, qwin_base, qwin_limit, layout).ok(line, pasid)
 
 
 class HostFilter(wiring.Component):

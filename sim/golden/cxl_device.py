@@ -39,7 +39,7 @@ from hdl.cxl.regmap import (PASID_BITS, RegisterMap, QueueLayout, valid_word, co
                             CPL_STATUS_OFFSET, CPL_RESULT_BYTES_OFFSET, CPL_FLAG_OFFSET, CPL_HEADER_BYTES)
 from hdl.cxl.regmap import placement_ok, QWIN_ALIGN
 from hdl.cxl.device import line_window_ok
-from hdl.cxl.filter import host_access_ok
+from hdl.cxl.filter import FilterModel
 from hdl.ndp.config import NDPConfig
 from hdl.ndp.descriptor import DESCRIPTOR_BITS, DESCRIPTOR_LAYOUT, DescType, ErrorCode
 from .ndp_core import GoldenCore
@@ -324,6 +324,7 @@ class GoldenDevice:
         self._qwin_base = self._qwin_limit = 0
         self._rejects = 0
         self._rejected = []
+        self._filter = None
         self._count = 0
         self._events = []
         self._accesses = []
@@ -375,8 +376,10 @@ class GoldenDevice:
     # ---- host address filter -----------------------------------------------------------------------------
 
     def _host_ok(self, line, pasid):
-        return host_access_ok(line, pasid, [(s.sq_base, s.entries, s.cq_base, s.pasid, s.ctrl & CTRL_ENABLE)
-                                            for s in self._q], self._qwin_base, self._qwin_limit, self.layout)
+        if self._filter is None:          # the registers are final once the MMIO stream is applied
+            self._filter = FilterModel([(s.sq_base, s.entries, s.cq_base, s.pasid, s.ctrl & CTRL_ENABLE)
+                                        for s in self._q], self._qwin_base, self._qwin_limit, self.layout)
+        return self._filter.ok(line, pasid)
 
     # ---- queue engine ------------------------------------------------------------------------------------
 
