@@ -61,10 +61,15 @@ TOPS.update(NDP_TOPS)
 from .cxl import CSRBank, RegisterMap
 from .cxl.guard import MemoryGuard
 from .cxl.device import CXLDevice
+from .cxl.filter import HostFilter
+from .cxl.regmap import QueueLayout
 
 CXL_TOPS = {
     # MMIO register bank of the CXL front end for 4 requester queues (docs/cxl_regmap.md).
-    "cxl_csr": lambda: CSRBank(RegisterMap(num_queues=4)),
+    "cxl_csr": lambda: CSRBank(RegisterMap(num_queues=4), layout=QueueLayout.for_config(NDP_TINY)),
+    # Device-side address filter of host CXL.mem accesses (queue window + PASID check), 4 queues, the tiny core's
+    # queue layout, on the DDR4-3200 controller's burst addresses (docs/cxl_isolation.md).
+    "cxl_filter": lambda: HostFilter(4, AddressMap(DDR4_3200.org).addr_bits, QueueLayout.for_config(NDP_TINY)),
     # Per-queue address window guard on the DDR4-3200 controller's request stream (docs/cxl_isolation.md).
     "cxl_guard": lambda: MemoryGuard(addr_bits=AddressMap(DDR4_3200.org).addr_bits,
                                      burst_bytes=DDR4_3200.org.burst_bits // 8, tag_width=8),

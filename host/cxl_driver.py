@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hdl.cxl.regmap import (RegisterMap, QueueLayout, valid_word, completion_flag, CTRL_ENABLE, CTRL_IRQ_ENABLE,
+from hdl.cxl.regmap import (PASID_BITS, DEFAULT_DATA_PASID, queue_pasid, QWIN_ALIGN,
+                            RegisterMap, QueueLayout, valid_word, completion_flag, CTRL_ENABLE, CTRL_IRQ_ENABLE,
                             COUNTER_BITS, MAX_SQ_ENTRIES, DESC_OFFSET, DESC_BYTES, VALID_OFFSET, CPL_SEQ_OFFSET,
                             CPL_STATUS_OFFSET, CPL_RESULT_BYTES_OFFSET, CPL_FLAG_OFFSET, CPL_HEADER_BYTES)
 from hdl.ndp.config import NDPConfig
@@ -166,6 +167,7 @@ class DeviceRun:
     mmio: list
     reads: list
     events: list
+    read_err: list = field(default_factory=list)   # per handle: True if the filter rejected any of its lines
     core_req: list | None = None
     cycles: int | None = None
     wall_seconds: float | None = None
@@ -174,8 +176,12 @@ class DeviceRun:
     handles: list = field(default_factory=list, repr=False)
 
     def data(self, handle: ReadHandle) -> bytes:
-        """The bytes a read returned."""
+        """The bytes a read returned (zeros for lines the address filter rejected)."""
         return self.reads[handle.id]
+
+    def rejected(self, handle: ReadHandle) -> bool:
+        """True if the device's address filter rejected (some line of) this read: ``hmem_rsp.err``."""
+        return self.read_err[handle.id]
 
     def bits(self, handle: ReadHandle) -> np.ndarray:
         return np.frombuffer(self.data(handle), dtype="<u2").astype(np.uint16)
@@ -199,6 +205,11 @@ def compare_runs(a: DeviceRun, b: DeviceRun, *, events: str = "per-queue", mmio:
     out = []
     if len(a.reads) != len(b.reads):
         out.append(f"{len(a.reads)} vs {len(b.reads)} reads")
+    if a.read_err != b.read_err:
+        k = next((i for i, (x, y) in enumerate(zip(a.read_err, b.read_err)) if x != y), None)
+        k = k or 0
+        out.append(f"read errors differ (first at read {k}): {a.backend} {a.read_err[k:k + 4]} "
+                   f"vs {b.backend} {b.read_err[k:k + 4]}")
     for h in a.handles:
         da, db = a.reads[h.id], b.reads[h.id]
         if da != db:
@@ -262,7 +273,7 @@ def _system_fields(system) -> dict:
 class _QueueState:
     def __init__(self):
         self.configured = False
-        self.sq_base = self.entries = self.cq_base = self.win_base = self.win_limit = 0
+        self.sq_base = self.entries = self.cq_base = self.win_base = self.win_limit = self.pasid = 0
         self.submitted = 0       # next free-running index
         self.tail = 0            # last doorbell value written by the script
 
@@ -295,7 +306,9 @@ class Driver:
         self.num_queues = regmap.num_queues
         self._q = [_QueueState() for _ in range(self.num_queues)]
         self._mmio = []          # (addr, write, wdata, register full name or None)
-        self._hmem = []          # [burst addr, write, wdata int, after int | None (barrier)]
+        self._hmem = []          # [burst addr, write, wdata int, after int | None (barrier), pasid, mmio_after]
+        self._fence = 0          # MMIO responses every new hmem request waits for (mmio_after)
+        self.qwin = None         # (base, limit) once set_queue_window() programmed it
         self._handles = []       # ReadHandle / CompletionHandle, by id
         self._subs = []          # Submission, in script order
         self._reads = 0          # hmem reads so far (response index)
@@ -338,31 +351,55 @@ class Driver:
             raise ValueError(f"{what} [{addr:#x}, {addr + n:#x}) is beyond the {self.memory_bytes}-byte device "
                              f"memory")
 
-    def store(self, addr: int, data, *, after: int | None = None) -> None:
+    def _check_pasid(self, pasid):
+        if pasid is not None and (isinstance(pasid, bool) or not isinstance(pasid, int)
+                                  or not 0 <= pasid < 1 << PASID_BITS):
+            raise ValueError(f"pasid must be None or an int in 0..{(1 << PASID_BITS) - 1}, got {pasid!r}")
+
+    def _line_pasid(self, line):
+        """Default PASID of a plain access to ``line``: that of the configured queue whose ring or completion area
+        holds it, else :data:`DEFAULT_DATA_PASID`."""
+        a = line * LINE_BYTES
+        for s in self._q:
+            if s.configured and (s.sq_base <= a < s.sq_base + self.layout.sq_bytes(s.entries)
+                                 or s.cq_base <= a < s.cq_base + self.layout.cq_bytes(s.entries)):
+                return s.pasid
+        return DEFAULT_DATA_PASID
+
+    def _op(self, line, write, wdata, after, pasid):
+        self._hmem.append([line, write, wdata, after, self._line_pasid(line) if pasid is None else pasid,
+                           self._fence])
+
+    def store(self, addr: int, data, *, after: int | None = None, pasid: int | None = None) -> None:
         """Write ``data`` (bytes, or FP16 bits) at 64-byte aligned byte ``addr`` as whole lines (the last one
-        zero-padded: there is no byte mask). ``after``: completions to wait for (None: barrier)."""
+        zero-padded: there is no byte mask). ``after``: completions to wait for (None: barrier). ``pasid``: the
+        requester ID the accesses carry (None: the PASID of the configured queue whose ring or completion area
+        holds the line, else ``DEFAULT_DATA_PASID`` = 0)."""
         addr = _aligned("store addr", addr)
         self._check_after(after)
+        self._check_pasid(pasid)
         raw = _to_bytes(data, "store data")
         self._check_mem(addr, len(raw), "store")
         for k, w in enumerate(_lines(raw)):
-            self._hmem.append([addr // LINE_BYTES + k, 1, w, after])
+            self._op(addr // LINE_BYTES + k, 1, w, after, pasid)
 
-    def read(self, addr: int, n_bytes: int, *, after: int | None = None) -> ReadHandle:
+    def read(self, addr: int, n_bytes: int, *, after: int | None = None, pasid: int | None = None) -> ReadHandle:
         """Read ``n_bytes`` at aligned ``addr`` (whole lines) once ``after`` completions are written (None:
-        barrier: every submission made so far and covered by a doorbell of the script has completed)."""
-        return self._read(addr, n_bytes, after, ReadHandle, {})
+        barrier: every submission made so far and covered by a doorbell of the script has completed).
+        ``pasid`` as in :meth:`store`."""
+        return self._read(addr, n_bytes, after, ReadHandle, {}, pasid)
 
-    def _read(self, addr, n_bytes, after, cls, extra):
+    def _read(self, addr, n_bytes, after, cls, extra, pasid=None):
         addr = _aligned("read addr", addr)
         if isinstance(n_bytes, bool) or not isinstance(n_bytes, int) or n_bytes < 1:
             raise ValueError(f"n_bytes must be a positive int, got {n_bytes!r}")
         self._check_after(after)
+        self._check_pasid(pasid)
         self._check_mem(addr, n_bytes, "read")
         lines = -(-n_bytes // LINE_BYTES)
         h = cls(len(self._handles), addr, n_bytes, lines, self._reads, **extra)
         for k in range(lines):
-            self._hmem.append([addr // LINE_BYTES + k, 0, 0, after])
+            self._op(addr // LINE_BYTES + k, 0, 0, after, pasid)
         self._reads += lines
         self._handles.append(h)
         return h
@@ -375,11 +412,18 @@ class Driver:
         return self._q[q]
 
     def configure(self, q: int, sq_base: int, entries: int, cq_base: int, win_base: int, win_limit: int,
-                  pasid: int = 0, irq: bool = False) -> None:
+                  pasid: int | None = None, irq: bool = False, fence: bool | None = None) -> None:
         """Program queue ``q`` (MMIO writes: SQ_BASE, SQ_ENTRIES, CQ_BASE, WIN_BASE, WIN_LIMIT, PASID, then CTRL
         enable last). The ring (``entries`` slots at ``sq_base``) and the completion area (at ``cq_base``) must
-        be 64-byte aligned and inside the device memory. Reconfiguring a queue that has work is racy."""
+        be 64-byte aligned and inside the device memory. Reconfiguring a queue that has work is racy.
+        ``pasid``: the PASID the queue is bound to (None: :func:`hdl.cxl.regmap.queue_pasid` = q + 1); the
+        driver's later accesses to the queue's ring and completion area carry it by default. ``fence``: make every
+        later hmem request wait until these MMIO writes are answered (:meth:`fence`; None: only once a queue window
+        is programmed, when an early ring write would be rejected). The device may refuse the configuration (queue
+        window rules, ``docs/cxl_isolation.md``); the driver does not check that: see the MMIO responses."""
         s = self._queue(q)
+        pasid = queue_pasid(q) if pasid is None else pasid
+        self._check_pasid(pasid)
         sq_base, cq_base = _aligned("sq_base", sq_base), _aligned("cq_base", cq_base)
         if isinstance(entries, bool) or not isinstance(entries, int) or entries < 1 or entries & (entries - 1) \
                 or entries > MAX_SQ_ENTRIES:
@@ -397,6 +441,27 @@ class Driver:
         self.mmio_write("CTRL", CTRL_ENABLE | (CTRL_IRQ_ENABLE if irq else 0), q)
         s.configured = True
         s.sq_base, s.entries, s.cq_base, s.win_base, s.win_limit = sq_base, entries, cq_base, win_base, win_limit
+        s.pasid = pasid
+        if fence or (fence is None and self.qwin is not None and self.qwin[1] > self.qwin[0]):
+            self.fence()
+
+    def fence(self) -> None:
+        """Every hmem request recorded from now on waits until every MMIO request recorded so far has been
+        answered (``mmio_after``; the scripted form of a host that reads a register back to flush its posted MMIO
+        writes before it touches the queues). The golden model applies all MMIO first anyway."""
+        self._fence = len(self._mmio)
+        if self._fence >= 1 << AFTER_BITS:
+            raise ValueError(f"{self._fence} MMIO requests do not fit mmio_after ({AFTER_BITS} bits)")
+
+    def set_queue_window(self, base: int, limit: int) -> None:
+        """Program the reserved HDM queue window ``[base, limit)`` (QWIN_BASE, QWIN_LIMIT; multiples of 64; before
+        any queue is enabled, or the device refuses it). Afterwards :meth:`configure` fences by default."""
+        for name, v in (("base", base), ("limit", limit)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 64 or v % QWIN_ALIGN:
+                raise ValueError(f"queue window {name} must be a 64-bit multiple of {QWIN_ALIGN}, got {v!r}")
+        self.mmio_write("QWIN_BASE", base)
+        self.mmio_write("QWIN_LIMIT", limit)
+        self.qwin = (base, limit)
 
     def ring(self, q: int, tail: int | None = None) -> None:
         """Write queue ``q``'s DOORBELL: ``tail`` (default: every submission so far)."""
@@ -408,7 +473,7 @@ class Driver:
         s.tail = max(s.tail, tail)
 
     def submit(self, q: int, descriptor, input_bits=None, *, doorbell: bool = True, early_doorbell: bool = False,
-               split_valid: bool = True, after: int | None = None) -> Submission:
+               split_valid: bool = True, after: int | None = None, pasid: int | None = None) -> Submission:
         """Submit ``descriptor`` (a :class:`firmware.ndp.descriptor.Descriptor` or a raw int, bits 0..207) on
         queue ``q`` with GPU input ``input_bits`` (FP16 bits or bytes; None: leave the input area alone).
 
@@ -417,11 +482,14 @@ class Driver:
         ordering point). Re-using a ring slot (index >= entries) gates these writes with a barrier (``after``
         None) so the previous lap's descriptor has completed. ``doorbell``: then write DOORBELL = index + 1 (or,
         with ``early_doorbell``, before the hmem writes in script order; the two streams are unordered anyway);
-        ``doorbell=False`` leaves it to a later :meth:`ring` (coalescing)."""
+        ``doorbell=False`` leaves it to a later :meth:`ring` (coalescing). ``pasid``: the PASID of these writes
+        (None: the queue's; another value forges a requester, whose writes the device's filter drops)."""
         s = self._queue(q)
         if not s.configured:
             raise ValueError(f"queue {q} is not configured")
         self._check_after(after)
+        self._check_pasid(pasid)
+        pasid = s.pasid if pasid is None else pasid
         if isinstance(descriptor, int) and not isinstance(descriptor, bool):
             if not 0 <= descriptor < 1 << (8 * DESC_BYTES):
                 raise ValueError(f"a raw descriptor must fit {8 * DESC_BYTES} bits")
@@ -445,12 +513,12 @@ class Driver:
         if inp is not None:
             a = lay.input_addr(s.sq_base, s.entries, index)
             for k, w in enumerate(_lines(inp)):
-                self._hmem.append([a // LINE_BYTES + k, 1, w, gate])
+                self._op(a // LINE_BYTES + k, 1, w, gate, pasid)
         slot = lay.slot_addr(s.sq_base, s.entries, index) // LINE_BYTES
         desc_line = (raw & ((1 << (8 * DESC_BYTES)) - 1)) << (8 * DESC_OFFSET)
         if split_valid:
-            self._hmem.append([slot, 1, desc_line, gate])
-        self._hmem.append([slot, 1, desc_line | (valid_word(index) << (8 * VALID_OFFSET)), gate])
+            self._op(slot, 1, desc_line, gate, pasid)
+        self._op(slot, 1, desc_line | (valid_word(index) << (8 * VALID_OFFSET)), gate, pasid)
         sub = Submission(q, index, descriptor, inp, len(self._hmem) - 1)
         self._subs.append(sub)
         s.submitted += 1
@@ -459,9 +527,9 @@ class Driver:
         return sub
 
     def read_completion(self, q: int, index: int, *, after: int | None = None,
-                        result_bytes: int | None = None) -> CompletionHandle:
+                        result_bytes: int | None = None, pasid: int | None = None) -> CompletionHandle:
         """Read completion record ``index`` of queue ``q``: its header line and ``result_bytes`` (default the
-        whole result area) of results, gated by ``after`` (None: barrier)."""
+        whole result area) of results, gated by ``after`` (None: barrier). ``pasid``: None: the queue's."""
         s = self._queue(q)
         if not s.configured:
             raise ValueError(f"queue {q} is not configured")
@@ -469,7 +537,8 @@ class Driver:
         if not 0 <= rb <= self.layout.result_bytes:
             raise ValueError(f"result_bytes must be 0..{self.layout.result_bytes}, got {result_bytes!r}")
         addr = self.layout.cpl_addr(s.cq_base, s.entries, index)
-        return self._read(addr, CPL_HEADER_BYTES + rb, after, CompletionHandle, {"queue": q, "index": index})
+        return self._read(addr, CPL_HEADER_BYTES + rb, after, CompletionHandle, {"queue": q, "index": index},
+                          s.pasid if pasid is None else pasid)
 
     # ---- streams -----------------------------------------------------------------------------------------
 
@@ -500,10 +569,11 @@ class Driver:
         mf, hf = f["mmio"], f["hmem"]
         afters = self._afters()
         # values were range-checked when recorded: pack by plain shifts
-        oa, ow, od, oq = (hf.offsets[hf.names.index(n)] for n in ("addr", "write", "wdata", "after"))
+        oa, ow, od, oq, op_, om = (hf.offsets[hf.names.index(n)]
+                                   for n in ("addr", "write", "wdata", "after", "pasid", "mmio_after"))
         return {"mmio": [mf.pack(a, w, d) for a, w, d, _ in self._mmio],
-                "hmem": [(op[0] << oa) | (op[1] << ow) | (op[2] << od) | (after << oq)
-                         for op, after in zip(self._hmem, afters)]}
+                "hmem": [(op[0] << oa) | (op[1] << ow) | (op[2] << od) | (after << oq) | (op[4] << op_)
+                         | (op[5] << om) for op, after in zip(self._hmem, afters)]}
 
     def expected(self) -> dict:
         """Output counts of a run: one MMIO response per request, one hmem response per read line, one event
@@ -526,13 +596,17 @@ class Driver:
         for (addr, write, _, reg), w in zip(self._mmio, outputs.get("mmio_rsp", [])):
             rdata, err = rf.unpack(w)
             mmio.append(MmioResponse(rdata, err, bool(write), addr, reg))
-        lines = [hf.unpack(w)[0].to_bytes(LINE_BYTES, "little") for w in outputs.get("hmem_rsp", [])]
+        rsps = [hf.unpack(w) for w in outputs.get("hmem_rsp", [])]
+        lines = [r[0].to_bytes(LINE_BYTES, "little") for r in rsps]
+        errs = [bool(r[1]) for r in rsps]
         reads = [b"".join(lines[h.first:h.first + h.lines])[:h.n_bytes] for h in self._handles]
+        read_err = [any(errs[h.first:h.first + h.lines]) for h in self._handles]
         events = [Event(*ef.unpack(w)) for w in outputs.get("events", [])]
         core_req = None
         if outputs.get("core_req") is not None and "core_req" in fields:
             core_req = [fields["core_req"].unpack(w) for w in outputs["core_req"]]
-        return DeviceRun(backend, mmio, reads, events, core_req=core_req, handles=list(self._handles), **extra)
+        return DeviceRun(backend, mmio, reads, events, read_err, core_req=core_req, handles=list(self._handles),
+                         **extra)
 
     def golden(self) -> GoldenDevice:
         return GoldenDevice(config=self.config, num_queues=self.num_queues, depth=self.depth,

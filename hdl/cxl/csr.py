@@ -16,6 +16,14 @@ Ports (``n = regmap.num_queues``):
   response has ``rdata = 0``. ``err = 1`` (and nothing changes) for: an unmapped or misaligned address, a write
   to an RO register, a read of a WO register (DOORBELL), and a write to SQ_ENTRIES of a value that is not 0 or
   a power of two <= ``MAX_SQ_ENTRIES`` (the queue engine may rely on a power of two).
+  Queue window rules (``docs/cxl_isolation.md``; Python mirror :func:`hdl.cxl.regmap.placement_ok`): a write to
+  QWIN_BASE / QWIN_LIMIT is an error if the value is not a multiple of ``QWIN_ALIGN`` (64) or any queue is
+  enabled (the window is locked while queues run); a write to SQ_BASE, SQ_ENTRIES, CQ_BASE, WIN_BASE, WIN_LIMIT
+  or CTRL of queue q is an error if, with a queue window programmed (QWIN_LIMIT > QWIN_BASE), it would leave q
+  enabled with its ring or completion area (extents from ``layout``) not inside the window or its data window
+  overlapping it.
+* ``qwin_base`` / ``qwin_limit`` (out, 64): the queue window registers (for the address filter).
+* ``hmem_rejects`` (in, COUNTER_BITS): the value HMEM_REJECTS reads as (the address filter's counter).
 * ``queue[q]`` (out, :meth:`CSRBank.queue_layout`): the current value of every RW register of queue q, fields
   named after the registers in lower case (``sq_base``, ``sq_entries``, ``cq_base``, ``win_base``,
   ``win_limit``, ``pasid``, ``ctrl.enable``, ``ctrl.irq_enable``).
@@ -31,11 +39,12 @@ A read returns the register value at the cycle of acceptance (it sees every writ
 cycles); writes to bits above a register's width are ignored and those bits read as 0.
 """
 
-from amaranth.hdl import Module, Signal, Cat, Const, Value, Mux
+from amaranth.hdl import Module, Signal, Cat, Const, Value, Mux, Array
 from amaranth.lib import wiring, stream, data
 from amaranth.lib.wiring import In, Out
 
-from .regmap import RegisterMap, COUNTER_BITS, MAX_SQ_ENTRIES
+from .regmap import (RegisterMap, QueueLayout, COUNTER_BITS, MAX_SQ_ENTRIES, QUEUE_BASE, QUEUE_STRIDE,
+                     QWIN_ALIGN)
 
 __all__ = ["mmio_request_layout", "MMIO_RESPONSE_LAYOUT", "DOORBELL_LAYOUT", "CTRL_LAYOUT", "CSRBank"]
 
@@ -61,9 +70,14 @@ class CSRBank(wiring.Component):
     ``value(name, queue=None)`` returns the signal (or view field) that holds a register's current value.
     """
 
-    def __init__(self, regmap: RegisterMap, *, addr_bits: int | None = None):
+    def __init__(self, regmap: RegisterMap, *, addr_bits: int | None = None, layout: QueueLayout | None = None):
         if not isinstance(regmap, RegisterMap):
             raise ValueError(f"regmap must be a RegisterMap, got {regmap!r}")
+        if layout is None:
+            layout = QueueLayout(0, 0)
+        if not isinstance(layout, QueueLayout):
+            raise ValueError(f"layout must be a QueueLayout, got {layout!r}")
+        self.layout = layout
         if addr_bits is None:
             addr_bits = regmap.addr_bits
         if not isinstance(addr_bits, int) or not regmap.addr_bits <= addr_bits <= 64:
@@ -83,6 +97,9 @@ class CSRBank(wiring.Component):
             "errors": In(regmap.reg("ERRORS", 0).width).array(n),
             "int_set": In(n),
             "irq": Out(1),
+            "qwin_base": Out(64),
+            "qwin_limit": Out(64),
+            "hmem_rejects": In(regmap.reg("HMEM_REJECTS").width),
         })
 
     @staticmethod
@@ -104,7 +121,7 @@ class CSRBank(wiring.Component):
             if r.access == "RW":
                 return self.queue[r.queue][name.lower()]
             return {"HEAD": self.head, "ERRORS": self.errors, "DOORBELL": self.doorbell}[name][r.queue]
-        if name in ("INT_ENABLE", "INT_STATUS"):
+        if name in ("INT_ENABLE", "INT_STATUS", "QWIN_BASE", "QWIN_LIMIT", "HMEM_REJECTS"):
             return getattr(self, name.lower())
         return Const(r.reset, r.width)
 
@@ -125,6 +142,8 @@ class CSRBank(wiring.Component):
         int_status = store[rm.offset("INT_STATUS")]
         int_enable = store[rm.offset("INT_ENABLE")]
         m.d.comb += [self.int_status.eq(int_status), self.int_enable.eq(int_enable)]
+        qwb, qwl = store[rm.offset("QWIN_BASE")], store[rm.offset("QWIN_LIMIT")]
+        m.d.comb += [self.qwin_base.eq(qwb), self.qwin_limit.eq(qwl)]
 
         # Read sources of the other registers.
         source = {}
@@ -135,6 +154,8 @@ class CSRBank(wiring.Component):
                 source[r.offset] = self.head[r.queue]
             elif r.name == "ERRORS":
                 source[r.offset] = self.errors[r.queue]
+            elif r.name == "HMEM_REJECTS":
+                source[r.offset] = self.hmem_rejects
             elif r.access == "RO":
                 source[r.offset] = Const(r.reset, r.width)
         unknown = [r.full_name for r in rm if r.readable and r.offset not in source]
@@ -151,6 +172,34 @@ class CSRBank(wiring.Component):
         db_hit = Signal(n)           # DOORBELL of queue q written
         wdata = req.wdata
         entries_ok = (wdata == 0) | (((wdata & (wdata - 1)) == 0) & (wdata <= MAX_SQ_ENTRIES))
+        # Queue window rules. The addressed queue's block (QUEUE_BASE and QUEUE_STRIDE are multiples of the
+        # stride, so the block index is addr >> log2(stride) and the offset in the block its low bits); one shared
+        # placement checker evaluates the queue's registers with the written one replaced by wdata.
+        sb = QUEUE_STRIDE.bit_length() - 1
+        assert QUEUE_STRIDE == 1 << sb and QUEUE_BASE % QUEUE_STRIDE == 0
+        qsel = Signal(range(max(n, 2)))
+        m.d.comb += qsel.eq((req.addr >> sb) - QUEUE_BASE // QUEUE_STRIDE)
+        qcur = Array(self.queue[q] for q in range(n))[qsel]
+        boff = req.addr[:sb]
+
+        def cand(name, cur):
+            r0 = rm.reg(name, 0)
+            return Mux(req.write & (boff == r0.offset - QUEUE_BASE), wdata[:r0.width], cur)
+        n_sq, n_ent, n_cq = cand("SQ_BASE", qcur.sq_base), cand("SQ_ENTRIES", qcur.sq_entries), \
+            cand("CQ_BASE", qcur.cq_base)
+        n_wb, n_wl = cand("WIN_BASE", qcur.win_base), cand("WIN_LIMIT", qcur.win_limit)
+        n_en = cand("CTRL", qcur.ctrl.as_value())[0]
+        lay = self.layout
+        qwin_on = qwl > qwb
+        sq_in = (qwb <= n_sq) & (n_sq + n_ent * lay.slot_bytes <= qwl)
+        cq_in = (qwb <= n_cq) & (n_cq + n_ent * lay.cpl_bytes <= qwl)
+        win_out = (n_wl <= n_wb) | (n_wl <= qwb) | (n_wb >= qwl)
+        place_ok = Signal()
+        m.d.comb += place_ok.eq(~n_en | ~qwin_on | (sq_in & cq_in & win_out))
+        any_enabled = Cat(self.queue[q].ctrl.enable for q in range(n)).any()
+        qwin_ok = (wdata[:QWIN_ALIGN.bit_length() - 1] == 0) & ~any_enabled
+        placed = ("SQ_BASE", "SQ_ENTRIES", "CQ_BASE", "WIN_BASE", "WIN_LIMIT", "CTRL")
+
         # One comparator per register; read data is an AND-OR multiplexer (no case statements: Yosys splits a
         # Switch into per-signal processes whose cases Verilator's lint reports as incomplete).
         write, read = req.write, ~req.write
@@ -170,9 +219,14 @@ class CSRBank(wiring.Component):
                     m.d.sync += self.doorbell[r.queue].tail.eq(wdata[:r.width])
             elif r.access == "RW1C":
                 m.d.comb += clear.eq(Mux(we, wdata[:r.width], 0))
-            elif r.name == "SQ_ENTRIES":
-                errs.append(write & hit & ~entries_ok)
-                with m.If(we & entries_ok):
+            elif r.name in ("QWIN_BASE", "QWIN_LIMIT"):
+                errs.append(write & hit & ~qwin_ok)
+                with m.If(we & qwin_ok):
+                    m.d.sync += store[r.offset].eq(wdata[:r.width])
+            elif r.name in placed:
+                ok = place_ok & (entries_ok if r.name == "SQ_ENTRIES" else 1)
+                errs.append(write & hit & ~ok)
+                with m.If(we & ok):
                     m.d.sync += store[r.offset].eq(wdata[:r.width])
             else:
                 with m.If(we):

@@ -10,7 +10,7 @@ Register map and queue memory layout: ``docs/cxl_regmap.md``; this module: ``doc
 Architecture::
 
     mmio ──> CSRBank ──(queue registers, doorbells, HEAD/ERRORS, int_set)──> irq
-    hmem ──────────────────────────────────┐
+    hmem ──> HostFilter ───────────────────┐   HostFilter: queue window + PASID check (rejected reads: zeros + err)
     queue engine ── desc / x ──> NDPCore ──┼── mem_req ──> MemoryGuard(window of the running queue) ──┐
          ^  └── header / input reads,      │                                                          v
          |      result / completion writes ┴───────────────> arbiter (round robin) ──> mem_req (controller)
@@ -29,7 +29,9 @@ HEAD (and ERRORS for a status other than OK) then advance and INT_STATUS bit q i
 
 The core's memory requests pass a :class:`MemoryGuard` loaded with the running queue's window, so even a
 descriptor the window check let through cannot make the core touch memory outside it (formally proven for the
-guard, ``docs/cxl_isolation.md``).
+guard, ``docs/cxl_isolation.md``). With a queue window programmed, the CSR placement rules keep every enabled
+queue's data window off it, so no device-side descriptor operand reaches a queue ring. The host's accesses pass
+:class:`hdl.cxl.filter.HostFilter` (queue window + PASID check, also formally proven).
 """
 
 from amaranth.hdl import Module, Signal, Const, Cat, Mux, Array
@@ -45,6 +47,7 @@ from .regmap import (RegisterMap, QueueLayout, COUNTER_BITS, SLOT_HEADER_BYTES, 
                      CPL_FLAG_TAG)
 from .csr import CSRBank, mmio_request_layout, MMIO_RESPONSE_LAYOUT
 from .guard import MemoryGuard, WindowCheck
+from .filter import HostFilter
 
 __all__ = ["CXLDevice", "WINDOW_VIOLATION", "LINE_BYTES", "event_layout", "core_req_layout", "line_window_ok"]
 
@@ -82,7 +85,8 @@ class CXLDevice(wiring.Component):
     back in request order: an in-order controller).
 
     Ports: ``mmio`` / ``mmio_rsp`` (CXL.io register access), ``hmem`` / ``hmem_rsp`` (CXL.mem line accesses of the
-    GPU: ``{addr, write, wdata}`` -> ``{rdata}`` per read, in order), ``irq``, ``events`` (a completion record
+    GPU: ``{addr, write, wdata, pasid}`` -> ``{rdata, err}`` per read, in order; ``err``: the address filter
+    rejected the read, ``rdata`` = 0), ``irq``, ``events`` (a completion record
     was written: ``event_layout``; never stalls the device: ``ready`` is ignored), ``core_req`` (every core
     memory request forwarded by the guard: ``core_req_layout``; ``ready`` ignored), ``mem_req`` / ``mem_rsp``.
     """
@@ -102,18 +106,21 @@ class CXLDevice(wiring.Component):
         self.layout = QueueLayout.for_config(config)
         self.mem_addr_bits = mem_addr_bits
         self.burst_bits = 8 * LINE_BYTES
-        self.csr = CSRBank(self.regmap)
+        self.csr = CSRBank(self.regmap, layout=self.layout)
         self.core = NDPCore(config=config, mem_burst_bits=self.burst_bits, mem_addr_bits=mem_addr_bits,
                             mem_tag_width=mem_tag_width)
         self.guard = MemoryGuard(mem_addr_bits, LINE_BYTES, data_bits=self.burst_bits, tag_width=mem_tag_width)
         self.request_layout = self.core.request_layout
         self.response_layout = self.core.response_layout
-        self.hmem_layout = data.StructLayout({"addr": mem_addr_bits, "write": 1, "wdata": self.burst_bits})
+        self.filter = HostFilter(num_queues, mem_addr_bits, self.layout, data_bits=self.burst_bits)
+        # host CXL.mem request: line address, write, data, and the requester's PASID (hdl/cxl/filter.py)
+        self.hmem_layout = self.filter.request_layout
+        self.engine_layout = data.StructLayout({"addr": mem_addr_bits, "write": 1, "wdata": self.burst_bits})
         super().__init__({
             "mmio": In(stream.Signature(mmio_request_layout(self.regmap.addr_bits))),
             "mmio_rsp": Out(stream.Signature(MMIO_RESPONSE_LAYOUT)),
             "hmem": In(stream.Signature(self.hmem_layout)),
-            "hmem_rsp": Out(stream.Signature(data.StructLayout({"rdata": self.burst_bits}))),
+            "hmem_rsp": Out(stream.Signature(data.StructLayout({"rdata": self.burst_bits, "err": 1}))),
             "irq": Out(1),
             "events": Out(stream.Signature(event_layout())),
             "core_req": Out(stream.Signature(core_req_layout(mem_addr_bits))),
@@ -132,7 +139,15 @@ class CXLDevice(wiring.Component):
         m.submodules.csr = csr = self.csr
         m.submodules.core = core = self.core
         m.submodules.guard = guard = self.guard
+        m.submodules.hfilter = hf = self.filter
         wiring.connect(m, wiring.flipped(self.mmio), csr.mmio)
+        wiring.connect(m, wiring.flipped(self.hmem), hf.i)
+        for q in range(N):
+            fq, cq_ = hf.queue[q], csr.queue[q]
+            m.d.comb += [fq.sq_base.eq(cq_.sq_base), fq.sq_entries.eq(cq_.sq_entries), fq.cq_base.eq(cq_.cq_base),
+                         fq.pasid.eq(cq_.pasid), fq.enable.eq(cq_.ctrl.enable)]
+        m.d.comb += [hf.qwin_base.eq(csr.qwin_base), hf.qwin_limit.eq(csr.qwin_limit),
+                     csr.hmem_rejects.eq(hf.rejects)]
         wiring.connect(m, wiring.flipped(self.mmio_rsp), csr.rsp)
         m.d.comb += self.irq.eq(csr.irq)
 
@@ -150,17 +165,19 @@ class CXLDevice(wiring.Component):
         qregs = Array(csr.queue[q] for q in range(N))
 
         # ---- engine memory port (requests / responses) and the arbiter
-        e_req = stream.Signature(self.hmem_layout).create(path=("e_req",))
+        e_req = stream.Signature(self.engine_layout).create(path=("e_req",))
         e_rsp_valid, e_rsp_ready = Signal(), Signal()
         h_rsp_ready = self.hmem_rsp.ready
         c_rsp_ready = core.mem_rsp.ready
         wiring.connect(m, core.mem_req, guard.i)
         m.d.comb += guard.violation.ready.eq(1)
 
-        srcs = [(self.hmem.valid, self.hmem.payload.addr, self.hmem.payload.write, self.hmem.payload.wdata),
+        # source 0: the host (after the address filter; a rejected read is answered without a memory access)
+        h_rej = hf.o.payload.reject
+        srcs = [(hf.o.valid, hf.o.payload.addr, hf.o.payload.write, hf.o.payload.wdata),
                 (e_req.valid, e_req.payload.addr, e_req.payload.write, e_req.payload.wdata),
                 (guard.o.valid, guard.o.payload.addr, guard.o.payload.write, guard.o.payload.wdata)]
-        readies = [self.hmem.ready, e_req.ready, guard.o.ready]
+        readies = [hf.o.ready, e_req.ready, guard.o.ready]
         NS = len(srcs)
         # source of every read in flight, in request order (design choice: 64 > the controller's 16 queued
         # requests + its response buffer, so the FIFO never limits the reads in flight)
@@ -178,33 +195,37 @@ class CXLDevice(wiring.Component):
                     i = (start + k) % NS
                     m.d.comb += grant[i].eq(elig[i] & ~taken)
                     taken = taken | elig[i]
-        m.d.comb += self.mem_req.valid.eq(grant.any())
+        skip = Signal()                              # a rejected host read takes its turn without memory
+        m.d.comb += [skip.eq(grant[0] & h_rej), self.mem_req.valid.eq(grant.any() & ~skip)]
         sel_addr, sel_write, sel_wdata = Signal(A), Signal(), Signal(B)
         for i, (v, a, w, d) in enumerate(srcs):
             with m.If(grant[i]):
                 m.d.comb += [sel_addr.eq(a), sel_write.eq(w), sel_wdata.eq(d)]
-            m.d.comb += readies[i].eq(grant[i] & self.mem_req.ready)
+            m.d.comb += readies[i].eq(grant[i] & (self.mem_req.ready | (skip if i == 0 else 0)))
         # one assignment of the whole payload (tags 0: responses return in request order)
         m.d.comb += self.mem_req.payload.as_value().eq(
             Cat(sel_addr, sel_write, sel_wdata, Const(0, len(self.mem_req.payload.as_value()) - A - 1 - B)))
         fire = self.mem_req.valid & self.mem_req.ready
-        with m.If(fire):
+        with m.If(fire | skip):
             m.d.sync += rr.eq(Mux(rr == NS - 1, 0, rr + 1))
+        # route FIFO: 0 host, 1 engine, 2 core, 3 host read rejected by the filter (no memory response)
         m.d.comb += [
-            route.w_en.eq(fire & ~self.mem_req.payload.write),
-            route.w_data.eq(Mux(grant[0], 0, Mux(grant[1], 1, 2))),
+            route.w_en.eq((fire & ~self.mem_req.payload.write) | skip),
+            route.w_data.eq(Mux(skip, 3, Mux(grant[0], 0, Mux(grant[1], 1, 2)))),
         ]
         dest = route.r_data
         rsp_ok = self.mem_rsp.valid & route.r_rdy
+        rej_rsp = route.r_rdy & (dest == 3)
         m.d.comb += [
-            self.hmem_rsp.valid.eq(rsp_ok & (dest == 0)),
-            self.hmem_rsp.payload.rdata.eq(self.mem_rsp.payload.rdata),
+            self.hmem_rsp.valid.eq((rsp_ok & (dest == 0)) | rej_rsp),
+            self.hmem_rsp.payload.rdata.eq(Mux(dest == 3, 0, self.mem_rsp.payload.rdata)),
+            self.hmem_rsp.payload.err.eq(dest == 3),
             e_rsp_valid.eq(rsp_ok & (dest == 1)),
             core.mem_rsp.valid.eq(rsp_ok & (dest == 2)),
             core.mem_rsp.payload.eq(self.mem_rsp.payload),
             self.mem_rsp.ready.eq(route.r_rdy & Mux(dest == 0, h_rsp_ready, Mux(dest == 1, e_rsp_ready,
-                                                                               c_rsp_ready))),
-            route.r_en.eq(self.mem_rsp.valid & self.mem_rsp.ready),
+                                                                               Mux(dest == 2, c_rsp_ready, 0)))),
+            route.r_en.eq((self.mem_rsp.valid & self.mem_rsp.ready) | (rej_rsp & h_rsp_ready)),
         ]
         e_rdata = self.mem_rsp.payload.rdata
 

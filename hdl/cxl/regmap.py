@@ -17,7 +17,7 @@ record) is this project's choice.
 Register map (byte offsets in the device's MMIO BAR; every register occupies one naturally aligned 8-byte slot;
 only 64-bit aligned accesses are defined -- see :class:`hdl.cxl.csr.CSRBank`):
 
-* global registers at ``0x00 .. 0x27`` (:data:`GLOBAL_REGISTERS`);
+* global registers at ``0x00 .. 0x3f`` (:data:`GLOBAL_REGISTERS`);
 * queue ``q`` at ``QUEUE_BASE + q * QUEUE_STRIDE`` (:data:`QUEUE_REGISTERS`, offsets relative to that base).
 
 A register narrower than 64 bits reads its upper bits as 0 and ignores them on writes (reserved, RsvdZ).
@@ -30,10 +30,11 @@ from ..ndp.descriptor import DESCRIPTOR_BITS, FLIT_BYTES
 __all__ = [
     "ACCESS", "REG_BYTES", "Register", "check_registers", "RegisterMap",
     "DEV_ID_MAGIC", "QUEUE_BASE", "QUEUE_STRIDE", "MAX_QUEUES", "PASID_BITS", "CTRL_ENABLE", "CTRL_IRQ_ENABLE",
-    "MAX_SQ_ENTRIES", "COUNTER_BITS", "GLOBAL_REGISTERS", "QUEUE_REGISTERS",
+    "MAX_SQ_ENTRIES", "COUNTER_BITS", "QWIN_ALIGN", "DEFAULT_DATA_PASID", "queue_pasid", "GLOBAL_REGISTERS", "QUEUE_REGISTERS",
     "SLOT_HEADER_BYTES", "DESC_OFFSET", "DESC_BYTES", "VALID_OFFSET", "VALID_TAG", "valid_word",
     "CPL_HEADER_BYTES", "CPL_SEQ_OFFSET", "CPL_STATUS_OFFSET", "CPL_RESULT_BYTES_OFFSET", "CPL_FLAG_OFFSET",
     "CPL_FLAG_TAG", "completion_flag", "QueueLayout",
+    "qwin_enabled", "placement_ok",
 ]
 
 #: Access types: read-only (writes are errors), read-write, write-only (reads are errors; a write is an event),
@@ -50,6 +51,16 @@ CTRL_ENABLE = 1 << 0               # CTRL bit 0: the queue is enabled (the devic
 CTRL_IRQ_ENABLE = 1 << 1           # CTRL bit 1: the queue's completions raise the interrupt
 COUNTER_BITS = 32                  # DOORBELL (tail), HEAD and ERRORS: free-running 32-bit counts
 MAX_SQ_ENTRIES = 1 << 16           # SQ_ENTRIES: 0 (disabled) or a power of two up to this
+QWIN_ALIGN = 64                    # QWIN_BASE / QWIN_LIMIT: multiples of one CXL.mem line (the filter's grain)
+#: Host-side defaults of the scripted driver (project choice, not a device property): the PASID of plain data
+#: stores / loads, and the PASID ``configure`` binds queue q to when none is given (q + 1, so no queue shares the
+#: data PASID 0).
+DEFAULT_DATA_PASID = 0
+
+
+def queue_pasid(queue: int) -> int:
+    """The driver's default PASID of queue ``queue`` (``queue + 1``)."""
+    return queue + 1
 
 
 @dataclass(frozen=True)
@@ -123,6 +134,12 @@ GLOBAL_REGISTERS = (
      "bit q: queue q posted a completion since the bit was last cleared; write 1 to clear"),
     ("INT_ENABLE", 0x18, "RW", 0, lambda n: n, "bit q: queue q may raise the interrupt line"),
     ("QUEUE_STRIDE", 0x20, "RO", QUEUE_STRIDE, 16, "bytes between consecutive queue register blocks"),
+    ("QWIN_BASE", 0x28, "RW", 0, 64,
+     "first byte of the reserved HDM queue window (a multiple of 64; locked while any queue is enabled)"),
+    ("QWIN_LIMIT", 0x30, "RW", 0, 64,
+     "end (exclusive) of the queue window (a multiple of 64); QWIN_LIMIT <= QWIN_BASE: no queue window"),
+    ("HMEM_REJECTS", 0x38, "RO", 0, COUNTER_BITS,
+     "count of host CXL.mem accesses the address filter rejected (saturating)"),
 )
 
 # Relative to QUEUE_BASE + q * QUEUE_STRIDE.
@@ -334,3 +351,31 @@ class QueueLayout:
 
 assert DESC_OFFSET + DESC_BYTES <= VALID_OFFSET and VALID_OFFSET + 8 <= SLOT_HEADER_BYTES
 assert CPL_RESULT_BYTES_OFFSET + 8 <= CPL_FLAG_OFFSET and CPL_FLAG_OFFSET + 8 <= CPL_HEADER_BYTES
+
+
+# ---- the reserved HDM queue window (device-side address filter) --------------------------------------------
+#
+# PLoRA IV-C: submission queues and completion areas live in a reserved HDM window, told apart from ordinary data
+# accesses of the host by a device-side address filter; per-requester queues are bound to a PASID. The window is
+# [QWIN_BASE, QWIN_LIMIT) (empty when QWIN_LIMIT <= QWIN_BASE: "no queue window", the reset state). The rules
+# below are this project's; docs/cxl_isolation.md explains them.
+
+
+def qwin_enabled(qwin_base: int, qwin_limit: int) -> bool:
+    """A queue window is programmed (``QWIN_LIMIT > QWIN_BASE``)."""
+    return qwin_limit > qwin_base
+
+
+def placement_ok(layout: "QueueLayout", sq_base: int, entries: int, cq_base: int, win_base: int, win_limit: int,
+                 enable: bool, qwin_base: int, qwin_limit: int) -> bool:
+    """The CSR placement rule (Python mirror of :class:`hdl.cxl.csr.CSRBank`): with a queue window programmed,
+    an *enabled* queue's submission ring ``[SQ_BASE, SQ_BASE + SQ_ENTRIES * slot_bytes)`` and completion area
+    ``[CQ_BASE, CQ_BASE + SQ_ENTRIES * cpl_bytes)`` lie inside ``[QWIN_BASE, QWIN_LIMIT)`` and its data window
+    ``[WIN_BASE, WIN_LIMIT)`` is empty or disjoint from it. A register write that would leave the queue violating
+    it is refused (error response, nothing changes). Without a queue window (or for a disabled queue) it holds."""
+    if not enable or not qwin_enabled(qwin_base, qwin_limit):
+        return True
+    sq_in = qwin_base <= sq_base and sq_base + entries * layout.slot_bytes <= qwin_limit
+    cq_in = qwin_base <= cq_base and cq_base + entries * layout.cpl_bytes <= qwin_limit
+    win_out = win_limit <= win_base or win_limit <= qwin_base or win_base >= qwin_limit
+    return sq_in and cq_in and win_out

@@ -1,9 +1,12 @@
 """Test top: the CXL NDP device (``hdl/cxl/device.py``) on a fixed-latency 64-byte-burst memory, with a scripted
 GPU's polling abstracted as a gate on its CXL.mem accesses.
 
-Ports (streams): ``mmio`` / ``mmio_rsp`` (the device's), ``hmem`` ``{addr, write, wdata, after}`` -> the device's
-``hmem`` once ``after`` completion records have been posted (over all queues; what a GPU polling its
-completion flags would wait for), ``hmem_rsp``, ``events`` and ``core_req`` (the device's; collect them whole).
+Ports (streams): ``mmio`` / ``mmio_rsp`` (the device's), ``hmem`` ``{addr, write, wdata, pasid, after,
+mmio_after}`` -> the device's ``hmem`` ``{addr, write, wdata, pasid}`` once ``after`` completion records have been
+posted (over all queues; what a GPU polling its completion flags would wait for) and ``mmio_after`` MMIO responses
+have been delivered (what a host that reads a register back to flush its posted MMIO writes, e.g. a queue's
+configuration, would wait for), ``hmem_rsp`` ``{rdata, err}``, ``events`` and ``core_req`` (the device's; collect
+them whole).
 """
 
 from amaranth.hdl import Module, Signal
@@ -12,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.cxl.device import CXLDevice, event_layout, core_req_layout
 from hdl.cxl.csr import mmio_request_layout, MMIO_RESPONSE_LAYOUT
+from hdl.cxl.regmap import PASID_BITS
 from sim.ndp.memory import BurstMemory
 
 __all__ = ["CXLSystem", "AFTER_BITS"]
@@ -35,8 +39,9 @@ class CXLSystem(wiring.Component):
             "mmio": In(stream.Signature(mmio_request_layout(self.regmap.addr_bits))),
             "mmio_rsp": Out(stream.Signature(MMIO_RESPONSE_LAYOUT)),
             "hmem": In(stream.Signature(data.StructLayout({
-                "addr": self.mem_addr_bits, "write": 1, "wdata": 512, "after": AFTER_BITS}))),
-            "hmem_rsp": Out(stream.Signature(data.StructLayout({"rdata": 512}))),
+                "addr": self.mem_addr_bits, "write": 1, "wdata": 512, "pasid": PASID_BITS, "after": AFTER_BITS,
+                "mmio_after": AFTER_BITS}))),
+            "hmem_rsp": Out(stream.Signature(data.StructLayout({"rdata": 512, "err": 1}))),
             "events": Out(stream.Signature(event_layout())),
             "core_req": Out(stream.Signature(core_req_layout(self.mem_addr_bits))),
         })
@@ -55,12 +60,16 @@ class CXLSystem(wiring.Component):
         done = Signal(AFTER_BITS + 1)
         with m.If(dev.events.valid):
             m.d.sync += done.eq(done + 1)
-        gate = done >= self.hmem.payload.after
+        mmio_done = Signal(AFTER_BITS + 1)
+        with m.If(self.mmio_rsp.valid & self.mmio_rsp.ready):
+            m.d.sync += mmio_done.eq(mmio_done + 1)
+        gate = (done >= self.hmem.payload.after) & (mmio_done >= self.hmem.payload.mmio_after)
         m.d.comb += [
             dev.hmem.valid.eq(self.hmem.valid & gate),
             dev.hmem.payload.addr.eq(self.hmem.payload.addr),
             dev.hmem.payload.write.eq(self.hmem.payload.write),
             dev.hmem.payload.wdata.eq(self.hmem.payload.wdata),
+            dev.hmem.payload.pasid.eq(self.hmem.payload.pasid),
             self.hmem.ready.eq(dev.hmem.ready & gate),
         ]
         return m

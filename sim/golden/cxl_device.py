@@ -34,10 +34,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hdl.cxl.regmap import (RegisterMap, QueueLayout, valid_word, completion_flag, CTRL_ENABLE, COUNTER_BITS,
+from hdl.cxl.regmap import (PASID_BITS, RegisterMap, QueueLayout, valid_word, completion_flag, CTRL_ENABLE, COUNTER_BITS,
                             MAX_SQ_ENTRIES, DESC_OFFSET, DESC_BYTES, VALID_OFFSET, CPL_SEQ_OFFSET,
                             CPL_STATUS_OFFSET, CPL_RESULT_BYTES_OFFSET, CPL_FLAG_OFFSET, CPL_HEADER_BYTES)
+from hdl.cxl.regmap import placement_ok, QWIN_ALIGN
 from hdl.cxl.device import line_window_ok
+from hdl.cxl.filter import FilterModel
 from hdl.ndp.config import NDPConfig
 from hdl.ndp.descriptor import DESCRIPTOR_BITS, DESCRIPTOR_LAYOUT, DescType, ErrorCode
 from .ndp_core import GoldenCore
@@ -52,7 +54,7 @@ AFTER_BITS = 16                 # width of hmem.after
 EVENT_QUEUE_BITS = 8
 EVENT_STATUS_BITS = 8
 #: Registers whose value depends on how far the device has got (a scripted read of them is racy).
-DYNAMIC_REGISTERS = ("HEAD", "ERRORS", "INT_STATUS")
+DYNAMIC_REGISTERS = ("HEAD", "ERRORS", "INT_STATUS", "HMEM_REJECTS")
 
 _MASK32 = (1 << COUNTER_BITS) - 1
 _DESC_MASK = (1 << DESCRIPTOR_BITS) - 1
@@ -166,8 +168,9 @@ def port_fields(regmap: RegisterMap, mem_addr_bits: int) -> dict:
     return {
         "mmio": Fields([("addr", regmap.addr_bits), ("write", 1), ("wdata", 64)]),
         "mmio_rsp": Fields([("rdata", 64), ("err", 1)]),
-        "hmem": Fields([("addr", mem_addr_bits), ("write", 1), ("wdata", 8 * LINE_BYTES), ("after", AFTER_BITS)]),
-        "hmem_rsp": Fields([("rdata", 8 * LINE_BYTES)]),
+        "hmem": Fields([("addr", mem_addr_bits), ("write", 1), ("wdata", 8 * LINE_BYTES), ("pasid", PASID_BITS),
+                        ("after", AFTER_BITS), ("mmio_after", AFTER_BITS)]),
+        "hmem_rsp": Fields([("rdata", 8 * LINE_BYTES), ("err", 1)]),
         "events": Fields([("queue", EVENT_QUEUE_BITS), ("index", COUNTER_BITS), ("status", EVENT_STATUS_BITS)]),
         "core_req": Fields([("queue", EVENT_QUEUE_BITS), ("addr", mem_addr_bits), ("write", 1)]),
     }
@@ -216,9 +219,12 @@ class GoldenRun:
     head: list
     errors: list
     int_status: int
+    rejects: int = 0
+    rejected: list = field(default_factory=list, repr=False)    # indices of the rejected hmem requests
 
 
 _ATTR = {"DOORBELL": "tail", "SQ_ENTRIES": "entries"}
+_PLACED = ("SQ_BASE", "SQ_ENTRIES", "CQ_BASE", "WIN_BASE", "WIN_LIMIT", "CTRL")
 
 
 class _Queue:
@@ -267,10 +273,13 @@ class GoldenDevice:
         mf, hf = self.fields["mmio"], self.fields["hmem"]
         mmio_rsp = [self._mmio(*mf.unpack(w)) for w in inputs.get("mmio", ())]
         hmem_rsp = []
-        pos = [hf.names.index(n) for n in ("addr", "write", "wdata", "after")]
-        (oa, ma), (ow, _), (od, md), (oq, mq) = ((hf.offsets[i], (1 << hf.spec[i][1]) - 1) for i in pos)
+        pos = [hf.names.index(n) for n in ("addr", "write", "wdata", "after", "pasid")]
+        (oa, ma), (ow, _), (od, md), (oq, mq), (op, mp) = ((hf.offsets[i], (1 << hf.spec[i][1]) - 1)
+                                                           for i in pos)
+        rsp = self.fields["hmem_rsp"]
         for k, w in enumerate(inputs.get("hmem", ())):
             addr, write, wdata, after = (w >> oa) & ma, (w >> ow) & 1, (w >> od) & md, (w >> oq) & mq
+            pasid = (w >> op) & mp
             if after > self._count:
                 self._drain(until=after)
                 if self._count < after:
@@ -280,10 +289,15 @@ class GoldenDevice:
             if addr >= self.depth:
                 raise ValueError(f"hmem request {k}: burst address {addr} beyond the {self.depth}-burst memory")
             a = addr * LINE_BYTES
-            if write:
+            if not self._host_ok(addr, pasid):          # the address filter (hdl/cxl/filter.py)
+                self._rejects = min(self._rejects + 1, _MASK32)
+                self._rejected.append(k)
+                if not write:
+                    hmem_rsp.append(rsp.pack(0, 1))
+            elif write:
                 self.memory[a:a + LINE_BYTES] = wdata.to_bytes(LINE_BYTES, "little")
             else:
-                hmem_rsp.append(self.fields["hmem_rsp"].pack(int.from_bytes(self.memory[a:a + LINE_BYTES], "little")))
+                hmem_rsp.append(rsp.pack(int.from_bytes(self.memory[a:a + LINE_BYTES], "little"), 0))
         self._drain(until=None)
         if order is not None and self._order_pos != len(order):
             q, i = order[self._order_pos]
@@ -295,7 +309,8 @@ class GoldenDevice:
             outputs={"mmio_rsp": mmio_rsp, "hmem_rsp": hmem_rsp,
                      "events": [ef.pack(e.queue, e.index, e.status) for e in self._events]},
             events=list(self._events), memory=self.memory, accesses=self._accesses, pending=pending,
-            head=[s.head for s in self._q], errors=[s.errors for s in self._q], int_status=self._int_status)
+            head=[s.head for s in self._q], errors=[s.errors for s in self._q], int_status=self._int_status,
+            rejects=self._rejects, rejected=list(self._rejected))
 
     # ---- state -------------------------------------------------------------------------------------------
 
@@ -306,6 +321,10 @@ class GoldenDevice:
         self._q = [_Queue() for _ in range(self.num_queues)]
         self._int_status = 0
         self._int_enable = 0
+        self._qwin_base = self._qwin_limit = 0
+        self._rejects = 0
+        self._rejected = []
+        self._filter = None
         self._count = 0
         self._events = []
         self._accesses = []
@@ -330,16 +349,37 @@ class GoldenDevice:
                     self._int_status &= ~v
                 elif r.name == "INT_ENABLE":
                     self._int_enable = v
+                elif r.name in ("QWIN_BASE", "QWIN_LIMIT"):
+                    if v % QWIN_ALIGN or any(s.ctrl & CTRL_ENABLE for s in self._q):
+                        return rsp.pack(0, 1)
+                    setattr(self, "_" + r.name.lower(), v)
             else:
+                if r.name in _PLACED:
+                    s = self._q[r.queue]
+                    vals = {n: getattr(s, _ATTR.get(n, n.lower())) for n in _PLACED}
+                    vals[r.name] = v
+                    if not placement_ok(self.layout, vals["SQ_BASE"], vals["SQ_ENTRIES"], vals["CQ_BASE"],
+                                        vals["WIN_BASE"], vals["WIN_LIMIT"], vals["CTRL"] & CTRL_ENABLE,
+                                        self._qwin_base, self._qwin_limit):
+                        return rsp.pack(0, 1)
                 setattr(self._q[r.queue], _ATTR.get(r.name, r.name.lower()), v)
             return rsp.pack(0, 0)
         if r.access == "WO":
             return rsp.pack(0, 1)
         if r.queue is None:
-            v = {"INT_STATUS": self._int_status, "INT_ENABLE": self._int_enable}.get(r.name, r.reset)
+            v = {"INT_STATUS": self._int_status, "INT_ENABLE": self._int_enable, "QWIN_BASE": self._qwin_base,
+                 "QWIN_LIMIT": self._qwin_limit, "HMEM_REJECTS": self._rejects}.get(r.name, r.reset)
         else:
             v = getattr(self._q[r.queue], _ATTR.get(r.name, r.name.lower()))
         return rsp.pack(v, 0)
+
+    # ---- host address filter -----------------------------------------------------------------------------
+
+    def _host_ok(self, line, pasid):
+        if self._filter is None:          # the registers are final once the MMIO stream is applied
+            self._filter = FilterModel([(s.sq_base, s.entries, s.cq_base, s.pasid, s.ctrl & CTRL_ENABLE)
+                                        for s in self._q], self._qwin_base, self._qwin_limit, self.layout)
+        return self._filter.ok(line, pasid)
 
     # ---- queue engine ------------------------------------------------------------------------------------
 

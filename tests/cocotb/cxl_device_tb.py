@@ -88,11 +88,14 @@ async def cxl_device_matches_golden(dut):
                                  "mmio_rsp")
         assert (rsp >> 64) & 1 == 0, f"MMIO write {addr:#x} failed"
 
-    async def line_write(addr, value):
-        await dev.transact("hmem", addr | (1 << abits) | (value << (abits + 1)), None)
+    # hmem payload {addr, write, wdata[512], pasid}; hmem_rsp {rdata[512], err}
+    async def line_write(addr, value, pasid=0):
+        await dev.transact("hmem", addr | (1 << abits) | (value << (abits + 1)) | (pasid << (abits + 513)), None)
 
-    async def line_read(addr):
-        return await dev.transact("hmem", addr, "hmem_rsp")
+    async def line_read(addr, pasid=0, err=0):
+        rsp = await dev.transact("hmem", addr | (pasid << (abits + 513)), "hmem_rsp")
+        assert rsp >> 512 == err, f"hmem read {addr:#x} (PASID {pasid:#x}): err {rsp >> 512}, expected {err}"
+        return rsp & ((1 << 512) - 1)
 
     for addr, value in vec["mmio_setup"]:
         await mmio_write(addr, value)
@@ -100,21 +103,24 @@ async def cxl_device_matches_golden(dut):
         await line_write(addr, value)
     for sub in vec["submissions"]:
         for addr, value in sub["slot_lines"]:
-            await line_write(addr, value)
-        await line_write(*sub["valid"])                      # the valid word, last
+            await line_write(addr, value, sub["pasid"])
+        await line_write(*sub["valid"], sub["pasid"])        # the valid word, last
+        for addr, value, pasid in sub.get("forged", ()):      # another requester overwrites the slot before the
+            await line_write(addr, value, pasid)              # doorbell: dropped by the filter (else it would run)
         await mmio_write(*sub["doorbell"])
     for exp in vec["expect"]:
         flag = exp["header"] >> 256 & ((1 << 64) - 1)
         for _ in range(2000):                                # poll the completion flag
-            hdr = await line_read(exp["cpl_line"])
+            hdr = await line_read(exp["cpl_line"], exp["pasid"])
             if (hdr >> 256) & ((1 << 64) - 1) == flag:
                 break
         else:
             raise AssertionError(f"queue {exp['queue']}: completion flag {flag:#x} never appeared")
         assert hdr == exp["header"], f"completion header {hdr:#x} != {exp['header']:#x}"
         for addr, value in exp["result_lines"]:
-            got = await line_read(addr)
+            got = await line_read(addr, exp["pasid"])
             assert got == value, f"result line {addr:#x}: {got:#x} != {value:#x}"
+            assert await line_read(addr, exp["pasid"] ^ 1, err=1) == 0     # wrong PASID: zeros + err
     mem_sampler.kill()
     dut._log.info("cxl_device: %d submissions completed and checked in %d cycles", len(vec["expect"]), dev.cycle)
 

@@ -1,6 +1,8 @@
 """cocotb run of the ``cxl_device`` top's Verilog (``cxl_device_tb.py``: the testbench is the GPU and the device
-memory): two queues, GEMV and LOAD results, a rejected descriptor and a window violation, completions polled
-over CXL.mem and checked bit for bit against the golden core."""
+memory): two queues bound to PASIDs 0x10 / 0x11, GEMV and LOAD results, a rejected descriptor and a window
+violation, a forged slot write by the other queue's requester (dropped by the address filter), completions polled
+over CXL.mem with the queue's PASID and checked bit for bit against the golden core, and every result line read
+again with the other PASID (zeros + err)."""
 
 import numpy as np
 
@@ -15,6 +17,7 @@ from cocotb_util import run_top
 SQ = {0: 0x40000, 1: 0x60000}
 CQ = {0: 0x80000, 1: 0xA0000}
 WIN = {0: (0x0000, 0x8000), 1: (0x8000, 0x10000)}
+PASID = {0: 0x10, 1: 0x11}          # queue q's requester; the other queue's PASID is PASID[q] ^ 1
 
 
 def _lines(base, raw: bytes):
@@ -37,7 +40,7 @@ def test_cxl_device_top_as_gpu(monkeypatch):
     setup = []
     for q in (0, 1):
         for name, value in (("SQ_BASE", SQ[q]), ("SQ_ENTRIES", 4), ("CQ_BASE", CQ[q]), ("WIN_BASE", WIN[q][0]),
-                            ("WIN_LIMIT", WIN[q][1]), ("CTRL", CTRL_ENABLE)):
+                            ("WIN_LIMIT", WIN[q][1]), ("PASID", PASID[q]), ("CTRL", CTRL_ENABLE)):
             setup.append([rm.offset(name, q), value])
     x = rng.standard_normal((1, 16)).astype(np.float16).view(np.uint16)
     # (queue, descriptor, input, window verdict); no KEEP/CHAIN, so each result is independent of the order
@@ -55,9 +58,13 @@ def test_cxl_device_top_as_gpu(monkeypatch):
         hdr[0:26] = d.encode().to_bytes(26, "little")
         slot_lines = (_lines(slot + SLOT_HEADER_BYTES, inp.tobytes()) if inp is not None else []) + \
             _lines(slot, bytes(hdr))
+        forged = bytearray(64)                                 # a LOAD of the other window, valid for slot k
+        forged[0:26] = load(WIN[1 - q][0], 1, 8).encode().to_bytes(26, "little")
+        forged[32:40] = valid_word(k).to_bytes(8, "little")
         hdr[32:40] = valid_word(k).to_bytes(8, "little")
-        submissions.append({"queue": q, "slot_lines": slot_lines, "valid": _lines(slot, bytes(hdr))[0],
-                            "doorbell": [rm.offset("DOORBELL", q), k + 1]})
+        submissions.append({"queue": q, "pasid": PASID[q], "slot_lines": slot_lines,
+                            "forged": [_lines(slot, bytes(forged))[0] + [PASID[q] ^ 1]],
+                            "valid": _lines(slot, bytes(hdr))[0], "doorbell": [rm.offset("DOORBELL", q), k + 1]})
         if in_window:
             c = golden.step(d, inp)
             status, result = c.status.value, c.result
@@ -67,7 +74,8 @@ def test_cxl_device_top_as_gpu(monkeypatch):
         cpl = CQ[q] + (k % 4) * lay.cpl_bytes
         header = k | (status << 64) | ((16 * len(words)) << 128) | (completion_flag(k) << 256)
         res = b"".join(w.to_bytes(16, "little") for w in words)
-        expect.append({"queue": q, "cpl_line": cpl // 64, "header": header, "result_lines": _lines(cpl + 64, res)})
+        expect.append({"queue": q, "pasid": PASID[q], "cpl_line": cpl // 64, "header": header,
+                       "result_lines": _lines(cpl + 64, res)})
     assert {e["header"] >> 64 & 0xFF for e in expect} >= {0, WINDOW_VIOLATION, 12}
 
     run_top(monkeypatch, "cxl_device", dut, "cxl_device_tb", "CXL_DEVICE_TB_VECTORS", {

@@ -45,7 +45,7 @@ def test_layout_and_formats():
     assert LAYOUT.slot_bytes == 768 and LAYOUT.cpl_bytes == 576
     assert LAYOUT.sq_bytes(4) <= CQ and CQ + LAYOUT.cq_bytes(4) <= RING
     f = port_fields(RegisterMap(2), 11)
-    assert f["hmem"].width == 11 + 1 + 512 + 16
+    assert f["hmem"].width == 11 + 1 + 512 + 20 + 16 + 16
     w = f["events"].pack(3, 0xDEADBEEF, 16)
     assert f["events"].unpack(w) == (3, 0xDEADBEEF, 16)
     with pytest.raises(ValueError, match="does not fit"):

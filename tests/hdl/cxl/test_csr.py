@@ -16,7 +16,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring, stream, data
 from amaranth.lib.wiring import In, Out
 
-from hdl.cxl.regmap import RegisterMap, MAX_SQ_ENTRIES, QUEUE_BASE
+from hdl.cxl.regmap import RegisterMap, QueueLayout, MAX_SQ_ENTRIES, QUEUE_BASE, placement_ok
 from hdl.cxl.csr import CSRBank
 from sim.backends import Traffic, stream_ports
 
@@ -93,8 +93,8 @@ class BankHarness(wiring.Component):
 class BankModel:
     """Sequential model of a CSRBank: registers, RO inputs, RW1C, WO doorbells, errors."""
 
-    def __init__(self, rm, addr_bits):
-        self.rm, self.addr_bits = rm, addr_bits
+    def __init__(self, rm, addr_bits, layout=QueueLayout(0, 0)):
+        self.rm, self.addr_bits, self.layout = rm, addr_bits, layout
         self.n = rm.num_queues
         self.store = {r.offset: r.reset for r in rm if r.access in ("RW", "RW1C")}
         self.head = [0] * self.n
@@ -133,9 +133,23 @@ class BankModel:
             self.store[r.offset] &= ~wdata & r.mask
         elif r.name == "SQ_ENTRIES" and not (wdata == 0 or (wdata & (wdata - 1) == 0 and wdata <= MAX_SQ_ENTRIES)):
             return 0, 1
+        elif r.name in ("QWIN_BASE", "QWIN_LIMIT") and (wdata % 64 or any(self.value("CTRL", q) & 1
+                                                                            for q in range(self.n))):
+            return 0, 1
+        elif r.queue is not None and r.name in ("SQ_BASE", "SQ_ENTRIES", "CQ_BASE", "WIN_BASE", "WIN_LIMIT",
+                                                "CTRL") and not self.placement(r, wdata & r.mask):
+            return 0, 1
         else:
             self.store[r.offset] = wdata & r.mask
         return 0, 0
+
+    def placement(self, r, v):
+        q = r.queue
+        vals = {name: self.value(name, q) for name in ("SQ_BASE", "SQ_ENTRIES", "CQ_BASE", "WIN_BASE", "WIN_LIMIT",
+                                                       "CTRL")}
+        vals[r.name] = v
+        return placement_ok(self.layout, vals["SQ_BASE"], vals["SQ_ENTRIES"], vals["CQ_BASE"], vals["WIN_BASE"],
+                            vals["WIN_LIMIT"], vals["CTRL"] & 1, self.value("QWIN_BASE"), self.value("QWIN_LIMIT"))
 
     def apply(self, kind, addr, write, wdata):
         if kind == KIND_MMIO:
@@ -167,11 +181,18 @@ def encode_cmd(kind, addr, write, wdata, addr_bits):
     return kind | addr << 2 | write << (2 + addr_bits) | wdata << (3 + addr_bits)
 
 
-def random_commands(rng, rm, addr_bits, count):
+def random_commands(rng, rm, addr_bits, count, qwin=False):
+    """``qwin``: program a queue window [4 KiB, 12 KiB) first and write placement registers often (addresses in
+    [0, 16 KiB)), so the queue window rules of CSRBank decide many writes."""
     regs = list(rm)
     n = rm.num_queues
     irq_regs = [rm.reg("INT_STATUS"), rm.reg("INT_ENABLE")] + [rm.reg("CTRL", q) for q in range(n)]
     cmds = []
+    if qwin:
+        cmds += [(KIND_MMIO, rm.offset("QWIN_BASE"), 1, 0x1000), (KIND_MMIO, rm.offset("QWIN_LIMIT"), 1, 0x3000)]
+        placed = [rm.reg(name, q) for q in range(n) for name in ("SQ_BASE", "SQ_ENTRIES", "CQ_BASE", "WIN_BASE",
+                                                                 "WIN_LIMIT", "CTRL")]
+        regs = regs + placed * 3
     for _ in range(count):
         u = rng.random()
         if u < 0.08:
@@ -205,15 +226,34 @@ def random_commands(rng, rm, addr_bits, count):
                                     rng.getrandbits(64), 3])
             elif r.name in ("CTRL", "INT_ENABLE", "INT_STATUS"):
                 wdata = rng.getrandbits(r.width) if rng.random() < 0.8 else wdata
+            elif r.name in ("QWIN_BASE", "QWIN_LIMIT", "SQ_BASE", "CQ_BASE", "WIN_BASE", "WIN_LIMIT") \
+                    and rng.random() < 0.8:     # a small address space, so the queue window rules decide
+                wdata = 64 * rng.randrange(256) + (rng.randrange(64) if rng.random() < 0.1 else 0)
+                if qwin and r.name.startswith("QWIN"):   # keep the window: rewrite it (locked?) or misalign
+                    wdata = (0x1000 if r.name == "QWIN_BASE" else 0x3000) + (8 if rng.random() < 0.5 else 0)
+                elif qwin and rng.random() < 0.8:        # mostly placements the rules accept
+                    wdata = (0x1000 + 64 * rng.randrange(96) if r.name in ("SQ_BASE", "CQ_BASE")
+                             else 0x3000 + 64 * rng.randrange(64))
+            if qwin and r.name == "SQ_ENTRIES" and rng.random() < 0.7:
+                wdata = rng.choice([1, 2, 4])
         cmds.append((KIND_MMIO, addr, int(write), wdata))
+    if qwin:    # directed end: a valid queue 0, then a data window moved onto the queue window, QWIN locked
+        for name, v in (("CTRL", 0), ("SQ_BASE", 0x1000), ("SQ_ENTRIES", 2), ("CQ_BASE", 0x2000),
+                        ("WIN_BASE", 0x3000), ("WIN_LIMIT", 0x3400), ("CTRL", 1), ("WIN_BASE", 0x800),
+                        ("WIN_LIMIT", 0x3400), ("SQ_ENTRIES", 64)):
+            cmds.append((KIND_MMIO, rm.offset(name, 0), 1, v))
+        cmds.append((KIND_MMIO, rm.offset("QWIN_BASE"), 1, 0))
     cmds.append((KIND_MMIO, rm.offset("INT_STATUS"), 0, 0))   # ends the run after every trace event
     return cmds
 
 
+LAYOUT = QueueLayout(128, 64)      # slot 384 bytes, completion record 128 bytes: extents matter
+
+
 def run_bank(backend, rm, cmds, *, addr_bits=None, traffic_seed=None, ready_prob=0.7, valid_prob=0.7):
-    dut = BankHarness(rm, addr_bits=addr_bits)
+    dut = BankHarness(rm, addr_bits=addr_bits, layout=LAYOUT)
     ab = dut.bank.addr_bits
-    model = BankModel(rm, ab)
+    model = BankModel(rm, ab, LAYOUT)
     for c in cmds:
         model.apply(*c)
     traffic = None
@@ -247,6 +287,27 @@ def test_random_sequences_match_model(backend, seed):
     # The sequence exercised every behaviour.
     assert any(e for _, e in model.responses) and any(not e for _, e in model.responses)
     assert model.doorbells and len(model.irq_trace) >= 4 and model.snaps
+
+
+def test_queue_window_rules_match_model(backend):
+    """With a queue window programmed: placement writes accepted and refused (ring / completion area outside the
+    window, data window overlapping it), QWIN locked while a queue is enabled, misaligned QWIN values refused."""
+    rm = RegisterMap(num_queues=4)
+    cmds = random_commands(random.Random(8), rm, rm.addr_bits, 1200, qwin=True)
+    _, model, run = run_bank(backend, rm, cmds, traffic_seed=7)
+    check(run, model)
+    names = {}
+    for c, (_, err) in zip([c for c in cmds if c[0] == KIND_MMIO], model.responses):
+        r = rm.at(c[1])
+        if r is not None and c[2]:
+            names.setdefault((r.name, err), 0)
+            names[(r.name, err)] += 1
+    for name in ("SQ_BASE", "CQ_BASE", "WIN_BASE", "WIN_LIMIT", "CTRL"):
+        assert names.get((name, 0)), (name, names)
+    for name in ("SQ_BASE", "CQ_BASE", "CTRL"):
+        assert names.get((name, 1)), (name, names)
+    assert names.get(("WIN_BASE", 1)) or names.get(("WIN_LIMIT", 1)), names
+    assert model.value("QWIN_LIMIT") == 0x3000 and names.get(("QWIN_BASE", 1))
 
 
 def test_wide_address_unmapped_above_size(backend):

@@ -18,7 +18,7 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "cxl_regmap.md"
 def test_no_overlap_aligned_and_inside_size(n):
     rm = RegisterMap(num_queues=n)
     regs = list(rm)
-    assert len(regs) == len(rm) == 5 + 10 * n
+    assert len(regs) == len(rm) == 8 + 10 * n
     offsets = [r.offset for r in regs]
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
     for r in regs:
