@@ -4,15 +4,17 @@
 ``acc_{k+1} = mac(X[b, k], A[k, n], acc_k)`` with :func:`sim.golden.fp16.mac` (product rounded to the
 accumulator format, then the add rounded). With ``lanes`` given and ``nb = N / lanes < MIN_NB`` the array
 splits K over ``S = min(ceil(MIN_NB / nb), K)`` phases: phase s accumulates the k with ``k mod S == s`` in
-the same sequential way, and ``Y = ((p_0 + p_1) + p_2) + ... + p_{S-1}`` (adds in the accumulator format). Vectorized over (b, n), a Python loop over k, so it is bit-exact
-to the RTL whatever the data (NaNs are canonical, signed zeros follow IEEE: ``+0 + -0 = +0``).
+the same sequential way, and ``Y = ((p_0 + p_1) + p_2) + ... + p_{S-1}`` (adds in the accumulator format).
+Vectorized over (b, k, n) with numpy's IEEE float16/float32 operations (each sequential sum is one
+``np.add.accumulate``), so it is bit-exact to the RTL whatever the data (NaNs are canonical, signed zeros follow
+IEEE: ``+0 + -0 = +0``).
 """
 
 import numpy as np
 
-from hdl.fp.format import FP16
-from . import fp16, fp32
-from .bits import as_bits, to_float64
+from hdl.fp.format import FP16, FP32
+from . import fp16
+from .bits import as_bits, canonicalize_nan, to_float64
 
 __all__ = ["gemm", "gemv", "to_float64", "accuracy", "phases", "MIN_NB"]
 
@@ -48,17 +50,33 @@ def gemm(x_bits, a_bits, *, acc: str = "fp16", lanes: int | None = None) -> np.n
     if lanes is not None and (lanes < 1 or a.shape[1] % lanes):
         raise ValueError(f"N ({a.shape[1]}) must be a positive multiple of lanes ({lanes})")
     S = phases(x.shape[1], a.shape[1], lanes)
-    parts = []
-    for s in range(S):
-        p = np.zeros((x.shape[0], a.shape[1]), dtype=dtype)  # +0
-        for k in range(s, x.shape[1], S):
-            p = fp16.mac(x[:, k, None], a[k, None, :], p, acc=acc)
-        parts.append(p)
-    y = parts[0]
-    add = fp16.add if acc == "fp16" else fp32.add
-    for p in parts[1:]:
-        y = add(y, p)
-    return y
+    B, K, N = x.shape[0], x.shape[1], a.shape[1]
+    # The same IEEE operations as ``fp16.mac`` step by step, vectorized: the products (fp32: exact in binary32;
+    # fp16: rounded to binary16, as FPMul), then each phase's sequential sum from +0 as ``np.add.accumulate``
+    # (strictly left to right, one rounding per add in the accumulator format). A phase with fewer k is padded
+    # with -0, the exact identity of IEEE addition (x + -0 = x for every x, +0 and NaN included). K goes in
+    # chunks (the accumulator carried over) so the temporaries stay small. NaN payloads are canonicalized once
+    # at the end: a NaN operand always gives a NaN, and no non-NaN result depends on a NaN's payload, so this
+    # equals canonicalizing after every operation.
+    ftype = np.float16 if acc == "fp16" else np.float32
+    steps = -(-K // S) if K else 0
+    chunk = max(1, min(steps, (1 << 20) // max(1, B * S * N)))       # k steps per chunk (of S products each)
+    with np.errstate(all="ignore"):
+        xf = x.view(np.float16).astype(ftype)
+        af = a.view(np.float16).astype(ftype)
+        carry = np.zeros((B, S, 1, N), dtype=ftype)                 # +0 per phase
+        for j0 in range(0, steps, chunk):
+            j1 = min(steps, j0 + chunk)
+            k0, k1 = j0 * S, min(K, j1 * S)
+            terms = np.full((B, j1 - j0, S, N), -0.0, dtype=ftype)
+            terms.reshape(B, (j1 - j0) * S, N)[:, :k1 - k0, :] = xf[:, k0:k1, None] * af[None, k0:k1, :]
+            terms = np.concatenate([carry, terms.transpose(0, 2, 1, 3)], axis=2)   # (B, S, 1 + steps, N)
+            carry = np.add.accumulate(terms, axis=2)[:, :, -1:, :]
+        y = carry[:, 0, 0, :]
+        for s in range(1, S):
+            y = y + carry[:, s, 0, :]                                 # ((p_0 + p_1) + p_2) + ...
+    bits = np.ascontiguousarray(y).view(dtype)
+    return canonicalize_nan(bits, FP16 if acc == "fp16" else FP32)
 
 
 def gemv(x_bits, a_bits, *, acc: str = "fp16", lanes: int | None = None) -> np.ndarray:

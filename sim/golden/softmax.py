@@ -16,16 +16,16 @@ exponentials ``E[r, j]``, the row maximum ``m_r`` and the FP32 sum ``sum_r`` of 
    every accumulator starts at +0); finally a pairwise FP32 tree over the phases,
    ``(A0 + A1) + (A2 + A3)``.
 
-Every operation is :mod:`sim.golden.fp16` / :mod:`sim.golden.fp32` / :mod:`sim.golden.exp`, which are bit-exact
-to the RTL units, so the model is bit-exact to the RTL whatever the data.
+Every operation is :mod:`sim.golden.fp16` / :mod:`sim.golden.fp32` / :mod:`sim.golden.exp` (or the same numpy IEEE
+operation), which are bit-exact to the RTL units, so the model is bit-exact to the RTL whatever the data.
 """
 
 import numpy as np
 
 from hdl.fp.add import FPAdd
-from hdl.fp.format import FP16
-from . import fp16, fp32
-from .bits import as_bits, to_float64
+from hdl.fp.format import FP16, FP32
+from . import fp16
+from .bits import as_bits, canonicalize_nan, to_float64
 from .exp import exp as exp16
 
 __all__ = ["PHASES", "softmax_rows", "row_max", "to_float64", "accuracy"]
@@ -56,13 +56,16 @@ def _tree(values, op):
 
 
 def row_max(p_bits, lanes: int) -> np.ndarray:
-    """``m_r`` as the RTL computes it (running per-lane FPMax, then a pairwise lane tree): uint16 (R,)."""
+    """``m_r`` as the RTL computes it (running per-lane FPMax, then a pairwise lane tree): uint16 (R,).
+
+    FPMax is the maximum in a total order (``-0 < +0``; a NaN operand gives the canonical NaN), so any
+    evaluation order gives the same bits: computed as one vectorized maximum of the order's integer key
+    (injective on non-NaN patterns), the canonical NaN for rows holding a NaN."""
     p = _check(p_bits, lanes)
-    beats = p.reshape(p.shape[0], -1, lanes)  # (R, nb, lanes)
-    acc = fp16.max_cmp(beats[:, 0], beats[:, 0])[0]
-    for q in range(1, beats.shape[1]):
-        acc = fp16.max_cmp(beats[:, q], acc)[0]  # FPMax a = new score, b = running value
-    return _tree(acc, lambda a, b: fp16.max_cmp(a, b)[0])
+    key = np.where(p & 0x8000, -(p & 0x7FFF).astype(np.int32) - 1, p.astype(np.int32))
+    nan = (((p >> FP16.frac_bits) & FP16.exp_max) == FP16.exp_max) & ((p & ((1 << FP16.frac_bits) - 1)) != 0)
+    m = np.take_along_axis(p, np.argmax(key, axis=1)[:, None], axis=1)[:, 0]
+    return np.where(nan.any(axis=1), np.uint16(FP16.qnan_bits), m).astype(np.uint16)
 
 
 def softmax_rows(p_bits, lanes: int):
@@ -72,12 +75,15 @@ def softmax_rows(p_bits, lanes: int):
     nb = length // lanes
     m = row_max(p, lanes)
     e = exp16(fp16.add(p, (m ^ _NEG)[:, None]))
-    e32 = fp16.to_f32(e).reshape(rows, nb, lanes)
-    s = _tree(e32, fp32.add)  # (R, nb): lane tree per beat
-    acc = np.zeros((rows, PHASES), np.uint32)  # +0
-    for q in range(nb):
-        acc[:, q % PHASES] = fp32.add(acc[:, q % PHASES], s[:, q])
-    total = _tree(acc, fp32.add)
+    # The FP32 sum in the RTL's order with numpy's IEEE binary32 adds (as fp32.add), NaNs canonicalized once at
+    # the end (a NaN operand always gives a NaN, and no other result depends on a NaN's payload).
+    with np.errstate(all="ignore"):
+        e32 = fp16.to_f32(e).view(np.float32).reshape(rows, nb, lanes)
+        s = _tree(e32, np.add)  # (R, nb): lane tree per beat
+        acc = np.zeros((rows, PHASES), np.float32)  # +0
+        for q in range(nb):
+            acc[:, q % PHASES] += s[:, q]
+        total = canonicalize_nan(np.ascontiguousarray(_tree(acc, np.add)).view(np.uint32), FP32)
     return e.astype(np.uint16), m.astype(np.uint16), total.astype(np.uint32)
 
 

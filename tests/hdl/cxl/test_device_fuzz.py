@@ -2,16 +2,19 @@
 """Property test of the CXL NDP device RTL under Verilator: random multi-queue programs (sim/perf/cxl_fuzz.py)
 against the golden device replayed in the RTL's order.
 
-Each Hypothesis example is one *batch*: as many independent random cases (2-4 queues each: random rings,
-windows, descriptors mostly valid and small, out-of-window operands, malformed descriptors, early / coalesced /
-late doorbells, interleavings, random stalls) as fit in the 16 queues of one device, run concurrently in one
-Verilator run. Properties, per case: every submission completes within the run's cycle bound (no hang); every core
-memory request lies in its queue's window and in an accepted operand of that queue; every window area read back
-at the end equals its initial data plus the queue's own STOREs (nothing else wrote it); events, completion
-records, results and window data equal the golden device's.
+Each Hypothesis example runs *batches* (seeds derived from the example's seed) until it has run
+:data:`CASES_PER_EXAMPLE` cases; a batch packs as many independent random cases (2-4 queues each: random
+rings, windows, descriptors mostly valid and small, out-of-window operands, malformed descriptors, early /
+coalesced / late doorbells, interleavings, random stalls) as fit in the example's number of queues (of the 16 of
+one device) and runs them concurrently in one Verilator run. Properties, per case: every submission completes within
+the run's cycle bound (no hang); every core memory request lies in its queue's window and in an accepted operand
+of that queue; every window area read back at the end equals its initial data plus the queue's own STOREs
+(nothing else wrote it); events, completion records, results and window data equal the golden device's.
 
-``CXL_FUZZ_BATCHES`` (default 100) sets the examples per half (two halves, so ``pytest -n 2`` runs them on both
-workers); a batch holds ~5.3 cases. ``python -m sim.perf.cxl_fuzz --cases N`` runs long campaigns.
+``CXL_FUZZ_CASES`` (default 10,000) sets the cases, at least, over :data:`SHARDS` shards (so ``pytest -n 2``
+spreads them over both workers and balances the end of the run): ``ceil(CXL_FUZZ_CASES / SHARDS /
+CASES_PER_EXAMPLE)`` examples per shard. 10,000 cases take ~215 s of one core (~21 ms per case).
+``python -m sim.perf.cxl_fuzz --cases N`` runs long campaigns.
 """
 
 import os
@@ -26,9 +29,14 @@ from host.cxl_driver import Driver, backend_named
 from sim.backends import SimulationTimeout
 from sim.golden.cxl_device import status_name
 from hdl.cxl.device import WINDOW_VIOLATION
-from sim.perf.cxl_fuzz import run_batch, make_batch, FUZZ_QUEUES, FUZZ_CONFIG, FUZZ_DEPTH
+from sim.perf.cxl_fuzz import run_batch, make_batch, _late_delay, FUZZ_QUEUES, FUZZ_CONFIG, FUZZ_DEPTH
 
-BATCHES = int(os.environ.get("CXL_FUZZ_BATCHES", "100"))
+CASES = int(os.environ.get("CXL_FUZZ_CASES", "10000"))
+#: Cases per Hypothesis example (several batches: the per-example overhead stays small, and the case count is
+#: exact whatever number of queues the example draws).
+CASES_PER_EXAMPLE = 25
+SHARDS = 4
+EXAMPLES = max(1, -(-CASES // (SHARDS * CASES_PER_EXAMPLE)))
 
 
 def _report(res):
@@ -40,23 +48,31 @@ def _report(res):
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("half", [0, 1])
-@settings(max_examples=BATCHES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(seed=st.integers(0, 2**62), max_subs=st.integers(1, 6),
+@pytest.mark.parametrize("shard", range(SHARDS))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2**55), max_subs=st.integers(1, 6),
        queues=st.sampled_from([2, 5, 8] + [FUZZ_QUEUES] * 9))
-def test_random_programs(half, seed, max_subs, queues):
-    res = run_batch(backend_named("verilator"), 2 * seed + half, max_subs=max_subs, queues=queues)
-    assert res.ok, _report(res)
+def test_random_programs(shard, seed, max_subs, queues):
+    backend = backend_named("verilator")
+    done = k = 0
+    while done < CASES_PER_EXAMPLE:        # batch seeds (4 seed + shard) * 64 + k: at most 25 batches (1 case each)
+        res = run_batch(backend, ((SHARDS * seed + shard) << 6) + k, max_subs=max_subs, queues=queues)
+        assert res.ok, _report(res)
+        done += res.cases
+        k += 1
 
 
 def test_generator_covers_the_features():
     """The generator produces every feature the properties are about (checked on the scripts, no RTL)."""
-    feats, statuses = set(), set()
+    feats, statuses, delays = set(), set(), set()
     for seed in range(40):
         b = make_batch(seed)
         for c in b.cases:
             feats |= c.features
         statuses |= {e.status for e in b.driver.run("golden").events}
+        late = _late_delay(b.driver)
+        delays.add("none" if b.mmio_delay == 0 else "late" if b.mmio_delay == late else "partial")
+    assert delays == {"none", "partial", "late"}
     assert {"escape_other_window", "escape_straddle", "escape_below", "escape_wrap", "malformed", "ring_wrap",
             "doorbell_early", "doorbell_defer", "coalesced", "keep", "chain", "empty_window"} <= feats
     names = {status_name(s) for s in statuses}

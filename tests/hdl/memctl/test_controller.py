@@ -46,8 +46,24 @@ def flat_addr(ctl, addr):
     return flat_burst_address(ctl.config.org, d["rank"], d["bg"], d["bank"], d["row"], d["col"])
 
 
+_REQ_FIELDS = {}
+
+
 def req(ctl, addr, write=False, wdata=0, tag=0):
-    return int(ctl.request_layout.const({"addr": addr, "write": int(write), "wdata": wdata, "tag": tag}).as_value().value)
+    """The packed request payload (``ctl.request_layout``), by shifts at the layout's field offsets: the same int
+    as ``request_layout.const({...}).as_value().value`` (tests build up to 60k requests; that is ~50x faster)."""
+    fields = _REQ_FIELDS.get(id(ctl.request_layout))
+    if fields is None:
+        fields = _REQ_FIELDS[id(ctl.request_layout)] = (
+            ctl.request_layout, {name: (f.offset, f.width) for name, f in ctl.request_layout})
+    out = 0
+    for name, v in (("addr", addr), ("write", int(write)), ("wdata", wdata), ("tag", tag)):
+        off, width = fields[1][name]
+        v = int(v)
+        if not 0 <= v < 1 << width:
+            raise ValueError(f"request field {name}: {v} does not fit {width} bits")
+        out |= v << off
+    return out
 
 
 def unpack_resp(ctl, payload):
