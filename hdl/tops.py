@@ -86,6 +86,7 @@ from .pim.bank_pu import BankPU
 from .pim.relayout import Relayout
 from .pim.adder_unit import AdderUnit
 from .pim.softmax_unit import PIMSoftmaxUnit, PIMNormalizer
+from .pim.rank_pu import RankPU, PIMSequencer
 
 PIM_TOPS = {
     # One bank PU (4 FP16 multipliers + 4 adders; identical for the paper and tiny presets), docs/pim_bank_pu.md.
@@ -97,6 +98,11 @@ PIM_TOPS = {
     "pim_adder_unit": lambda: AdderUnit(PIM_PAPER),
     "pim_softmax": lambda: PIMSoftmaxUnit(PIM_PAPER),
     "pim_normalizer": lambda: PIMNormalizer(PIM_PAPER),
+    # The rank PU of one paper rank: sequencer (all-bank command program, dynamic refresh) + 128 bank PUs' data
+    # routing + adder unit + softmax unit + normalizer + rank buffer (docs/pim_rank_pu_sequencer.md); and the
+    # sequencer alone.
+    "pim_rank_pu": lambda: RankPU(PIM_PAPER),
+    "pim_rank_pu_seq": lambda: PIMSequencer(PIM_PAPER),
 }
 
 TOPS.update(PIM_TOPS)

@@ -1,0 +1,331 @@
+"""Simulation top of one DIMM-PIM channel running the fused decode-attention kernel through the real RTL: a
+:class:`hdl.pim.rank_pu.RankPU` (buffer chip), ``chips x banks`` :class:`hdl.pim.bank_pu.BankPU` (one per bank per
+chip) and the :class:`sim.dram.device.DRAMChannel` device model (real timing and storage, initialised with the KV
+cache by :func:`hdl.pim.mapping.kv_store_image`). Design notes and measured cycles: ``docs/pim_rank_pu_sequencer.md``.
+
+:class:`PIMChannelSystem` streams (runnable on both backends with ``run_streams``):
+
+* ``launch`` (in, :func:`hdl.pim.rank_pu.launch_layout`): one head per item.
+* ``result`` (out, 16): ``d`` FP16 per head, in element order.
+* ``done`` (out, :data:`done_layout`): one item per head, in the cycle its last result element is taken:
+  ``cycle``, the device model's ``violations`` count so far, ``refreshes`` / ``urgent`` (REFs issued so far /
+  of them inside a head), ``errors`` (the rank PU's sticky error bits), ``dropped`` (trace records lost).
+* ``trace`` (out, ``trace_layout(org)``): every command on the bus with its cycle; collect it whole
+  (``expected=None``) and check it with :func:`sim.dram.checker.check_trace`.
+* ``scores`` (out) / ``p_in`` (in): only with ``softmax=False`` (see :class:`RankPU`).
+
+Python drivers: :func:`run_fused` (K, V, q -> outputs, cycles, trace, per-head cycle stamps), :func:`rtl_cycles`
+(cycle counts per L for the perf model's calibration).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from amaranth.hdl import Module, Signal, Cat, Mux
+from amaranth.hdl import Shape
+from amaranth.lib import wiring, stream, data
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from hdl.memctl.commands import Cmd, trace_layout, CYCLE_BITS
+from hdl.pim.bank_pu import BankPU
+from hdl.pim.config import PIMConfig
+from hdl.pim.rank_pu import RankPU, launch_layout, head_cycle_bound
+from sim.dram.device import DRAMChannel
+
+__all__ = ["PIMChannelSystem", "done_layout", "FusedRun", "run_fused", "rtl_cycles", "ideal_cycles",
+           "encode_launch", "tiny_rows", "micro"]
+
+done_layout = data.StructLayout({"cycle": CYCLE_BITS, "violations": 32, "refreshes": 32, "urgent": 16,
+                                 "errors": 4, "dropped": 16})
+
+
+class PIMChannelSystem(wiring.Component):
+    """One channel: the rank PU of ``rank`` + its bank PUs + the DRAM device model.
+
+    ``init``: DRAMChannel initial contents (``kv_store_image``); ``storage=False``: the timing-only device
+    model (reads return addresses: outputs are garbage, cycle counts are exact -- the datapath's timing does
+    not depend on values). ``softmax``: see :class:`RankPU`. The channel's other ranks are idle; the top
+    refreshes them every tREFI in command slots the rank PU leaves free.
+    """
+
+    TRACE_DEPTH = 64
+
+    def __init__(self, config: PIMConfig, init=None, *, rank: int = 0, storage: bool = True,
+                 softmax: bool = True):
+        if not isinstance(config, PIMConfig):
+            raise ValueError(f"config must be a PIMConfig, got {type(config).__name__}")
+        self.config = config
+        self.org = org = config.dram.org
+        self.softmax = softmax
+        self.rank = rank
+        self.rank_pu = RankPU(config, rank=rank, softmax=softmax)
+        self.dram = DRAMChannel(config.dram, init, storage=storage)
+        ports = {
+            "launch": In(stream.Signature(launch_layout(config))),
+            "result": Out(stream.Signature(16)),
+            "done": Out(stream.Signature(done_layout)),
+            "trace": Out(stream.Signature(trace_layout(org))),
+        }
+        if not softmax:
+            ports["scores"] = Out(stream.Signature(16))
+            ports["p_in"] = In(stream.Signature(16 * config.token_sets))
+        super().__init__(ports)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, org = self.config, self.org
+        C, B, bpt = cfg.chips, cfg.banks, cfg.bursts_per_token
+        BB = org.burst_bits
+        m.submodules.rank_pu = rpu = self.rank_pu
+        m.submodules.dram = dram = self.dram
+        m.d.comb += rpu.ab_valid.eq(dram.ab_valid)
+        # The other ranks of the channel are idle (precharged): a REF for each every tREFI, in a cycle the rank PU
+        # leaves the command bus free (so the device and the checker see a fully refreshed channel).
+        tm = cfg.dram.timing
+        bus = Signal.like(rpu.cmd)
+        m.d.comb += bus.eq(rpu.cmd)
+        for r in range(org.ranks):
+            if r == self.rank:
+                continue
+            due = Signal(range(-8, 16), name=f"idle_ref_due_{r}")
+            ph = Signal(range(tm.tREFI), name=f"idle_ref_phase_{r}")
+            tick = (ph == tm.tREFI - 1)
+            m.d.sync += ph.eq(Mux(tick, 0, ph + 1))
+            go = (due > 0) & (rpu.cmd.kind == Cmd.NOP)
+            with m.If(go):
+                m.d.comb += [bus.kind.eq(Cmd.REF), bus.rank.eq(r)]
+            m.d.sync += due.eq(due + tick - go)
+        m.d.comb += dram.cmd.eq(bus)
+
+        # ---- bank PUs: one per (chip, logic bank), fed by the bank's row word and the chip's broadcast -----
+        readies = []
+        for c in range(C):
+            for b in range(B):
+                pu = BankPU(cfg)
+                m.submodules[f"bank_pu_c{c}_b{b}"] = pu
+                burst = dram.ab_rdata[b * BB:(b + 1) * BB]
+                # chip c's element j = its bytes of beats 2j (low) and 2j + 1 (high) (hdl/pim/mapping.py)
+                row = Cat(*[Cat(burst[8 * C * (2 * j) + 8 * c:][:8], burst[8 * C * (2 * j + 1) + 8 * c:][:8])
+                            for j in range(4)])
+                k = c * B + b
+                m.d.comb += [
+                    pu.i.valid.eq(rpu.pu_valid),
+                    pu.i.payload.row.eq(row),
+                    pu.i.payload.bcast.eq(rpu.pu_bcast[c]),
+                    pu.i.payload.sel.eq(b // bpt),
+                    pu.i.payload.mode.eq(rpu.pu_ctrl.mode),
+                    pu.i.payload.first.eq(rpu.pu_ctrl.first),
+                    pu.i.payload.last.eq(rpu.pu_ctrl.last),
+                    rpu.pu_res[k].eq(pu.o.payload.data),
+                    rpu.pu_res_valid[k].eq(pu.o.valid),
+                    pu.o.ready.eq(rpu.pu_res_ready[k]),
+                ]
+                readies.append(pu.i.ready)
+        m.d.comb += rpu.pu_ready.eq(Cat(*readies).all())
+
+        wiring.connect(m, wiring.flipped(self.launch), rpu.launch)
+        if not self.softmax:
+            wiring.connect(m, wiring.flipped(self.p_in), rpu.p_in)
+            wiring.connect(m, rpu.scores, wiring.flipped(self.scores))
+
+        # ---- results and the per-head done record -----------------------------------------------------------
+        d = cfg.head_dim
+        nres = Signal(range(d))
+        dropped = Signal(16)
+        done_q = m.submodules.done_q = SyncFIFOBuffered(width=done_layout.size, depth=4)
+        res_fire = Signal()
+        m.d.comb += [
+            self.result.valid.eq(rpu.result.valid & done_q.w_rdy),
+            self.result.payload.eq(rpu.result.payload),
+            rpu.result.ready.eq(self.result.ready & done_q.w_rdy),
+            res_fire.eq(self.result.valid & self.result.ready),
+        ]
+        with m.If(res_fire):
+            m.d.sync += nres.eq(Mux(nres == d - 1, 0, nres + 1))
+        rec = Signal(done_layout)
+        m.d.comb += [rec.cycle.eq(dram.cycle), rec.violations.eq(dram.violations), rec.refreshes.eq(rpu.refreshes),
+                     rec.urgent.eq(rpu.urgent_refreshes), rec.errors.eq(rpu.errors), rec.dropped.eq(dropped)]
+        m.d.comb += [done_q.w_en.eq(res_fire & (nres == d - 1)), done_q.w_data.eq(rec),
+                     self.done.valid.eq(done_q.r_rdy), self.done.payload.eq(done_q.r_data),
+                     done_q.r_en.eq(self.done.ready)]
+
+        # ---- command trace ----------------------------------------------------------------------------------
+        tw = Shape.cast(trace_layout(org)).width
+        tq = m.submodules.trace_q = SyncFIFOBuffered(width=tw, depth=self.TRACE_DEPTH)
+        m.d.comb += [tq.w_en.eq(bus.kind != Cmd.NOP), tq.w_data.eq(Cat(bus.as_value(), dram.cycle)),
+                     self.trace.valid.eq(tq.r_rdy), self.trace.payload.eq(tq.r_data), tq.r_en.eq(self.trace.ready)]
+        with m.If(tq.w_en & ~tq.w_rdy):
+            m.d.sync += dropped.eq(dropped + 1)
+        return m
+
+
+# ---- Python drivers ---------------------------------------------------------------------------------------
+
+def encode_launch(config, L, k_row0, v_row0, q, postpone=None) -> int:
+    q = np.asarray(q, dtype=np.uint16)
+    if q.shape != (config.head_dim,):
+        raise ValueError(f"q must have shape ({config.head_dim},), got {q.shape}")
+    if not 1 <= L <= config.max_tokens:
+        raise ValueError(f"L = {L} outside [1, config.max_tokens = {config.max_tokens}]")
+    if postpone is None:
+        postpone = config.max_postponed_refresh
+    if not 0 <= postpone <= config.max_postponed_refresh:
+        raise ValueError(f"postpone = {postpone} outside [0, config.max_postponed_refresh = "
+                         f"{config.max_postponed_refresh}]")
+    qv = int.from_bytes(q.astype("<u2").tobytes(), "little")
+    return launch_layout(config).const({"L": L, "k_row0": k_row0, "v_row0": v_row0, "postpone": postpone,
+                                        "q": qv}).as_value().value
+
+
+def ideal_cycles(config, L) -> int:
+    """The all-bank ideal of one head: every RD_AB of both phases back to back at tCCD_L."""
+    B, G, bpt = config.banks, config.token_sets, config.bursts_per_token
+    return (-(-L // B) * bpt + -(-L // G)) * config.dram.timing.tCCD_L
+
+
+@dataclass
+class FusedRun:
+    out: np.ndarray              # (heads, d) uint16
+    cycles: int                  # run_streams cycles (reset to the last result taken)
+    trace: list                  # TraceCommand list
+    done: list                   # per head: dict of done_layout fields
+    violations: list             # sim.dram.checker violations of the trace
+    scores: np.ndarray | None = None
+    wall_seconds: float = 0.0
+    head_cycles: list = field(default_factory=list)   # per head: cycles from its first command to its result
+
+    @property
+    def device_violations(self) -> int:
+        return self.done[-1]["violations"] if self.done else 0
+
+
+def _decode_done(payloads):
+    out = []
+    for p in payloads:
+        rec = {}
+        for name, f in done_layout:
+            w = Shape.cast(f.shape).width
+            rec[name] = (int(p) >> f.offset) & ((1 << w) - 1)
+        out.append(rec)
+    return out
+
+
+def run_fused(backend, config, K, V, q, *, L=None, heads_order=None, component=None, layout=None, traffic=None,
+              softmax=True, p_words=None, max_cycles=None, check=True, postpone=None) -> FusedRun:
+    """Run heads through :class:`PIMChannelSystem` on ``backend`` (a name or a Backend).
+
+    ``K``, ``V``: (heads, L, d) FP16 bits stored in rank 0 (:func:`head_layout`); ``q``: (n, d) queries, one
+    launch each, of head ``heads_order[i]`` (default ``i``). ``component`` / ``layout``: reuse a built system
+    (its image must hold ``K``/``V`` at ``layout``). ``softmax=False``: ``p_words`` (list of int, all
+    launches' context RD_ABs in order) are fed on ``p_in``."""
+    from hdl.pim.mapping import head_layout, kv_store_image
+    from sim.backends import get_backend
+    from sim.dram.trace import decode_trace
+    from sim.dram.checker import check_trace
+    if isinstance(backend, str):
+        backend = get_backend(backend)
+    K = np.asarray(K, np.uint16)
+    V = np.asarray(V, np.uint16)
+    if K.ndim == 2:
+        K, V = K[None], V[None]
+    q = np.asarray(q, np.uint16)
+    if q.ndim == 1:
+        q = q[None]
+    H, Lk, d = K.shape
+    if layout is None:
+        layout = head_layout(config, Lk, H)
+    if component is None:
+        component = PIMChannelSystem(config, kv_store_image(config, K, V, layout), softmax=softmax)
+    order = list(range(len(q))) if heads_order is None else list(heads_order)
+    Ls = [Lk if L is None else (L[i] if isinstance(L, (list, tuple)) else L) for i in range(len(q))]
+    pp = [postpone[i] if isinstance(postpone, (list, tuple)) else postpone for i in range(len(q))]
+    launches = [encode_launch(config, Ls[i], layout.k_row0[h], layout.v_row0[h], q[i], pp[i])
+                for i, h in enumerate(order)]
+    inputs = {"launch": launches}
+    expected = {"result": d * len(q), "done": len(q), "trace": None}
+    if not softmax:
+        inputs["p_in"] = list(p_words or [])
+        expected["scores"] = None
+    if max_cycles is None:
+        max_cycles = sum(4 * head_cycle_bound(config, x, drain=RankPU.drain_bound(config)) for x in Ls) + 20000
+    run = backend.run_streams(component, inputs, expected, traffic=traffic, max_cycles=max_cycles)
+    out = np.array(run.outputs["result"], np.uint16).reshape(len(q), d)
+    trace = decode_trace(run.outputs["trace"], config.dram.org)
+    done = _decode_done(run.outputs["done"])
+    viol = check_trace(trace, config.dram, end_cycle=run.cycles) if check else []
+    scores = np.array(run.outputs["scores"], np.uint16) if not softmax else None
+    # per head: first command of the head (first ACT_AB after the previous head's done) -> its done cycle
+    head_cycles, start_i = [], 0
+    for rec in done:
+        first = next((c.cycle for c in trace[start_i:] if c.kind is Cmd.ACT_AB), None)
+        head_cycles.append(rec["cycle"] - first + 1 if first is not None else None)
+        while start_i < len(trace) and trace[start_i].cycle <= rec["cycle"]:
+            start_i += 1
+    return FusedRun(out=out, cycles=run.cycles, trace=trace, done=done, violations=viol, scores=scores,
+                    wall_seconds=run.wall_seconds, head_cycles=head_cycles)
+
+
+def tiny_rows(rows=64):
+    """TINY with ``rows`` rows per bank (the same 2 chips x 16 banks, head dim 32, 4 KiB rank buffer = 2K
+    tokens). More rows: room for L = 2K (TINY's 16 rows hold ~1K tokens of K + V); fewer: a smaller device
+    model for the Amaranth simulator (its storage is initialised bit by bit)."""
+    from dataclasses import replace
+    from hdl.pim.config import TINY
+    org = replace(TINY.dram.org, name=f"ddr4-3200-pim-tiny-r{rows}", rows=rows)
+    return replace(TINY, name=f"tiny-r{rows}", dram=replace(TINY.dram, name=org.name, org=org))
+
+
+def rtl_cycles(config=None, L_list=(64, 128, 256, 512, 1024, 2048), *, backend="verilator", storage=False,
+               component=None):
+    """Measured RTL cycles of one head per ``L`` (one system, built once; one run per L from reset, so every head
+    starts on an idle rank; timing-only DRAM storage by default: cycle counts do not depend on the data).
+
+    Returns ``{L: {...}}`` with ``head_cycles`` (the head's first command to its last result element taken,
+    inclusive), ``ideal`` (:func:`ideal_cycles`), ``ratio`` = head_cycles / ideal, ``score_span`` (first to
+    last score RD_AB + tCCD_L), ``gap`` (last score RD_AB to first context RD_AB), ``context_span``, ``tail``
+    (last context RD_AB to the last result), ``commands``, ``violations`` (device model). For the perf model's
+    calibration (sim/perf/pim_bench.py)."""
+    from hdl.pim.mapping import head_layout
+    from sim.backends import get_backend
+    from sim.dram.trace import decode_trace
+    if config is None:
+        config = tiny_rows()
+    be = get_backend(backend) if isinstance(backend, str) else backend
+    comp = component if component is not None else PIMChannelSystem(config, None, storage=storage)
+    tm = config.dram.timing
+    out = {}
+    for L in L_list:
+        layout = head_layout(config, L, 1)
+        q = np.zeros(config.head_dim, np.uint16)
+        launch = encode_launch(config, L, layout.k_row0[0], layout.v_row0[0], q)
+        run = be.run_streams(comp, {"launch": [launch]},
+                             {"result": config.head_dim, "done": 1, "trace": None},
+                             max_cycles=4 * head_cycle_bound(config, L, drain=RankPU.drain_bound(config)) + 20000)
+        trace = [c for c in decode_trace(run.outputs["trace"], config.dram.org) if c.rank == 0]
+        done = _decode_done(run.outputs["done"])[0]
+        rds = [c.cycle for c in trace if c.kind is Cmd.RD_AB]
+        nS = -(-L // config.banks) * config.bursts_per_token
+        first = trace[0].cycle
+        hc = done["cycle"] - first + 1
+        ideal = ideal_cycles(config, L)
+        out[L] = {"head_cycles": hc, "ideal": ideal, "ratio": hc / ideal,
+                  "score_span": rds[nS - 1] - rds[0] + tm.tCCD_L, "gap": rds[nS] - rds[nS - 1],
+                  "context_span": rds[-1] - rds[nS] + tm.tCCD_L, "tail": done["cycle"] - rds[-1],
+                  "commands": len(trace), "refreshes": done["refreshes"], "violations": done["violations"],
+                  "run_cycles": run.cycles}
+    return out
+
+
+def micro(rows=8, ranks=2):
+    """A reduced channel for fast simulation of the whole system (tests): 2 x8 chips, 1 bank group x 4 banks
+    (a softmax chunk of 4 scores), head dim 16 (bpt = 2 bursts per token per chip, G = 2 token sets), ``rows``
+    rows x 32 bursts per bank, 2 rank adders, a 512-byte rank buffer (256 tokens). DDR4-3200 timing. The
+    same RTL as TINY / PAPER with every size parameter smaller (4 x fewer bank PUs than TINY)."""
+    from hdl.memctl.timing import DRAMConfig, DRAMOrg, DDR4_3200_TIMING
+    org = DRAMOrg(name=f"ddr4-3200-pim-micro-r{rows}-k{ranks}", channels=1, ranks=ranks, bank_groups=1,
+                  banks_per_group=4, rows=rows, columns=256, device_width=8, devices_per_rank=2, burst_length=8,
+                  beats_per_clock=2)
+    return PIMConfig(name=f"micro-r{rows}-k{ranks}", dram=DRAMConfig(name=org.name, org=org,
+                                                                     timing=DDR4_3200_TIMING),
+                     head_dim=16, rank_adders=2, rank_buffer_bytes=512)

@@ -1,0 +1,197 @@
+"""The fused decode-attention kernel through the real RTL (sim/pim/fused.py: RankPU + bank PUs + DRAMChannel):
+outputs bit-exact to sim/golden/pim_attention.py, zero DRAM timing violations (device model AND the independent
+checker on the command trace), several heads back to back, padding (L not a multiple of the chunk), refresh
+between heads (eager and postponed), cycle counts against the all-bank ideal.
+
+The system is built once per module on the ``micro`` channel (2 chips x 4 banks, head dim 16: the same RTL as
+TINY with every size smaller; TINY's Verilog takes minutes to generate and compile). TINY runs with
+``NDPIM_PIM_TINY=1`` (and in ``sim/pim/fused.rtl_cycles``)."""
+
+import os
+
+import numpy as np
+import pytest
+
+from hdl.memctl.commands import Cmd
+from hdl.pim.mapping import head_layout, kv_store_image
+from hdl.pim.rank_pu import RankPU, head_cycle_bound
+from sim.backends import Traffic, get_backend, stream_ports
+from sim.dram.checker import describe
+from sim.golden.pim_attention import make_inputs, pim_attention
+from sim.pim.fused import PIMChannelSystem, ideal_cycles, micro, run_fused, tiny_rows
+
+CFG = micro(16)
+TM = CFG.dram.timing
+SHORT, LONG = 60, 256
+
+
+def _store():
+    """Heads 0, 1: L = 60 at rows 0..3; head 2: L = 256 at rows 4..11 (one image, one build)."""
+    short = head_layout(CFG, SHORT, 2, row_base=0, rows=4)
+    long = head_layout(CFG, LONG, 1, row_base=4, rows=12)
+    KV = {}
+    img = {}
+    for h in range(2):
+        _, K, V = make_inputs(CFG, SHORT, seed=10 + h)
+        KV[h] = (K, V, short.k_row0[h], short.v_row0[h])
+    _, K, V = make_inputs(CFG, LONG, seed=12)
+    KV[2] = (K, V, long.k_row0[0], long.v_row0[0])
+    img.update(kv_store_image(CFG, np.stack([KV[0][0], KV[1][0]]), np.stack([KV[0][1], KV[1][1]]), short))
+    img.update(kv_store_image(CFG, KV[2][0], KV[2][1], long))
+    return KV, img
+
+
+KV, IMAGE = _store()
+
+
+class _Layout:
+    """run_fused's layout argument for the stored heads above (k_row0 / v_row0 by head)."""
+    k_row0 = tuple(KV[h][2] for h in range(3))
+    v_row0 = tuple(KV[h][3] for h in range(3))
+
+
+@pytest.fixture(scope="module")
+def system():
+    return PIMChannelSystem(CFG, IMAGE)
+
+
+@pytest.fixture(scope="module")
+def verilator():
+    return get_backend("verilator")
+
+
+def _run(backend, system, jobs, *, traffic=None, postpone=None):
+    """jobs: [(head, L, q seed)] -> (FusedRun, goldens)."""
+    qs = np.array([make_inputs(CFG, 4, seed=s)[0] for _, _, s in jobs])
+    Ls = [L for _, L, _ in jobs]
+    heads = [h for h, _, _ in jobs]
+    K = np.zeros((3, LONG, CFG.head_dim), np.uint16)   # unused by run_fused when component/layout are given
+    run = run_fused(backend, CFG, K, K, qs, L=Ls, heads_order=heads, component=system, layout=_Layout,
+                    traffic=traffic, postpone=postpone)
+    golds = [pim_attention(CFG, q, KV[h][0][:L], KV[h][1][:L]) for (h, L, _), q in zip(jobs, qs)]
+    return run, golds
+
+
+def _check(run, golds, jobs):
+    assert run.violations == [], describe(run.violations)
+    last = run.done[-1]
+    assert last["violations"] == 0 and last["errors"] == 0 and last["dropped"] == 0, last
+    for i, (g, job) in enumerate(zip(golds, jobs)):
+        np.testing.assert_array_equal(run.out[i], g.out, err_msg=f"launch {i} (head, L, seed) = {job}")
+
+
+def _print_cycles(run, jobs):
+    prev = None
+    for i, ((h, L, _), rec) in enumerate(zip(jobs, run.done)):
+        gap = rec["cycle"] - prev if prev is not None else rec["cycle"]
+        print(f"launch {i}: head {h} L {L:4d}: done at {rec['cycle']:7d} (+{gap:6d}), all-bank ideal "
+              f"{ideal_cycles(CFG, L):6d}")
+        prev = rec["cycle"]
+
+
+def test_fused_kernel(backend, system, verilator):
+    """Heads back to back, L with padding (7, 13, 33: not multiples of the chunk), random handshakes."""
+    if backend.name == "verilator":
+        backend = verilator   # the module's instance: it holds the executable of `system` (no regeneration)
+    if backend.name == "amaranth":
+        jobs = [(0, 24, 1), (1, 7, 2)]
+    else:
+        jobs = [(0, 60, 1), (1, 13, 2), (0, 33, 3), (1, 1, 4), (2, 200, 5), (1, 59, 6), (0, 48, 7)]
+    traffic = Traffic.random(stream_ports(system), seed=5)
+    run, golds = _run(backend, system, jobs, traffic=traffic)
+    _check(run, golds, jobs)
+    _print_cycles(run, jobs)
+    # every command of the program is in the trace: per head ceil(L/B) bpt score and ceil(L/G) context RD_ABs
+    n_rd = sum(-(-L // CFG.banks) * CFG.bursts_per_token + -(-L // CFG.token_sets) for _, L, _ in jobs)
+    assert sum(c.kind is Cmd.RD_AB for c in run.trace) == n_rd
+
+
+def test_fused_cycles_and_bounds(verilator, system):
+    """One head from reset, full-rate streams: score RD_ABs exactly tCCD_L apart within a row, the context
+    phase too once the probabilities flow; the head inside the refresh-decision bound; ratio to the ideal."""
+    jobs = [(2, LONG, 9)]
+    run, golds = _run(verilator, system, jobs)
+    _check(run, golds, jobs)
+    rd = [c.cycle for c in run.trace if c.kind is Cmd.RD_AB]
+    nS = -(-LONG // CFG.banks) * CFG.bursts_per_token
+    cpr = CFG.columns_per_row
+    for phase in (rd[:nS], rd[nS:]):
+        gaps = np.diff(phase)
+        in_row = [g for i, g in enumerate(gaps) if (i + 1) % cpr]
+        assert set(in_row) == {TM.tCCD_L}, sorted(set(in_row))
+        # a row change costs tRTP + tRPab + tRCD (PREA, ACT_AB, first RD_AB), nothing more
+        assert set(g for i, g in enumerate(gaps) if (i + 1) % cpr == 0) <= {TM.tRTP + TM.tRPab + TM.tRCD}
+    first = run.trace[0].cycle
+    head = run.done[0]["cycle"] - first + 1
+    bound = head_cycle_bound(CFG, LONG, drain=RankPU.drain_bound(CFG))
+    ideal = ideal_cycles(CFG, LONG)
+    print(f"L = {LONG}: {head} cycles, all-bank ideal {ideal} (ratio {head / ideal:.3f}); score->context gap "
+          f"{rd[nS] - rd[nS - 1]} cycles; refresh-decision bound {bound}")
+    assert ideal < head <= bound
+
+
+def _refs(run):
+    return [c.cycle for c in run.trace if c.kind is Cmd.REF and c.rank == 0]
+
+
+def test_refresh_between_heads_eager(verilator, system):
+    """postpone = 0: the first head boundary after each tREFI refreshes; every REF sits between two heads."""
+    jobs = [(h % 2, SHORT, 20 + h) for h in range(32)]
+    run, golds = _run(verilator, system, jobs, postpone=[0] * len(jobs))
+    _check(run, golds, jobs)
+    refs = _refs(run)
+    assert len(refs) >= 1 and refs[0] >= TM.tREFI, refs
+    assert run.done[-1]["urgent"] == 0
+    # between heads: the last command before each REF is a PREA and no row is open until the next ACT_AB
+    kinds = [c.kind for c in run.trace if c.rank == 0]
+    for i, k in enumerate(kinds):
+        if k is Cmd.REF:
+            assert kinds[i - 1] in (Cmd.PREA, Cmd.REF) and (i + 1 == len(kinds) or kinds[i + 1] in (Cmd.ACT_AB,
+                                                                                                  Cmd.REF))
+    print(f"eager: {len(jobs)} heads, {run.done[-1]['cycle']} cycles, REFs at {refs}")
+
+
+def test_refresh_postponed(verilator, system):
+    """postpone = 8 (default): no REF until the next head would cross the JESD79-4 limit (9 tREFI after
+    reset); then REFs at head boundaries keep the channel legal -- the checker's T_REFI rule and the device's
+    counter both stay at zero over > 10 tREFI."""
+    n = 10 * TM.tREFI // 2300 + 4
+    jobs = [(2, LONG, 40 + h) for h in range(n)]
+    run, golds = _run(verilator, system, jobs)
+    _check(run, golds, jobs)
+    refs = _refs(run)
+    end = run.done[-1]["cycle"]
+    assert end > 10 * TM.tREFI
+    assert refs and refs[0] > 8 * TM.tREFI - head_cycle_bound(CFG, LONG, drain=RankPU.drain_bound(CFG)), refs
+    assert run.done[-1]["urgent"] == 0
+    print(f"postponed: {n} heads, {end} cycles, REFs at {refs}")
+
+
+def test_fused_intermediates_amaranth(system):
+    """softmax=False test mode: the rank adder tree's scores s_t (with -inf padding) bit-exact, and the
+    context path fed with the golden probabilities."""
+    sysd = PIMChannelSystem(CFG, IMAGE, softmax=False)
+    L = 13
+    q = make_inputs(CFG, 4, seed=3)[0]
+    g = pim_attention(CFG, q, KV[1][0][:L], KV[1][1][:L])
+    G = CFG.token_sets
+    pw = [int.from_bytes(g.p[v * G:(v + 1) * G].astype("<u2").tobytes(), "little") for v in range(-(-L // G))]
+    K = np.zeros((3, LONG, CFG.head_dim), np.uint16)
+    run = run_fused("amaranth", CFG, K, K, q, L=L, heads_order=[1], component=sysd, layout=_Layout, softmax=False,
+                    p_words=pw)
+    assert run.violations == []
+    np.testing.assert_array_equal(run.scores, g.score)
+    np.testing.assert_array_equal(run.out[0], g.out)
+
+
+@pytest.mark.skipif(os.environ.get("NDPIM_PIM_TINY") != "1",
+                    reason="TINY system: minutes of Verilog generation + compile; set NDPIM_PIM_TINY=1")
+def test_fused_kernel_tiny_verilator():
+    cfg = tiny_rows(8)
+    _, K, V = make_inputs(cfg, 100, seed=1)
+    qs = np.array([make_inputs(cfg, 4, seed=s)[0] for s in (2, 3, 4)])
+    Ls = [100, 20, 37]
+    run = run_fused("verilator", cfg, K, V, qs, L=Ls, heads_order=[0, 0, 0])
+    assert run.violations == [] and run.done[-1]["violations"] == 0 and run.done[-1]["errors"] == 0
+    for i, (q, L) in enumerate(zip(qs, Ls)):
+        np.testing.assert_array_equal(run.out[i], pim_attention(cfg, q, K[:L], V[:L]).out)
