@@ -71,6 +71,8 @@ def rd_layout(config) -> data.StructLayout:
         "mode": 1, "first": 1, "last": 1,
         "k": max(1, ceil_log2(config.bursts_per_token)),
         "slot": bits_for(config.max_tokens),
+        "hp": 1,        # parity of the head (launch count mod 2): selects its q in the rank PU
+        "pfirst": 1,    # the phase's first RD_AB (the rank PU queues the phase for the link)
     })
 
 
@@ -98,8 +100,10 @@ class PIMSequencer(wiring.Component):
 
     Ports (``sync`` domain):
 
-    * ``launch`` (in stream, :func:`launch_layout`): one head. Accepted when the previous head's program has
-      ended (its closing PREA issued) -- the datapath may still be draining.
+    * ``launch`` (in stream, :func:`launch_layout`): one head. Accepted when the sequencer is idle, or (with
+      ``overlap``) at the end of a phase when the new head's score phase may run before the pending head's
+      context phase (both heads' ``ceil(L / B) B`` e_t entries fit ``config.max_tokens``): phases
+      S0 S1 C0 S2 C1 ... ([L3] 4.3 bubble-free pipelining). ``overlap=False``: heads strictly sequential.
     * ``cmd`` (out, ``command_layout(org)``): the command on the bus this cycle (``NOP`` otherwise).
     * ``rd`` (out stream, :func:`rd_layout`): one entry per RD_AB, in the cycle it issues. ``rd.ready`` low
       holds RD_ABs back (the rank PU's record queue is full). ``rd.valid`` is a strobe that is only raised
@@ -114,10 +118,11 @@ class PIMSequencer(wiring.Component):
       probabilities; enters the head-length bound of the refresh decision.
     """
 
-    def __init__(self, config: PIMConfig, *, rank: int = 0, drain: int = 0):
+    def __init__(self, config: PIMConfig, *, rank: int = 0, drain: int = 0, overlap: bool = True):
         if not isinstance(config, PIMConfig):
             raise ValueError(f"config must be a PIMConfig, got {type(config).__name__}")
         org = config.dram.org
+        self.overlap = bool(overlap)
         if not 0 <= rank < org.ranks:
             raise ValueError(f"rank = {rank} outside [0, {org.ranks})")
         if not 0 <= drain < 1 << 20:
@@ -179,13 +184,28 @@ class PIMSequencer(wiring.Component):
         m.d.comb += may_pull.eq(owed > -cfg.max_postponed_refresh)
 
         # ---- head registers and program counters --------------------------------------------------------------
+        # Heads overlap (bubble-free pipelining, [L3] 4.3): the phases run S0 S1 C0 S2 C1 ... -- after head h's
+        # score phase the next head's score phase runs while head h's softmax / normalization completes, then
+        # head h's context phase. "sc_*": the head whose score phase runs / ran last; "p_*": the head whose
+        # score phase is done and whose context phase is pending (at most one).
         head = Signal(launch_layout(cfg))
         m.d.comb += self.head.eq(head)
-        nS = Signal(nbits)    # score RD_ABs
-        nV = Signal(nbits)    # context RD_ABs
-        bound = Signal(TB)
+        hp_next = Signal()    # parity of the next accepted head (= RankPU's q double buffer index)
+        head_hp = Signal()
         lin = Signal(nbits)   # next RD_AB of the phase (linear column of the region)
         ctx = Signal()        # phase: 0 score, 1 context
+        n_cur = Signal(nbits)
+        row0_cur = Signal(len(head.k_row0))
+        hp_cur = Signal()
+        sc_nV, sc_slots = Signal(nbits), Signal(nbits)
+        sc_vrow = Signal(len(head.v_row0))
+        sc_hp = Signal()
+        sc_bound = Signal(TB)
+        pv = Signal()
+        p_nV, p_slots = Signal(nbits), Signal(nbits)
+        p_vrow = Signal(len(head.v_row0))
+        p_hp = Signal()
+        p_bound = Signal(TB)
         row_open = Signal()
         open_row = Signal(max(1, ceil_log2(org.rows)))
 
@@ -200,15 +220,19 @@ class PIMSequencer(wiring.Component):
             with m.If(s):
                 m.d.comb += kind.eq(k)
 
-        n_phase = Mux(ctx, nV, nS)
-        row0 = Mux(ctx, head.v_row0, head.k_row0)
+        n_phase = n_cur
         tgt_row = Signal.like(open_row)
-        m.d.comb += tgt_row.eq(row0 + (lin >> self.log_cpr))
+        m.d.comb += tgt_row.eq(row0_cur + (lin >> self.log_cpr))
         col = lin[:self.log_cpr] if self.log_cpr else Const(0, 1)
         assert len(tgt_row) == len(cmd.row) and len(col) == len(cmd.col), "command_layout field widths"
         kb = lin[:self.log_bpt] if self.log_bpt else Const(0, 1)
 
         refreshes = self.refreshes
+        # The refresh decision before a head's score phase covers everything up to the next decision: this
+        # head's program and, when heads overlap, the pending head's context phase (and this head's own context
+        # if no further head comes) -- bounded by the sum of both heads' bounds.
+        bound = Signal(TB)
+        m.d.comb += bound.eq(sc_bound + Mux(pv, p_bound, 0))
         need_ref_head = Signal()   # before a head: refresh now so the head fits before the deadline
         m.d.comb += need_ref_head.eq(((deadline < t + bound) & may_pull)
                                      | (owed > head.postpone))
@@ -219,6 +243,29 @@ class PIMSequencer(wiring.Component):
                 m.d.sync += [deadline.eq(deadline + tm.tREFI), refreshes.eq(refreshes + 1)]
                 if urgent_one:
                     m.d.sync += self.urgent_refreshes.eq(self.urgent_refreshes + 1)
+
+        # Overlap rule: the next launch's score phase may run before the pending head's context phase only if
+        # both heads' e_t fit the rank buffer together (slots = ceil(L / B) B entries each; the rank PU's buffer
+        # is circular) -- otherwise the heads run sequentially.
+        B = cfg.banks
+        l_slots = ((self.launch.payload.L + B - 1) >> self.log_B) << self.log_B
+
+        def ovl_ok(slots):
+            if not self.overlap:
+                return Const(0)
+            return self.launch.valid & (slots + l_slots <= cfg.max_tokens)
+
+        def accept():
+            m.d.comb += self.launch.ready.eq(1)
+            m.d.sync += [head.eq(self.launch.payload), head_hp.eq(hp_next), hp_next.eq(~hp_next),
+                         state.eq(PLAN)]
+
+        def start_ctx(nV_, vrow_, hp_):
+            m.d.sync += [ctx.eq(1), lin.eq(0), n_cur.eq(nV_), row0_cur.eq(vrow_), hp_cur.eq(hp_)]
+
+        def pend_sc():
+            m.d.sync += [pv.eq(1), p_nV.eq(sc_nV), p_vrow.eq(sc_vrow), p_hp.eq(sc_hp), p_slots.eq(sc_slots),
+                         p_bound.eq(sc_bound)]
 
         # Program state (an explicit register compared with if-chains: no incomplete case statements in the
         # generated Verilog).
@@ -232,28 +279,34 @@ class PIMSequencer(wiring.Component):
                     m.d.comb += issue[Cmd.PREA].eq(1)
                     m.d.sync += row_open.eq(0)
             with m.Else():
-                m.d.comb += self.launch.ready.eq(1)
                 with m.If(self.launch.valid):
-                    m.d.sync += head.eq(self.launch.payload)
-                    m.d.sync += state.eq(PLAN)
+                    accept()
         with m.Elif(state == PLAN):
             m.d.comb += self.busy.eq(1)
-            B, G = cfg.banks, cfg.token_sets
+            G = cfg.token_sets
             s = ((L + B - 1) >> self.log_B) << self.log_bpt
             v = (L + G - 1) >> self.log_G
             row = tm.tRC + tm.tRCD + tm.tRTP + tm.tRPab
             m.d.sync += [
-                nS.eq(s), nV.eq(v), lin.eq(0), ctx.eq(0),
-                bound.eq((s + v) * tm.tCCD_L + ((s >> self.log_cpr) + (v >> self.log_cpr) + 4) * row
-                         + self.drain),
+                n_cur.eq(s), row0_cur.eq(head.k_row0), hp_cur.eq(head_hp), lin.eq(0), ctx.eq(0),
+                sc_nV.eq(v), sc_vrow.eq(head.v_row0), sc_hp.eq(head_hp),
+                sc_slots.eq(((L + B - 1) >> self.log_B) << self.log_B),
+                sc_bound.eq((s + v) * tm.tCCD_L + ((s >> self.log_cpr) + (v >> self.log_cpr) + 4) * row
+                            + self.drain),
             ]
             m.d.sync += state.eq(REFRESH)
         with m.Elif(state == REFRESH):
             # Dynamic refresh between heads [L3 4.4]: issue pending REFs while the head would not fit
-            # before the next deadline (or more than the launch's `postpone` are owed).
+            # before the next deadline (or more than the launch's `postpone` are owed). With heads overlapped
+            # a row may still be open here: precharge it first.
             m.d.comb += self.busy.eq(1)
             with m.If(need_ref_head | urgent):
-                do_ref(False)
+                with m.If(row_open):
+                    with m.If(w_pre == 0):
+                        m.d.comb += issue[Cmd.PREA].eq(1)
+                        m.d.sync += row_open.eq(0)
+                with m.Else():
+                    do_ref(False)
             with m.Else():
                 m.d.sync += state.eq(RUN)
         with m.Else():
@@ -281,7 +334,23 @@ class PIMSequencer(wiring.Component):
                         m.d.comb += issue[Cmd.ACT_AB].eq(1)
                         m.d.sync += [row_open.eq(1), open_row.eq(tgt_row)]
             with m.Elif(~ctx):
-                m.d.sync += [ctx.eq(1), lin.eq(0)]
+                # score phase of head sc ended
+                with m.If(pv):
+                    start_ctx(p_nV, p_vrow, p_hp)
+                    pend_sc()
+                with m.Elif(ovl_ok(sc_slots)):
+                    pend_sc()
+                    accept()
+                with m.Else():
+                    start_ctx(sc_nV, sc_vrow, sc_hp)
+            with m.Elif(pv):
+                # context phase ended, a head's context is pending: the next head's score phase first if it may
+                # overlap, else the pending context
+                with m.If(ovl_ok(p_slots)):
+                    accept()
+                with m.Else():
+                    start_ctx(p_nV, p_vrow, p_hp)
+                    m.d.sync += pv.eq(0)
             with m.Elif(row_open):
                 with m.If(w_pre == 0):
                     m.d.comb += issue[Cmd.PREA].eq(1)
@@ -293,9 +362,11 @@ class PIMSequencer(wiring.Component):
             cmd.eq(Cat(kind, Const(self.rank, len(cmd.rank)), Const(0, len(cmd.bg) + len(cmd.bank)), tgt_row, col)),
             self.rd.payload.mode.eq(ctx),
             self.rd.payload.first.eq(Mux(ctx, lin == 0, kb == 0)),
-            self.rd.payload.last.eq(Mux(ctx, lin == nV - 1, kb == (1 << self.log_bpt) - 1)),
+            self.rd.payload.last.eq(Mux(ctx, lin == n_cur - 1, kb == (1 << self.log_bpt) - 1)),
             self.rd.payload.k.eq(kb),
             self.rd.payload.slot.eq(Mux(ctx, lin, lin >> self.log_bpt)),
+            self.rd.payload.hp.eq(hp_cur),
+            self.rd.payload.pfirst.eq(lin == 0),
         ]
 
         # owed: +1 per tREFI, -1 per REF
@@ -359,7 +430,8 @@ class RankPU(wiring.Component):
     * ``refreshes``, ``urgent_refreshes``, ``busy`` (out): from the sequencer.
     """
 
-    def __init__(self, config: PIMConfig, *, rank: int = 0, softmax: bool = True, drain: int | None = None):
+    def __init__(self, config: PIMConfig, *, rank: int = 0, softmax: bool = True, drain: int | None = None,
+                 overlap: bool = True):
         if not isinstance(config, PIMConfig):
             raise ValueError(f"config must be a PIMConfig, got {type(config).__name__}")
         self.config = config
@@ -368,7 +440,11 @@ class RankPU(wiring.Component):
         C, B, G = config.chips, config.banks, config.token_sets
         if drain is None:
             drain = self.drain_bound(config)
-        self.seq = PIMSequencer(config, rank=rank, drain=drain)
+        if config.max_tokens % config.banks:
+            raise ValueError(f"PIMConfig {config.name!r}: max_tokens = {config.max_tokens} must be a multiple of "
+                             f"banks = {config.banks} (the circular rank buffer holds whole chunks)")
+        self.overlap = bool(overlap)
+        self.seq = PIMSequencer(config, rank=rank, drain=drain, overlap=overlap)
         ports = {
             "launch": In(stream.Signature(launch_layout(config))),
             "result": Out(stream.Signature(16)),
@@ -409,28 +485,43 @@ class RankPU(wiring.Component):
                      self.urgent_refreshes.eq(seq.urgent_refreshes), self.busy.eq(seq.busy)]
         errors = self.errors
 
-        # ---- launch: the sequencer, plus the head length for the link (and the softmax side) ----------------
-        hq_link = m.submodules.hq_link = SyncFIFOBuffered(width=Lbits, depth=4)
+        # ---- launch queue (2 heads) -> the sequencer, plus the head length for the softmax side ---------------
+        LL = launch_layout(cfg)
+        lq = m.submodules.lq = SyncFIFOBuffered(width=LL.size, depth=2)
+        m.d.comb += [lq.w_en.eq(self.launch.valid), lq.w_data.eq(self.launch.payload),
+                     self.launch.ready.eq(lq.w_rdy)]
         hq_norm = self._hq_norm = m.submodules.hq_norm = SyncFIFOBuffered(width=Lbits, depth=4)
-        room = hq_link.w_rdy & hq_norm.w_rdy
+        room = hq_norm.w_rdy
+        lpay = data.View(LL, lq.r_data)
+        seq_take = seq.launch.valid & seq.launch.ready
         m.d.comb += [
-            seq.launch.payload.eq(self.launch.payload),
-            seq.launch.valid.eq(self.launch.valid & room),
-            self.launch.ready.eq(seq.launch.ready & room),
-            hq_link.w_en.eq(self.launch.valid & self.launch.ready),
-            hq_link.w_data.eq(self.launch.payload.L),
-            hq_norm.w_en.eq(self.launch.valid & self.launch.ready & self.softmax),
-            hq_norm.w_data.eq(self.launch.payload.L),
+            seq.launch.payload.eq(lq.r_data),
+            seq.launch.valid.eq(lq.r_rdy & room),
+            lq.r_en.eq(seq_take),
+            hq_norm.w_en.eq(seq_take & self.softmax),
+            hq_norm.w_data.eq(lpay.L),
         ]
+        # q of two heads (by launch parity): a score RD_AB's data may arrive after the next head's launch
+        qreg = Array(Signal(16 * d, name=f"q{i}") for i in range(2))
+        hp_acc = Signal()
+        with m.If(seq_take):
+            m.d.sync += hp_acc.eq(~hp_acc)
+            for i in range(2):
+                with m.If(hp_acc == i):
+                    m.d.sync += qreg[i].eq(lpay.q)
 
         # ---- RD_AB records: issued -> popped when the data arrives (CL later) -------------------------------
         RL = rd_layout(cfg)
         rec_depth = (tm.CL + tm.tCCD_L - 1) // tm.tCCD_L + 2
         rec = m.submodules.rec = SyncFIFO(width=RL.size + 16 * G, depth=rec_depth)
         pfifo = m.submodules.pfifo = SyncFIFOBuffered(width=16 * G, depth=8)
+        # phases in command order for the link: {L, context}, queued with the phase's first RD_AB
+        lph = m.submodules.lph = SyncFIFOBuffered(width=Lbits + 1, depth=4)
         is_ctx_rd = seq.rd.valid & seq.rd.payload.mode
         m.d.comb += [
-            seq.rd.ready.eq(rec.w_rdy),
+            lph.w_en.eq(seq.rd.valid & seq.rd.payload.pfirst),
+            lph.w_data.eq(Cat(seq.head.L, seq.rd.payload.mode)),
+            seq.rd.ready.eq(rec.w_rdy & (lph.w_rdy | ~seq.rd.payload.pfirst)),
             seq.p_avail.eq(pfifo.r_rdy),
             rec.w_en.eq(seq.rd.valid & seq.rd.ready),
             rec.w_data.eq(Cat(seq.rd.payload.as_value(), Mux(seq.rd.payload.mode, pfifo.r_data, 0))),
@@ -442,7 +533,7 @@ class RankPU(wiring.Component):
         # ---- to the bank PUs, with the DRAM data ------------------------------------------------------------
         r = data.View(RL, rec.r_data[:RL.size])
         pword = rec.r_data[RL.size:]
-        q = seq.head.q
+        q = qreg[r.hp]
         m.d.comb += [
             rec.r_en.eq(self.ab_valid),
             self.pu_valid.eq(self.ab_valid & rec.r_rdy),
@@ -464,11 +555,12 @@ class RankPU(wiring.Component):
         slot = Signal(Lbits)
         lbank = Signal(range(B))
         lj = Signal(2)
-        m.d.comb += [link_L.eq(hq_link.r_data), nslots.eq((link_L + B - 1) >> exact_log2(B))]
         lctx = Signal()   # link phase: 0 score slots, 1 context readout
+        m.d.comb += [link_L.eq(lph.r_data[:Lbits]), lctx.eq(lph.r_data[Lbits]),
+                     nslots.eq((link_L + B - 1) >> exact_log2(B))]
         rv = self.pu_res_valid
         bank_all = Cat(Cat(rv[c * B + b] for c in range(C)).all() for b in range(B))
-        have = hq_link.r_rdy & bank_all.bit_select(lbank, 1)
+        have = lph.r_rdy & bank_all.bit_select(lbank, 1)
         ai = au.i.payload
         for c in range(C):
             word = self.pu_res[c * B + lbank] if B > 1 else self.pu_res[c]
@@ -491,14 +583,14 @@ class RankPU(wiring.Component):
                 with m.If(lj == 3):
                     m.d.sync += lbank.eq(lbank + 1)
                     with m.If(lbank == B - 1):
-                        m.d.sync += [lctx.eq(0), slot.eq(0)]
-                        m.d.comb += hq_link.r_en.eq(1)
+                        m.d.comb += lph.r_en.eq(1)
             with m.Else():
                 m.d.sync += lbank.eq(lbank + 1)
                 with m.If(lbank == B - 1):
                     m.d.sync += slot.eq(slot + 1)
                     with m.If(slot == nslots - 1):
-                        m.d.sync += lctx.eq(1)
+                        m.d.sync += slot.eq(0)
+                        m.d.comb += lph.r_en.eq(1)
 
         # token index of the tree outputs, for the padding mask (per head: counts the score items)
         sq = m.submodules.sq = SyncFIFOBuffered(width=Lbits, depth=4)   # L of heads whose scores are in flight
@@ -565,25 +657,25 @@ class RankPU(wiring.Component):
         ]
         # rank buffer: one FP16 e_t per token (config.rank_buffer_bytes), and m_j per chunk
         depth = cfg.max_tokens
+        mdepth = depth // B
         m.submodules.ebuf = ebuf = Memory(shape=16, depth=depth, init=[])
         m.submodules.mbuf = mbuf = Memory(shape=16, depth=max(2, depth // B), init=[])
         ew, er = ebuf.write_port(), ebuf.read_port()
         mw, mr = mbuf.write_port(), mbuf.read_port()
+        # Circular: head after head, so with overlapped heads the next head's e_t never overwrite the entries
+        # the normalizer still reads (the sequencer overlaps two heads only if both fit).
         ewp = Signal(range(depth + 1))
-        mwp = Signal(range(depth // B + 1))
+        mwp = Signal(range(mdepth + 1))
         head_take = Signal()
         m.d.comb += [
             sm.e.ready.eq(1), sm.m.ready.eq(1),
             ew.en.eq(sm.e.valid), ew.addr.eq(ewp), ew.data.eq(sm.e.payload.e),
             mw.en.eq(sm.m.valid), mw.addr.eq(mwp), mw.data.eq(sm.m.payload.m),
         ]
-        with m.If(head_take):
-            m.d.sync += [ewp.eq(0), mwp.eq(0)]
-        with m.Else():
-            with m.If(sm.e.valid):
-                m.d.sync += ewp.eq(ewp + 1)
-            with m.If(sm.m.valid):
-                m.d.sync += mwp.eq(mwp + 1)
+        with m.If(sm.e.valid):
+            m.d.sync += ewp.eq(Mux(ewp == depth - 1, 0, ewp + 1))
+        with m.If(sm.m.valid):
+            m.d.sync += mwp.eq(Mux(mwp == mdepth - 1, 0, mwp + 1))
 
         # the normalizer feed: after the head's M / Z, tokens 0 .. ceil(L / G) G - 1 of the buffer
         hq = self._hq_norm
@@ -594,7 +686,17 @@ class RankPU(wiring.Component):
         nt = Signal(Lbits + 2)
         m.d.comb += head_take.eq(sm.head.valid & ~active & hq.r_rdy)
         m.d.comb += [sm.head.ready.eq(head_take), hq.r_en.eq(head_take)]
+        # reader: the head's first entry (ebase, mbase) and the next head's (enext, mnext)
+        ebase, enext = Signal(range(depth)), Signal(range(depth))
+        mbase, mnext = Signal(range(max(2, mdepth))), Signal(range(max(2, mdepth)))
+        h_chunks = (hq.r_data + B - 1) >> exact_log2(B)
+        e_adv = Signal(Lbits + 2)
+        m_adv = Signal(Lbits + 2)
+        m.d.comb += [e_adv.eq(enext + (h_chunks << exact_log2(B))), m_adv.eq(mnext + h_chunks)]
         with m.If(head_take):
+            m.d.sync += [ebase.eq(enext), mbase.eq(mnext),
+                         enext.eq(Mux(e_adv >= depth, e_adv - depth, e_adv)),
+                         mnext.eq(Mux(m_adv >= mdepth, m_adv - mdepth, m_adv))]
             m.d.sync += [hM.eq(sm.head.payload.M), hz.eq(sm.head.payload.z_m), hs.eq(sm.head.payload.s),
                          nL.eq(hq.r_data), nend.eq(((hq.r_data + G - 1) >> exact_log2(G)) << exact_log2(G)),
                          nt.eq(0), active.eq(1)]
@@ -602,7 +704,11 @@ class RankPU(wiring.Component):
         pad1 = Signal()
         adv = ~v1 | nz.i.ready
         issue = active & (nt < nend) & adv
-        m.d.comb += [er.addr.eq(nt), er.en.eq(adv), mr.addr.eq(nt >> exact_log2(B)), mr.en.eq(adv)]
+        ea = Signal(Lbits + 3)
+        ma = Signal(Lbits + 3)
+        m.d.comb += [ea.eq(ebase + nt), ma.eq(mbase + (nt >> exact_log2(B)))]
+        m.d.comb += [er.addr.eq(Mux(ea >= depth, ea - depth, ea)), er.en.eq(adv),
+                     mr.addr.eq(Mux(ma >= mdepth, ma - mdepth, ma)), mr.en.eq(adv)]
         with m.If(adv):
             m.d.sync += [v1.eq(issue), pad1.eq(nt >= nL)]
         with m.If(issue):

@@ -34,7 +34,7 @@ from hdl.pim.rank_pu import RankPU, launch_layout, head_cycle_bound
 from sim.dram.device import DRAMChannel
 
 __all__ = ["PIMChannelSystem", "done_layout", "FusedRun", "run_fused", "rtl_cycles", "ideal_cycles",
-           "encode_launch", "tiny_rows", "micro"]
+           "encode_launch", "tiny_rows", "micro", "phase_order"]
 
 done_layout = data.StructLayout({"cycle": CYCLE_BITS, "violations": 32, "refreshes": 32, "urgent": 16,
                                  "errors": 4, "dropped": 16})
@@ -176,6 +176,43 @@ def encode_launch(config, L, k_row0, v_row0, q, postpone=None) -> int:
     qv = int.from_bytes(q.astype("<u2").tobytes(), "little")
     return launch_layout(config).const({"L": L, "k_row0": k_row0, "v_row0": v_row0, "postpone": postpone,
                                         "q": qv}).as_value().value
+
+
+def phase_order(config, Ls, *, overlap=True):
+    """The rank PU's phase order for launches of lengths ``Ls`` when every launch is queued before it is
+    needed (a Python model of :class:`hdl.pim.rank_pu.PIMSequencer`'s decisions): ``[(launch, "S" | "C")]``.
+    With ``overlap`` the next head's score phase runs before the pending head's context phase when both heads'
+    ``ceil(L / B) B`` rank-buffer entries fit ``config.max_tokens`` (S0 S1 C0 S2 C1 ...)."""
+    B = config.banks
+    slots = [-(-L // B) * B for L in Ls]
+    n = len(Ls)
+    fits = (lambda a, b: overlap and slots[a] + slots[b] <= config.max_tokens)
+    out, pend, sc, i, last = [], None, None, 0, None   # last: the phase that just ended (None: idle)
+    while True:
+        if last is None:
+            if i >= n:
+                return out
+            out.append((i, "S"))
+            sc, i, last = i, i + 1, "S"
+        elif last == "S":
+            if pend is not None:
+                out.append((pend, "C"))
+                pend, last = sc, "C"
+            elif i < n and fits(sc, i):
+                out.append((i, "S"))
+                pend, sc, i = sc, i, i + 1
+            else:
+                out.append((sc, "C"))
+                last = "C"
+        elif pend is not None:
+            if i < n and fits(pend, i):
+                out.append((i, "S"))
+                sc, i, last = i, i + 1, "S"
+            else:
+                out.append((pend, "C"))
+                pend = None
+        else:
+            last = None
 
 
 def ideal_cycles(config, L) -> int:

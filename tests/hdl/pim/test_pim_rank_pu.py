@@ -19,7 +19,7 @@ from hdl.pim.rank_pu import PIMSequencer, launch_layout, rd_layout
 from sim.backends import Traffic
 from sim.dram.checker import check_trace, describe
 from sim.dram.trace import decode_trace
-from sim.pim.fused import micro, encode_launch
+from sim.pim.fused import micro, encode_launch, phase_order
 
 BASE = micro(16, ranks=1)
 CFG = replace(BASE, dram=replace(BASE.dram, timing=replace(BASE.dram.timing, tREFI=120, tRFC=30)))
@@ -70,20 +70,21 @@ def test_sequencer_program_and_urgent_refresh(backend):
     trace = decode_trace(run.outputs["trace"], CFG.dram.org)
     viol = check_trace(trace, CFG.dram, end_cycle=run.cycles)
     assert viol == [], describe(viol)
-    # RD_AB addresses = the mapping's read sequences, head after head
+    # RD_AB addresses = the mapping's read sequences, phase after phase: head 0 (L = 256 fills the rank buffer)
+    # alone, then heads 1 and 2 overlapped (S1 S2 C1 C2)
+    order = phase_order(CFG, [L for L, *_ in heads])
+    assert order == [(0, "S"), (0, "C"), (1, "S"), (2, "S"), (1, "C"), (2, "C")]
     rds = [(c.row, c.col) for c in trace if c.kind is Cmd.RD_AB]
     want = []
-    for L, k0, v0, _ in heads:
-        for reads, r0 in ((score_reads(CFG, L, k0), 0), (context_reads(CFG, L, v0), 0)):
-            want += list(zip(reads.row.tolist(), reads.col.tolist()))
+    edges, n = {0}, 0
+    for h, ph in order:
+        L, k0, v0, _ = heads[h]
+        reads = score_reads(CFG, L, k0) if ph == "S" else context_reads(CFG, L, v0)
+        want += list(zip(reads.row.tolist(), reads.col.tolist()))
+        n += len(reads.row)
+        edges.add(n)
     assert rds == want
     # refresh: the limit held (checker) and some REFs had to be issued inside the long head (rows re-opened)
-    edges, n = {0}, 0
-    for (L, *_), nc in zip(heads, n_ctx):
-        n += len(score_reads(CFG, L))
-        edges.add(n)
-        n += nc
-        edges.add(n)
     inside = n_before = 0
     for c in trace:
         if c.kind is Cmd.RD_AB:
