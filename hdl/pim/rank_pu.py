@@ -487,7 +487,7 @@ class RankPU(wiring.Component):
 
         # ---- launch queue (2 heads) -> the sequencer, plus the head length for the softmax side ---------------
         LL = launch_layout(cfg)
-        lq = m.submodules.lq = SyncFIFOBuffered(width=LL.size, depth=2)
+        lq = self._lq = m.submodules.lq = SyncFIFOBuffered(width=LL.size, depth=2)
         m.d.comb += [lq.w_en.eq(self.launch.valid), lq.w_data.eq(self.launch.payload),
                      self.launch.ready.eq(lq.w_rdy)]
         hq_norm = self._hq_norm = m.submodules.hq_norm = SyncFIFOBuffered(width=Lbits, depth=4)

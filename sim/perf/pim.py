@@ -14,7 +14,12 @@ legality rules of :func:`firmware.pim_stream.all_bank_schedule` (which follow th
   head is short enough for the postponement limit, else ``"in_head"``;
 * ``fixed_cycles``: the rank PU's pipeline fill / drain (score -> softmax -> normalization -> context -> final
   aggregation) that the DRAM command stream does not show. It is a **calibration hook**: 0 until fitted to RTL
-  cycle counts with :func:`calibrate` (``sim.pim`` runs, integration engineer).
+  cycle counts of single heads with :func:`calibrate` (``sim.pim.fused.rtl_cycles``).
+* ``overlap`` (default ``True``, the rank PU's behaviour): consecutive heads overlap (S0 S1 C0 S2 C1 ...,
+  ``docs/pim_rank_pu_sequencer.md``) when two heads' ``ceil(L / B) B`` exponentials fit the rank buffer
+  (``2 ceil(L / B) B <= config.max_tokens``): back to back, a head then costs only its rows
+  (:meth:`PIMPerfModel.steady_head_cycles`); ``fixed_cycles`` is paid once per run of heads, not per head.
+  Otherwise (or ``overlap=False``) every head pays ``fixed_cycles``.
 
 The all-bank DRAM-bound ideal is ``RD_ABs x tCCD_L / (1 - tRFC / tREFI)``: every bank of every chip delivers 64
 bits per tCCD_L, less refresh. System figures (:func:`system_bandwidth`) scale to channels x DIMMs x ranks (L3
@@ -32,7 +37,7 @@ from hdl.memctl.commands import Cmd
 from hdl.pim.mapping import region_rows, score_reads, context_reads
 from sim.dram.trace import TraceCommand
 
-__all__ = ["PIMPerfModel", "HeadTiming", "calibrate", "system_bandwidth", "bus_bandwidth_gbps", "rankset_sim",
+__all__ = ["PIMPerfModel", "HeadTiming", "calibrate", "steady_residuals", "system_bandwidth", "bus_bandwidth_gbps", "rankset_sim",
            "RanksetResult", "L3_CHANNELS", "L3_DIMMS_PER_CHANNEL", "L3_CPU_BANDWIDTH_GBPS", "L3_PIM_BANDWIDTH_TBPS"]
 
 #: [L3] Table 2: "Memory 16 Channels x 2 DIMM"; each DIMM "2 Ranks x 4 Bank Groups x 4 Banks" (org.ranks = 2).
@@ -133,7 +138,7 @@ class PIMPerfModel:
 
     REFRESH_MODES = ("auto", "between", "in_head", "off")
 
-    def __init__(self, config, *, fixed_cycles: int = 0, refresh: str = "auto"):
+    def __init__(self, config, *, fixed_cycles: int = 0, refresh: str = "auto", overlap: bool = True):
         if refresh not in self.REFRESH_MODES:
             raise ValueError(f"refresh must be one of {self.REFRESH_MODES}, got {refresh!r}")
         if not 0 <= fixed_cycles < 1 << 30:
@@ -141,10 +146,16 @@ class PIMPerfModel:
         self.config = config
         self.fixed_cycles = int(fixed_cycles)
         self.refresh = refresh
+        self.overlap = bool(overlap)
         self.tm = config.dram.timing
 
     def with_fixed_cycles(self, fixed_cycles):
-        return PIMPerfModel(self.config, fixed_cycles=fixed_cycles, refresh=self.refresh)
+        return PIMPerfModel(self.config, fixed_cycles=fixed_cycles, refresh=self.refresh, overlap=self.overlap)
+
+    def overlaps(self, L) -> bool:
+        """Back-to-back heads of ``L`` tokens overlap in the rank PU (both heads' e_t fit the rank buffer)."""
+        B = self.config.banks
+        return self.overlap and 2 * (-(-L // B) * B) <= self.config.max_tokens
 
     # ---- command counts ------------------------------------------------------------------------------------
     def score_rd_ab(self, L):
@@ -192,15 +203,29 @@ class PIMPerfModel:
     def head_cycles(self, L) -> int:
         return self.head(L).cycles
 
+    def steady_head_cycles(self, L) -> int:
+        """Cycles per head of a rank running heads of ``L`` tokens back to back, refresh not due (compare with
+        ``rtl_cycles``' ``steady_cycles``): overlapped heads (:meth:`overlaps`) cost their rows only (each row
+        ``tRCD + (n - 1) tCCD_L + tRTP + tRPab`` when tRAS / tRC do not bind: 48 cycles more than its RD_ABs at
+        DDR4-3200), sequential heads also ``fixed_cycles``."""
+        runs = self.head_runs(L)
+        r = _Rank(self.tm, 1 << 60)
+        gap = 0 if self.overlaps(L) else self.fixed_cycles
+        r.stream(runs, in_head_refresh=False)
+        p0 = r.prea
+        r.stream(runs, in_head_refresh=False, earliest=p0 + 1 + gap)
+        return r.prea - p0
+
     def heads_period(self, L, heads=None) -> float:
         """Average cycles per head of a rank running heads of ``L`` tokens back to back (steady state, refresh
         included: between heads, all owed REFs before a head that would otherwise exceed the postponement
-        limit; or in-head). The next head starts ``fixed_cycles`` after the previous one's last PREA (no overlap
-        of heads: conservative)."""
+        limit; or in-head). Overlapped heads (:meth:`overlaps`) follow each other's rows directly; otherwise the
+        next head starts ``fixed_cycles`` after the previous one's last PREA."""
         runs = self.head_runs(L)
         mode = self._mode(L, runs)
         tm = self.tm
-        one = self.head(L).command_cycles + self.fixed_cycles
+        gap = 0 if self.overlaps(L) else self.fixed_cycles
+        one = self.head(L).command_cycles + gap
         if heads is None:
             heads = max(4, -(-40 * tm.tREFI // one))
         r = _Rank(tm, tm.tREFI)
@@ -214,7 +239,7 @@ class PIMPerfModel:
                     for _k in range(owed):
                         r.refresh()
             r.stream(runs, in_head_refresh=mode == "in_head", earliest=start)
-            start = r.prea + 1 + self.fixed_cycles
+            start = r.prea + 1 + gap
         return (start - r.first) / heads
 
     def gflops(self, L, period=None):
@@ -235,6 +260,12 @@ def calibrate(model: PIMPerfModel, rtl_points):
     fixed = max(0, int(round(float(np.mean(diffs)))))
     cal = base.with_fixed_cycles(fixed)
     return cal, [c - cal.head(L).cycles for L, c in pts]
+
+
+def steady_residuals(model: PIMPerfModel, rtl_points):
+    """rtl - :meth:`PIMPerfModel.steady_head_cycles` per RTL steady-state point ``[(L, cycles per head), ...]``
+    (``rtl_cycles``' ``steady_cycles``)."""
+    return [float(c) - model.steady_head_cycles(int(L)) for L, c in rtl_points]
 
 
 # ---- system bandwidth ----------------------------------------------------------------------------------------

@@ -20,19 +20,19 @@ import importlib
 import time
 
 from hdl.pim.config import PAPER
-from sim.perf.pim import PIMPerfModel, calibrate, rankset_sim, system_bandwidth
+from sim.perf.pim import PIMPerfModel, calibrate, rankset_sim, steady_residuals, system_bandwidth
 
 __all__ = ["rtl_head_cycles", "main", "LENGTHS"]
 
 LENGTHS = (64, 256, 1024, 4096, 16384, 32768, 65536, 131072)
 RTL_LENGTHS = (64, 256, 1024, 2048)
 #: --- RTL hook: module and function of the RTL runner (sim/pim/fused.py); skipped gracefully when absent ---
-RTL_MODULE, RTL_FUNCTION, RTL_CONFIG = "sim.pim.fused", "rtl_cycles", "pim_tiny_long"
+RTL_MODULE, RTL_FUNCTION, RTL_CONFIG = "sim.pim.fused", "rtl_cycles", "tiny_rows"
 
 
-def rtl_head_cycles(lengths, backend="verilator"):
+def rtl_head_cycles(lengths, backend="verilator", steady=None):
     """``(config, {L: RTL head cycles})`` from the RTL runner, or ``(None, {})`` when it does not exist (yet) or
-    fails."""
+    fails. ``steady``: a dict filled with ``{L: RTL steady-state cycles per head}`` (overlapped heads)."""
     try:
         mod = importlib.import_module(RTL_MODULE)
         fn = getattr(mod, RTL_FUNCTION)
@@ -45,6 +45,8 @@ def rtl_head_cycles(lengths, backend="verilator"):
     except Exception as e:  # the RTL runner must not stop the bench
         print(f"  (RTL {RTL_MODULE}.{RTL_FUNCTION} failed: {e!r})")
         return None, {}
+    if steady is not None:
+        steady.update({L: v["steady_cycles"] for L, v in res.items() if "steady_cycles" in v})
     return config, {L: int(v["head_cycles"]) for L, v in res.items()}
 
 
@@ -77,13 +79,24 @@ def head_table(config, lengths, model=None, rtl=None):
 def rtl_table(backend="verilator"):
     """(e) RTL head cycles next to the model, and the calibrated ``fixed_cycles``."""
     print(f"\n(e) RTL ({RTL_MODULE}.{RTL_FUNCTION}, {backend}) vs model")
-    config, rtl = rtl_head_cycles(RTL_LENGTHS, backend)
+    steady = {}
+    config, rtl = rtl_head_cycles(RTL_LENGTHS, backend, steady=steady)
     if not rtl:
         return None
     cal, res = calibrate(PIMPerfModel(config), sorted(rtl.items()))
     print(f"  calibrated on {config.name}: fixed_cycles = {cal.fixed_cycles}; residuals (rtl - model) = "
           f"{dict(zip(sorted(rtl), res))}")
     head_table(config, sorted(rtl), model=cal, rtl=rtl)
+    if steady:
+        pts = sorted(steady.items())
+        res = steady_residuals(cal, pts)
+        print("  steady state (heads back to back; overlapped when two heads' e_t fit the rank buffer):")
+        print(f"  {'L':>6s} {'overlap':>7s} {'RTL/head':>9s} {'model':>7s} {'rtl-model':>9s} {'ideal':>7s} "
+              f"{'RTL/ideal':>9s}")
+        for (L, c), r in zip(pts, res):
+            ideal = cal.ideal_cycles(L, refresh=False)
+            print(f"  {L:6d} {str(cal.overlaps(L)):>7s} {c:9.1f} {cal.steady_head_cycles(L):7d} {r:9.1f} "
+                  f"{ideal:7.0f} {c / ideal:9.3f}")
     return cal
 
 

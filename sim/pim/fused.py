@@ -314,20 +314,26 @@ def tiny_rows(rows=64):
 
 
 def rtl_cycles(config=None, L_list=(64, 128, 256, 512, 1024, 2048), *, backend="verilator", storage=False,
-               component=None):
-    """Measured RTL cycles of one head per ``L`` (one system, built once; one run per L from reset, so every head
-    starts on an idle rank; timing-only DRAM storage by default: cycle counts do not depend on the data).
+               component=None, heads=5):
+    """Measured RTL cycles per ``L`` (one system, built once; timing-only DRAM storage by default: cycle counts do
+    not depend on the data).
 
-    Returns ``{L: {...}}`` with ``head_cycles`` (the head's first command to its last result element taken,
-    inclusive), ``ideal`` (:func:`ideal_cycles`), ``ratio`` = head_cycles / ideal, ``score_span`` (first to
-    last score RD_AB + tCCD_L), ``gap`` (last score RD_AB to first context RD_AB), ``context_span``, ``tail``
-    (last context RD_AB to the last result), ``commands``, ``violations`` (device model). For the perf model's
-    calibration (sim/perf/pim_bench.py)."""
+    Per ``L``: one head from reset (every head starts on an idle rank), then ``heads`` back-to-back launches
+    (two stored heads alternating) for the steady state with overlapped heads. Returns ``{L: {...}}`` with
+    ``head_cycles`` (single head: first command to its last result element taken, inclusive), ``ideal``
+    (:func:`ideal_cycles`), ``ratio`` = head_cycles / ideal, ``score_span`` (first to last score RD_AB +
+    tCCD_L), ``gap`` (last score RD_AB to first context RD_AB), ``context_span``, ``tail`` (last context
+    RD_AB to the last result), ``commands``, ``violations`` (device model); ``steady_cycles`` (cycles per head
+    between the done records of launches 0 and ``heads - 2`` -- the last launch has no successor to overlap
+    with), ``steady_ratio`` = steady_cycles / ideal, ``overlapped`` (the launches' phases interleave:
+    :func:`phase_order`), ``steady_violations``. For the perf model's calibration (sim/perf/pim_bench.py)."""
     from hdl.pim.mapping import head_layout
     from sim.backends import get_backend
     from sim.dram.trace import decode_trace
     if config is None:
         config = tiny_rows()
+    if heads < 3:
+        raise ValueError(f"heads = {heads} must be >= 3")
     be = get_backend(backend) if isinstance(backend, str) else backend
     comp = component if component is not None else PIMChannelSystem(config, None, storage=storage)
     tm = config.dram.timing
@@ -336,9 +342,10 @@ def rtl_cycles(config=None, L_list=(64, 128, 256, 512, 1024, 2048), *, backend="
         layout = head_layout(config, L, 1)
         q = np.zeros(config.head_dim, np.uint16)
         launch = encode_launch(config, L, layout.k_row0[0], layout.v_row0[0], q)
+        bound = head_cycle_bound(config, L, drain=RankPU.drain_bound(config))
         run = be.run_streams(comp, {"launch": [launch]},
                              {"result": config.head_dim, "done": 1, "trace": None},
-                             max_cycles=4 * head_cycle_bound(config, L, drain=RankPU.drain_bound(config)) + 20000)
+                             max_cycles=4 * bound + 20000)
         trace = [c for c in decode_trace(run.outputs["trace"], config.dram.org) if c.rank == 0]
         done = _decode_done(run.outputs["done"])[0]
         rds = [c.cycle for c in trace if c.kind is Cmd.RD_AB]
@@ -346,11 +353,24 @@ def rtl_cycles(config=None, L_list=(64, 128, 256, 512, 1024, 2048), *, backend="
         first = trace[0].cycle
         hc = done["cycle"] - first + 1
         ideal = ideal_cycles(config, L)
-        out[L] = {"head_cycles": hc, "ideal": ideal, "ratio": hc / ideal,
-                  "score_span": rds[nS - 1] - rds[0] + tm.tCCD_L, "gap": rds[nS] - rds[nS - 1],
-                  "context_span": rds[-1] - rds[nS] + tm.tCCD_L, "tail": done["cycle"] - rds[-1],
-                  "commands": len(trace), "refreshes": done["refreshes"], "violations": done["violations"],
-                  "run_cycles": run.cycles}
+        rec = {"head_cycles": hc, "ideal": ideal, "ratio": hc / ideal,
+               "score_span": rds[nS - 1] - rds[0] + tm.tCCD_L, "gap": rds[nS] - rds[nS - 1],
+               "context_span": rds[-1] - rds[nS] + tm.tCCD_L, "tail": done["cycle"] - rds[-1],
+               "commands": len(trace), "refreshes": done["refreshes"], "violations": done["violations"],
+               "run_cycles": run.cycles}
+        # steady state: `heads` launches of two stored heads, alternating
+        lay2 = head_layout(config, L, 2)
+        launches = [encode_launch(config, L, lay2.k_row0[i % 2], lay2.v_row0[i % 2], q) for i in range(heads)]
+        run = be.run_streams(comp, {"launch": launches},
+                             {"result": config.head_dim * heads, "done": heads, "trace": None},
+                             max_cycles=heads * 4 * bound + 20000)
+        dn = _decode_done(run.outputs["done"])
+        steady = (dn[heads - 2]["cycle"] - dn[0]["cycle"]) / (heads - 2)
+        order = phase_order(config, [L] * heads)
+        rec.update({"steady_cycles": steady, "steady_ratio": steady / ideal,
+                    "overlapped": order[1] == (1, "S"), "steady_violations": dn[-1]["violations"],
+                    "steady_refreshes": dn[-1]["refreshes"], "steady_errors": dn[-1]["errors"]})
+        out[L] = rec
     return out
 
 

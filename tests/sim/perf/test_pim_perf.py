@@ -93,3 +93,28 @@ def test_rankset_trace_is_legal(ranks):
     org = replace(PAPER.dram.org, ranks=ranks)
     assert {c.kind for c in trace} >= {Cmd.ACT, Cmd.WR, Cmd.PRE, Cmd.ACT_AB, Cmd.RD_AB, Cmd.PREA}
     assert check_trace(trace, replace(PAPER.dram, org=org)) == []
+
+
+def test_overlapped_heads_steady_state():
+    """Overlapped heads (the rank PU's S0 S1 C0 S2 C1 ...): per head only its rows, 48 cycles per row more than
+    its RD_ABs at tCCD_L (DDR4-3200: tRCD + tRTP + tRPab - tCCD_L); fixed_cycles only when two heads' e_t do
+    not fit the rank buffer (TINY: 4 KiB = 2K tokens, so L = 2K runs sequentially)."""
+    tm = TINY.dram.timing
+    m = PIMPerfModel(TINY, fixed_cycles=280)
+    row_change = tm.tRCD + tm.tRTP + tm.tRPab - tm.tCCD_L
+    assert row_change == 48
+    for L in (64, 512, 1024):
+        h = m.head(L)
+        assert m.overlaps(L)
+        assert m.steady_head_cycles(L) == h.rd_ab * tm.tCCD_L + h.rows * row_change
+        assert m.heads_period(L, heads=8) <= m.steady_head_cycles(L) + 1
+    assert not m.overlaps(2048)
+    seq = PIMPerfModel(TINY, fixed_cycles=280, overlap=False)
+    # sequential: the next ACT_AB fixed_cycles + 1 after the last PREA instead of tRPab
+    assert seq.steady_head_cycles(1024) == m.steady_head_cycles(1024) + 280 + 1 - tm.tRPab
+    assert m.steady_head_cycles(2048) > m.head(2048).command_cycles
+    # PAPER: 256 KB rank buffer, so heads of up to 64K tokens overlap; at 2K the steady state is within 5 %
+    # of the all-bank ideal (refresh excluded): 4 + 4 rows of 128 RD_ABs
+    p = PIMPerfModel(PAPER, fixed_cycles=400)
+    assert p.overlaps(2048) and not p.overlaps(65537)
+    assert p.steady_head_cycles(2048) / p.ideal_cycles(2048, refresh=False) < 1.05
