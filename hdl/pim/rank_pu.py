@@ -403,13 +403,15 @@ class RankPU(wiring.Component):
     """Buffer-chip controller of one rank: :class:`PIMSequencer` + the fused-kernel datapath.
 
     Parameters: ``config`` (:class:`PIMConfig`), ``rank`` (the rank it drives), ``drain`` (see
-    :meth:`drain_bound`), ``softmax`` (``False``: test mode without the
+    :meth:`drain_bound`), ``overlap`` (default ``True``: consecutive heads overlap when both heads' e_t fit the
+    circular rank buffer; ``False``: strictly sequential heads), ``softmax`` (``False``: test mode without the
     softmax unit / normalizer -- the scores ``s_t`` leave on ``scores`` and the probabilities come in on
     ``p_in``, one word of ``G`` FP16 per context RD_AB).
 
     Streams:
 
-    * ``launch`` (in, :func:`launch_layout`): one head per item.
+    * ``launch`` (in, :func:`launch_layout`): one head per item, into a 2-entry launch queue (with ``overlap``,
+      the sequencer takes the next head at the end of a phase: S0 S1 C0 S2 C1 ..., see :class:`PIMSequencer`).
     * ``result`` (out, 16): the head's ``d`` FP16 outputs, element 0 first, heads in launch order.
     * ``scores`` (out, 16; ``softmax=False`` only): ``s_t`` per score slot (``t >= L`` masked to -inf).
     * ``p_in`` (in, ``16 G``; ``softmax=False`` only): probabilities of context RD_AB ``v`` (token ``v G + g``
@@ -487,7 +489,7 @@ class RankPU(wiring.Component):
 
         # ---- launch queue (2 heads) -> the sequencer, plus the head length for the softmax side ---------------
         LL = launch_layout(cfg)
-        lq = self._lq = m.submodules.lq = SyncFIFOBuffered(width=LL.size, depth=2)
+        lq = m.submodules.lq = SyncFIFO(width=LL.size, depth=2)
         m.d.comb += [lq.w_en.eq(self.launch.valid), lq.w_data.eq(self.launch.payload),
                      self.launch.ready.eq(lq.w_rdy)]
         hq_norm = self._hq_norm = m.submodules.hq_norm = SyncFIFOBuffered(width=Lbits, depth=4)

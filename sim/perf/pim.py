@@ -37,8 +37,9 @@ from hdl.memctl.commands import Cmd
 from hdl.pim.mapping import region_rows, score_reads, context_reads
 from sim.dram.trace import TraceCommand
 
-__all__ = ["PIMPerfModel", "HeadTiming", "calibrate", "steady_residuals", "system_bandwidth", "bus_bandwidth_gbps", "rankset_sim",
-           "RanksetResult", "L3_CHANNELS", "L3_DIMMS_PER_CHANNEL", "L3_CPU_BANDWIDTH_GBPS", "L3_PIM_BANDWIDTH_TBPS"]
+__all__ = ["PIMPerfModel", "HeadTiming", "calibrate", "steady_residuals", "system_bandwidth", "bus_bandwidth_gbps",
+           "rankset_sim", "RanksetResult", "L3_CHANNELS", "L3_DIMMS_PER_CHANNEL", "L3_CPU_BANDWIDTH_GBPS",
+           "L3_PIM_BANDWIDTH_TBPS"]
 
 #: [L3] Table 2: "Memory 16 Channels x 2 DIMM"; each DIMM "2 Ranks x 4 Bank Groups x 4 Banks" (org.ranks = 2).
 L3_CHANNELS = 16

@@ -45,21 +45,21 @@ class PIMChannelSystem(wiring.Component):
 
     ``init``: DRAMChannel initial contents (``kv_store_image``); ``storage=False``: the timing-only device
     model (reads return addresses: outputs are garbage, cycle counts are exact -- the datapath's timing does
-    not depend on values). ``softmax``: see :class:`RankPU`. The channel's other ranks are idle; the top
-    refreshes them every tREFI in command slots the rank PU leaves free.
+    not depend on values). ``softmax``, ``overlap``: see :class:`RankPU`. The channel's other ranks are idle;
+    the top refreshes them every tREFI in command slots the rank PU leaves free.
     """
 
     TRACE_DEPTH = 64
 
     def __init__(self, config: PIMConfig, init=None, *, rank: int = 0, storage: bool = True,
-                 softmax: bool = True):
+                 softmax: bool = True, overlap: bool = True):
         if not isinstance(config, PIMConfig):
             raise ValueError(f"config must be a PIMConfig, got {type(config).__name__}")
         self.config = config
         self.org = org = config.dram.org
         self.softmax = softmax
         self.rank = rank
-        self.rank_pu = RankPU(config, rank=rank, softmax=softmax)
+        self.rank_pu = RankPU(config, rank=rank, softmax=softmax, overlap=overlap)
         self.dram = DRAMChannel(config.dram, init, storage=storage)
         ports = {
             "launch": In(stream.Signature(launch_layout(config))),
