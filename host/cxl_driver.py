@@ -312,6 +312,7 @@ class Driver:
         self._handles = []       # ReadHandle / CompletionHandle, by id
         self._subs = []          # Submission, in script order
         self._reads = 0          # hmem reads so far (response index)
+        self._areas = []         # (sq first, sq end, cq first, cq end, pasid) of the configured queues (_line_pasid)
 
     # ---- low level ---------------------------------------------------------------------------------------
 
@@ -360,11 +361,15 @@ class Driver:
         """Default PASID of a plain access to ``line``: that of the configured queue whose ring or completion area
         holds it, else :data:`DEFAULT_DATA_PASID`."""
         a = line * LINE_BYTES
-        for s in self._q:
-            if s.configured and (s.sq_base <= a < s.sq_base + self.layout.sq_bytes(s.entries)
-                                 or s.cq_base <= a < s.cq_base + self.layout.cq_bytes(s.entries)):
-                return s.pasid
+        for sq_lo, sq_hi, cq_lo, cq_hi, pasid in self._areas:     # configured queues, in queue order
+            if sq_lo <= a < sq_hi or cq_lo <= a < cq_hi:
+                return pasid
         return DEFAULT_DATA_PASID
+
+    def _update_areas(self):
+        lay = self.layout
+        self._areas = [(s.sq_base, s.sq_base + lay.sq_bytes(s.entries), s.cq_base, s.cq_base + lay.cq_bytes(s.entries),
+                        s.pasid) for s in self._q if s.configured]
 
     def _op(self, line, write, wdata, after, pasid):
         self._hmem.append([line, write, wdata, after, self._line_pasid(line) if pasid is None else pasid,
@@ -442,6 +447,7 @@ class Driver:
         s.configured = True
         s.sq_base, s.entries, s.cq_base, s.win_base, s.win_limit = sq_base, entries, cq_base, win_base, win_limit
         s.pasid = pasid
+        self._update_areas()
         if fence or (fence is None and self.qwin is not None and self.qwin[1] > self.qwin[0]):
             self.fence()
 

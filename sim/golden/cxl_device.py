@@ -379,7 +379,20 @@ class GoldenDevice:
         if self._filter is None:          # the registers are final once the MMIO stream is applied
             self._filter = FilterModel([(s.sq_base, s.entries, s.cq_base, s.pasid, s.ctrl & CTRL_ENABLE)
                                         for s in self._q], self._qwin_base, self._qwin_limit, self.layout)
-        return self._filter.ok(line, pasid)
+            # FilterModel.ok per memory line, tabulated once: a line overlaps [a_lo, a_hi) (a_lo < a_hi) iff
+            # a_lo // 64 <= line <= (a_hi - 1) // 64 (only lines of the memory are ever asked)
+            owners = {}
+            for a_lo, a_hi, p in self._filter.areas:
+                if a_lo < a_hi:
+                    for ln in range(a_lo // LINE_BYTES, min((a_hi - 1) // LINE_BYTES + 1, self.depth)):
+                        owners.setdefault(ln, []).append(p)
+            qb, ql = self._filter.qwin
+            self._owners = owners
+            self._qwin_lines = (qb // LINE_BYTES, (ql - 1) // LINE_BYTES) if qb < ql else (1, 0)
+        owners = self._owners.get(line)
+        if owners is not None:
+            return pasid in owners
+        return not self._qwin_lines[0] <= line <= self._qwin_lines[1]
 
     # ---- queue engine ------------------------------------------------------------------------------------
 

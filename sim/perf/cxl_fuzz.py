@@ -34,6 +34,7 @@ import numpy as np
 from hdl.ndp.config import TINY
 from hdl.ndp.descriptor import ErrorCode, DescType
 from firmware.ndp.descriptor import Descriptor, gemv, gemm, softmax, load, store
+from hdl.cxl.regmap import QueueLayout, valid_word, VALID_OFFSET, DESC_OFFSET
 from host.cxl_driver import Driver
 from sim.golden.cxl_device import decode_descriptor, encode_descriptor
 
@@ -44,10 +45,44 @@ FUZZ_QUEUES = 16
 REGION_BYTES = 8 << 10             # per queue: ring at +0, completion area at +3 KiB, window area +6..8 KiB
 FUZZ_DEPTH = FUZZ_QUEUES * REGION_BYTES // 64
 SQ_OFF, CQ_OFF, WIN_OFF = 0, 3 << 10, 6 << 10
+#: Queue-window layout (half of the batches): every queue's ring and completion area in one block of
+#: ``QBLOCK_BYTES`` per queue, the queue window [0, QWIN_BYTES) holding all of them, the 2 KiB data window areas
+#: above it. The same 128 KiB memory as the plain layout: one compiled design serves both.
+QBLOCK_BYTES = 6 << 10
+QWIN_BYTES = FUZZ_QUEUES * QBLOCK_BYTES
+AREA_BYTES = REGION_BYTES - WIN_OFF
+assert QWIN_BYTES + FUZZ_QUEUES * AREA_BYTES == FUZZ_DEPTH * 64
 #: A small core so rings and windows stay small: 512 B input / result areas, 2 KiB operands, 128 KiB memory.
 FUZZ_CONFIG = replace(TINY, name="cxl-fuzz", input_buffer_bytes=512, output_buffer_bytes=512,
                       dram_buffer_bytes=2048, device_bytes=FUZZ_DEPTH * 64)
 _ENTRIES = (1, 2, 4)
+_LAYOUT = QueueLayout.for_config(FUZZ_CONFIG)
+#: Queue PASIDs: half from this small set (queues of a batch often share one; 0 = DEFAULT_DATA_PASID), half
+#: random 20-bit values.
+_PASID_SET = (1, 2, 3, 0)
+
+
+@dataclass(frozen=True)
+class FuzzLayout:
+    """Where queue q's ring, completion area and 2 KiB data window area lie: the plain layout (8 KiB per queue,
+    no queue window) or, with ``qwin``, the queue-window layout."""
+    qwin: bool = False
+
+    def ring(self, q):
+        return q * QBLOCK_BYTES if self.qwin else q * REGION_BYTES + SQ_OFF
+
+    def cq(self, q):
+        return q * QBLOCK_BYTES + CQ_OFF if self.qwin else q * REGION_BYTES + CQ_OFF
+
+    def area(self, q):
+        lo = QWIN_BYTES + q * AREA_BYTES if self.qwin else q * REGION_BYTES + WIN_OFF
+        return lo, lo + AREA_BYTES
+
+    def gaps(self, q, entries):
+        """Reserved queue-window space in queue q's block (qwin layout): [first, end) ranges of whole lines."""
+        r, c = self.ring(q), self.cq(q)
+        out = [(r + _LAYOUT.sq_bytes(entries), c), (c + _LAYOUT.cq_bytes(entries), q * QBLOCK_BYTES + QBLOCK_BYTES)]
+        return [(a, b) for a, b in out if b > a]
 _STORE_SHAPES = ((1, 32), (2, 32), (4, 16), (2, 64), (4, 32))
 
 
@@ -67,6 +102,10 @@ class _QueueCase:
     initial: bytes = b""              # initial content of the area
     subs: list = field(default_factory=list)      # (index, descriptor or raw int, input bytes or None)
     kept: int = 0                     # elements the previous descriptor of this queue keeps (generator's guess)
+    sq_base: int = 0
+    cq_base: int = 0
+    pasid: int = 0
+    dead: bool = False                # its configuration was refused and never fixed: nothing is submitted
 
 
 @dataclass
@@ -78,12 +117,8 @@ class Case:
     features: set = field(default_factory=set)
 
 
-def _region(q):
-    return q * REGION_BYTES
-
-
-def _pick_window(rng, q, unaligned):
-    lo_area, hi_area = _region(q) + WIN_OFF, _region(q) + REGION_BYTES
+def _pick_window(rng, area, unaligned):
+    lo_area, hi_area = area
     r = rng.random()
     base = lo_area + 64 * int(rng.integers(0, 8))
     if r < 0.05:
@@ -124,7 +159,7 @@ def _operand_base(rng, qc, nbytes, others, feats):
         return (1 << 64) - 64 * int(rng.integers(1, 4))
     if r < 0.9:
         feats.add("escape_ring")
-        return _region(qc.q) + SQ_OFF
+        return qc.sq_base
     feats.add("escape_far")
     return 64 * int(rng.integers(0, (1 << 20)))
 
@@ -239,20 +274,93 @@ def _returned_bytes(desc):
     return min(-(-elems * 2 // beat) * beat, FUZZ_CONFIG.output_buffer_bytes)
 
 
-def _case(rng, case_id, queues, *, max_subs, unaligned):
+def _refused(rng, lay, qc, feats):
+    """Registers of queue ``qc.q`` that the CSR must refuse under the queue window (the enabling CTRL write)."""
+    regs = dict(sq_base=qc.sq_base, entries=qc.entries, cq_base=qc.cq_base, win_base=qc.win_base,
+                win_limit=qc.win_limit, pasid=qc.pasid)
+    k = int(rng.integers(0, 3))
+    if k == 0:                                    # ring outside the window (in the queue's own data area)
+        regs["sq_base"] = qc.area[0]
+        feats.add("refused_ring")
+    elif k == 1:                                  # completion area crossing the window's limit
+        regs["cq_base"] = QWIN_BYTES - 64 * int(rng.integers(1, 4))
+        feats.add("refused_cq")
+    else:                                         # data window overlapping the queue window
+        b = int(rng.choice((lay.ring(qc.q) + 64 * int(rng.integers(0, 40)), QWIN_BYTES - 256)))
+        regs["win_base"], regs["win_limit"] = b, b + 512
+        feats.add("refused_window")
+    return regs
+
+
+def _forger(rng, victim, qcs):
+    """A PASID other than the victim's: another queue's (same case), one of the small set, or random."""
+    while True:
+        r = rng.random()
+        if r < 0.4 and len(qcs) > 1:
+            p = qcs[int(rng.integers(0, len(qcs)))].pasid
+        elif r < 0.8:
+            p = _PASID_SET[int(rng.integers(0, len(_PASID_SET)))]
+        else:
+            p = int(rng.integers(0, 1 << 20))
+        if p != victim.pasid:
+            return p
+
+
+def _forged_step(rng, lay, qc, live, feats):
+    """One forged access of the case (another PASID into a live queue's ring / completion area, or reserved
+    queue-window space); the indices it targets are resolved when it is applied (:func:`_apply`)."""
+    r = rng.random()
+    victim = live[int(rng.integers(0, len(live)))]
+    if lay.qwin and r < 0.2:
+        gaps = lay.gaps(victim.q, victim.entries)
+        a, b = gaps[int(rng.integers(0, len(gaps)))]
+        addr = a + 64 * int(rng.integers(0, (b - a) // 64))
+        write = rng.random() < 0.5
+        feats.add("reserved_write" if write else "reserved_read")
+        pasid = int(rng.choice((victim.pasid, _forger(rng, victim, live))))
+        return ("reserved", victim.q, addr, write, pasid, rng.integers(0, 1 << 16, 32, dtype=np.uint16))
+    if r < 0.45:
+        feats.add("forge_cpl_read")
+        rb = int(rng.choice((0, 64, 2 * 64)))
+        return ("forge_cpl", victim.q, int(rng.integers(0, victim.entries)), rb, _forger(rng, victim, live))
+    when = "before" if rng.random() < 0.5 else "after"
+    rogue = rng.random() < 0.5
+    feats.add(f"forge_slot_{when}")
+    if rogue:
+        feats.add("rogue_doorbell")
+    wb = victim.win_base // 64 * 64
+    kind = int(rng.integers(0, 3))              # a STORE over the victim's data, a LOAD, a GEMV
+    d = store(wb, 1, 32) if kind == 0 else load(wb, 1, 8) if kind == 1 else gemv(wb, 8, 8)
+    inp = rng.integers(0, 1 << 16, 32 if kind != 1 else 0, dtype=np.uint16)
+    return ("forge_slot", victim, when, rogue, encode_descriptor(d), inp, _forger(rng, victim, live))
+
+
+def _case(rng, case_id, queues, *, max_subs, unaligned, lay=FuzzLayout(), forge=0.0):
     feats = set()
     qcs = []
     steps = []
+    if lay.qwin:
+        feats.add("qwin")
     for q in queues:
         entries = _ENTRIES[int(rng.integers(0, len(_ENTRIES)))]
-        wb, wl, feat = _pick_window(rng, q, unaligned)
+        area = lay.area(q)
+        wb, wl, feat = _pick_window(rng, area, unaligned)
         if feat:
             feats.add(feat)
-        area = (_region(q) + WIN_OFF, _region(q) + REGION_BYTES)
-        qc = _QueueCase(q, entries, wb, wl, area)
-        steps.append(("configure", q, dict(sq_base=_region(q) + SQ_OFF, entries=entries,
-                                           cq_base=_region(q) + CQ_OFF, win_base=wb, win_limit=wl,
-                                           pasid=int(rng.integers(0, 1 << 20)))))
+        pasid = (_PASID_SET[int(rng.integers(0, len(_PASID_SET)))] if rng.random() < 0.5
+                 else int(rng.integers(0, 1 << 20)))
+        qc = _QueueCase(q, entries, wb, wl, area, sq_base=lay.ring(q), cq_base=lay.cq(q), pasid=pasid)
+        if lay.qwin and rng.random() < 0.12:
+            steps.append(("refused", q, _refused(rng, lay, qc, feats)))
+            if rng.random() < 0.4:
+                qc.dead = True
+                feats.add("dead_queue")
+                if rng.random() < 0.5:
+                    steps.append(("rogue_doorbell", q, 1))    # rings a disabled queue: nothing may run
+                qcs.append(qc)
+                continue
+        steps.append(("configure", q, dict(sq_base=qc.sq_base, entries=entries, cq_base=qc.cq_base, win_base=wb,
+                                           win_limit=wl, pasid=pasid)))
         # initial data: the window lines (the rest of the area stays zero)
         lo, hi = wb // 64 * 64, -(-wl // 64) * 64
         data = _fp16(rng, (hi - lo) // 2, 1.0).astype("<u2").tobytes() if hi > lo else b""
@@ -262,13 +370,16 @@ def _case(rng, case_id, queues, *, max_subs, unaligned):
         if data:
             steps.append(("store", lo, data))
         qcs.append(qc)
+    live = [qc for qc in qcs if not qc.dead]
     # submissions, interleaved over the case's queues
-    nsubs = {qc.q: int(rng.integers(1, max_subs + 1)) for qc in qcs}
-    order = [qc for qc in qcs for _ in range(nsubs[qc.q])]
+    nsubs = {qc.q: int(rng.integers(1, max_subs + 1)) for qc in live}
+    order = [qc for qc in live for _ in range(nsubs[qc.q])]
     rng.shuffle(order)
     deferred = set()
     for qc in order:
-        others = [o for o in qcs if o is not qc] + []
+        others = [o for o in live if o is not qc]
+        if forge and rng.random() < forge:
+            steps.append(_forged_step(rng, lay, qc, live, feats))
         index = len(qc.subs)
         if index >= qc.entries:
             prev = qc.subs[index - qc.entries]
@@ -297,9 +408,11 @@ def _case(rng, case_id, queues, *, max_subs, unaligned):
             feats.add("coalesced")
         if rng.random() < 0.15:
             steps.append(("read_cpl", qc.q, index, qc.subs[-1][3]))
-    for qc in qcs:
+    if forge and live and rng.random() < forge:
+        steps.append(_forged_step(rng, lay, live[0], live, feats))
+    for qc in live:
         steps.append(("ring", qc.q))
-    for qc in qcs:
+    for qc in live:
         n = len(qc.subs)
         for index, _, _, rbytes in qc.subs[max(0, n - qc.entries):]:
             steps.append(("read_cpl", qc.q, index, rbytes))
@@ -312,26 +425,95 @@ class Batch:
     seed: int
     cases: list
     driver: Driver
-    handles: dict                 # case id -> list of (kind, q, index or None, handle)
+    handles: dict                 # case id -> list of (kind, q, index or None, handle); kind "forged": must be rejected
     mmio_delay: int = 0
     traffic_seed: int | None = None
+    qwin: bool = False            # queue-window layout (FuzzLayout(qwin=True))
+    forged: dict = field(default_factory=dict)     # case id -> hmem request indices the filter must reject
+    refused: dict = field(default_factory=dict)    # case id -> MMIO indices of CTRL writes the CSR must refuse
+    rejects_read: int | None = None                # MMIO index of the final HMEM_REJECTS read
+    rejects_exact: bool = False   # the read is held until every forged request has passed the filter
 
 
-def _apply(drv, step, handles):
+@dataclass
+class _Script:
+    """What :func:`_apply` records for one case while the batch's script is built."""
+    handles: list = field(default_factory=list)
+    forged: list = field(default_factory=list)
+    refused: list = field(default_factory=list)
+    rogue: dict = field(default_factory=dict)      # queue -> highest DOORBELL value a forged step wrote
+    fence: bool = False           # fence before each forged step (no queue window: configure does not fence)
+
+
+def _doorbell(drv, sc, q, value):
+    v = max(value, sc.rogue.get(q, 0))
+    drv.mmio_write("DOORBELL", v, q)
+    sc.rogue[q] = v
+
+
+_FORGED = ("forge_slot", "forge_cpl", "reserved")
+
+
+def _apply(drv, step, sc):
     kind = step[0]
     if kind == "configure":
         drv.configure(step[1], **step[2])
+    elif kind == "refused":
+        q, regs = step[1], step[2]
+        for name, key in (("SQ_BASE", "sq_base"), ("SQ_ENTRIES", "entries"), ("CQ_BASE", "cq_base"),
+                          ("WIN_BASE", "win_base"), ("WIN_LIMIT", "win_limit"), ("PASID", "pasid")):
+            drv.mmio_write(name, regs[key], q)
+        sc.refused.append(drv.mmio_write("CTRL", 1, q))
+    elif kind == "rogue_doorbell":
+        drv.mmio_write("DOORBELL", step[2], step[1])
     elif kind == "store":
         drv.store(step[1], step[2], after=0)
     elif kind == "submit":
         _, q, desc, inp, mode = step
         drv.submit(q, desc, inp, doorbell=mode != "defer", early_doorbell=mode == "early")
     elif kind == "ring":
-        drv.ring(step[1])
+        q = step[1]
+        s = drv._q[q]
+        if sc.rogue.get(q, 0) > s.submitted:    # a forged doorbell went further: never move DOORBELL back
+            _doorbell(drv, sc, q, s.submitted)
+            s.tail = max(s.tail, s.submitted)
+        else:
+            drv.ring(q)
     elif kind == "read_cpl":
-        handles.append(("cpl", step[1], step[2], drv.read_completion(step[1], step[2], result_bytes=step[3])))
+        sc.handles.append(("cpl", step[1], step[2], drv.read_completion(step[1], step[2], result_bytes=step[3])))
     elif kind == "read_area":
-        handles.append(("area", step[1], None, drv.read(step[2], step[3])))
+        sc.handles.append(("area", step[1], None, drv.read(step[2], step[3])))
+    elif kind in ("forge_slot", "forge_cpl", "reserved"):
+        if sc.fence:
+            drv.fence()          # the victim's configuration reaches the device first (else: ordinary data)
+        k0 = len(drv._hmem)
+        if kind == "forge_cpl":
+            _, q, index, rb, pasid = step
+            sc.handles.append(("forged", q, index, drv.read_completion(q, index, after=0, result_bytes=rb,
+                                                                      pasid=pasid)))
+        elif kind == "reserved":
+            _, q, addr, write, pasid, data = step
+            if write:
+                drv.store(addr, data, after=0, pasid=pasid)
+            else:
+                sc.handles.append(("forged", q, None, drv.read(addr, 64, after=0, pasid=pasid)))
+        else:
+            _, victim, when, rogue, raw, inp, pasid = step
+            s = drv._q[victim.q]
+            n = s.submitted
+            if when == "after" and n:           # a slot the victim has already written (maybe already run)
+                index = n - 1 - int(raw % min(n, s.entries))
+            else:                               # the victim's next slot, before its own valid word
+                index = n
+            if len(inp):
+                drv.store(_LAYOUT.input_addr(s.sq_base, s.entries, index), inp, after=0, pasid=pasid)
+            line = (raw << (8 * DESC_OFFSET)) | (valid_word(index) << (8 * VALID_OFFSET))
+            drv.store(_LAYOUT.slot_addr(s.sq_base, s.entries, index), line.to_bytes(64, "little"), after=0,
+                      pasid=pasid)
+            # a rogue doorbell covering the forged slot: only up to slots the victim fills (else it polls forever)
+            if rogue and index < len(victim.subs):
+                _doorbell(drv, sc, victim.q, max(index + 1, n))
+        sc.forged.extend(range(k0, len(drv._hmem)))
     else:
         raise ValueError(kind)
 
@@ -352,40 +534,87 @@ def _late_delay(drv) -> int:
 
 
 def make_batch(seed: int, *, max_subs: int = 6, unaligned: bool = True, cases: int | None = None,
-               queues: int = FUZZ_QUEUES) -> Batch:
-    """A batch of random cases filling ``queues`` queues (or the first ``cases`` cases), scripts interleaved."""
+               queues: int = FUZZ_QUEUES, qwin: bool | None = None, forge: float | None = None) -> Batch:
+    """A batch of random cases filling ``queues`` queues (or the first ``cases`` cases), scripts interleaved.
+    ``qwin``: the queue-window layout (None: half of the batches); ``forge``: the probability of a forged step
+    before each submission (None: 0.3 in the batches that forge: every queue-window batch, and the others without
+    an MMIO delay, where the fence a forged step needs would not change the doorbell timing)."""
     rng = np.random.default_rng(seed)
+    qwin = bool(rng.random() < 0.5) if qwin is None else qwin
+    r = rng.random()                              # MMIO delay class: none / partial / late
+    if forge is None:
+        forge = 0.3 if qwin or r < 0.5 else 0.0
+    lay = FuzzLayout(qwin)
     case_list, q = [], 0
     while queues - q >= 2 and (cases is None or len(case_list) < cases):
         n = min(int(rng.integers(2, 5)), queues - q)
         if queues - q - n == 1:
             n += 1 if n < 4 else -1
         case_list.append(_case(rng, len(case_list), list(range(q, q + n)), max_subs=max_subs,
-                               unaligned=unaligned))
+                               unaligned=unaligned, lay=lay, forge=forge))
         q += n
+    # PASIDs shared by queues of the batch
+    owners = {}
+    for c in case_list:
+        for qc in c.queues:
+            owners.setdefault(qc.pasid, []).append(c.id)
+    for ids in owners.values():
+        if len(ids) > 1:
+            for i in ids:
+                case_list[i].features.add("pasid_shared")
     drv = Driver(FUZZ_QUEUES, config=FUZZ_CONFIG, depth=FUZZ_DEPTH)
-    handles = {c.id: [] for c in case_list}
+    if qwin:
+        drv.set_queue_window(0, QWIN_BYTES)
+    scripts = [_Script(fence=not qwin) for _ in case_list]
     pos = [0] * len(case_list)
-    live = [i for i, c in enumerate(case_list) if c.steps]
-    for u in rng.random(sum(len(c.steps) for c in case_list)).tolist():   # each step: a live case at random
-        i = live[int(u * len(live))]
-        c = case_list[i]
-        _apply(drv, c.steps[pos[i]], handles[i])
-        pos[i] += 1
-        if pos[i] == len(c.steps):
-            live.remove(i)
-    r = rng.random()
+    # hoist: a third of the forging batches apply every forged step right after the configurations and initial
+    # stores (before any gated request), so the final HMEM_REJECTS read can be held past all of them
+    hoist = bool(forge) and rng.random() < 0.35
+    setup = ("configure", "refused", "store", "rogue_doorbell")
+    phases = []
+    if hoist:
+        heads = [[st for st in c.steps if st[0] in setup] for c in case_list]
+        forged_steps = [[st for st in c.steps if st[0] in _FORGED] for c in case_list]
+        rests = [[st for st in c.steps if st[0] not in setup and st[0] not in _FORGED] for c in case_list]
+        phases = [heads, forged_steps, rests]
+        for c in case_list:
+            if any(forged_steps[c.id]):
+                c.features.add("forged_early")
+    else:
+        phases = [[c.steps for c in case_list]]
+    for lists in phases:
+        pos = [0] * len(case_list)
+        live = [i for i, st in enumerate(lists) if st]
+        for u in rng.random(sum(len(st) for st in lists)).tolist():   # each step: a live case at random
+            i = live[int(u * len(live))]
+            _apply(drv, lists[i][pos[i]], scripts[i])
+            pos[i] += 1
+            if pos[i] == len(lists[i]):
+                live.remove(i)
+    forged = sorted(k for sc in scripts for k in sc.forged)
+    rejects_read, exact = None, False
+    if forge:
+        # a final HMEM_REJECTS read; held (run_batch) until every forged request has passed the filter when they
+        # all precede the first gated hmem request (their timing is then bounded), else only checked <= golden
+        rejects_read = drv.mmio_read("HMEM_REJECTS")
+        afters = drv._afters()
+        first_gate = next((i for i, a in enumerate(afters) if a > 0), len(afters))
+        exact = not forged or forged[-1] < first_gate
     late = _late_delay(drv)
     delay = 0 if r < 0.5 else int(rng.integers(1, late)) if r < 0.8 else late
     tseed = int(rng.integers(0, 1 << 31)) if rng.random() < 0.3 else None
-    return Batch(seed, case_list, drv, handles, delay, tseed)
+    return Batch(seed, case_list, drv, {c.id: scripts[c.id].handles for c in case_list}, delay, tseed, qwin,
+                 {c.id: scripts[c.id].forged for c in case_list}, {c.id: scripts[c.id].refused for c in case_list},
+                 rejects_read, exact)
 
 
 def _single(batch, case):
     drv = Driver(FUZZ_QUEUES, config=FUZZ_CONFIG, depth=FUZZ_DEPTH)
-    handles = []
+    if batch.qwin:
+        drv.set_queue_window(0, QWIN_BYTES)
+    sc = _Script(fence=not batch.qwin)
     for step in case.steps:
-        _apply(drv, step, handles)
+        _apply(drv, step, sc)
     return drv
 
 
@@ -401,6 +630,8 @@ class BatchResult:
     mismatches: list = field(default_factory=list)      # (case id, message)
     statuses: dict = field(default_factory=dict)        # status -> count
     features: dict = field(default_factory=dict)
+    rejected: int = 0             # hmem requests the address filter rejected (golden; = the forged ones)
+    rejects_exact: int = 0        # 1 if the final HMEM_REJECTS read was held past every forged request
     wall: float = 0.0
 
     @property
@@ -447,6 +678,14 @@ def check_batch(batch: Batch, rtl, gold) -> BatchResult:
                 res.mismatches.append((c.id, f"q{qc.q}: events {got} vs golden {gq.get(qc.q, [])}"))
         for kind, q, index, h in batch.handles[c.id]:
             a, b = rtl.data(h), gold.data(h)
+            if rtl.rejected(h) != gold.rejected(h):
+                res.mismatches.append((c.id, f"{kind} q{q} at {h.addr:#x}: read error bit rtl {rtl.rejected(h)} "
+                                             f"golden {gold.rejected(h)}"))
+            if kind == "forged":
+                if not rtl.rejected(h) or any(a):
+                    res.mismatches.append((c.id, f"forged read q{q} at {h.addr:#x} not rejected (err "
+                                                 f"{rtl.rejected(h)}, data {'nonzero' if any(a) else 'zero'})"))
+                continue
             if a != b:
                 k = _first_diff(a, b)
                 res.mismatches.append((c.id, f"{kind} q{q}{'' if index is None else '#' + str(index)}: byte "
@@ -463,6 +702,33 @@ def check_batch(batch: Batch, rtl, gold) -> BatchResult:
                     k = _first_diff(a, want)
                     res.corrupted.append((c.id, q, f"window area of q{q} differs from its own STOREs at byte "
                                                    f"{h.addr + k:#x}"))
+    # the address filter: exactly the forged requests rejected, refused configurations, HMEM_REJECTS
+    g = gold.golden
+    rejected = set(g.rejected)
+    for c in batch.cases:
+        want = set(batch.forged[c.id])
+        lo, hi = (min(want), max(want)) if want else (None, None)
+        if want - rejected:
+            res.mismatches.append((c.id, f"forged hmem requests not rejected by the golden filter: "
+                                         f"{sorted(want - rejected)[:5]}"))
+        for i in batch.refused[c.id]:
+            if rtl.mmio[i].err != 1 or gold.mmio[i].err != 1:
+                res.mismatches.append((c.id, f"refused configuration accepted (MMIO {i}: rtl err "
+                                             f"{rtl.mmio[i].err}, golden err {gold.mmio[i].err})"))
+    extra = rejected - {k for ks in batch.forged.values() for k in ks}
+    if extra:
+        res.mismatches.append((-1, f"golden filter rejected {len(extra)} requests that were not forged: "
+                                   f"{sorted(extra)[:5]}"))
+    for i, (a, b) in enumerate(zip(rtl.mmio, gold.mmio)):
+        if a.err != b.err:
+            res.mismatches.append((-1, f"MMIO {i} ({a.register}): err rtl {a.err} golden {b.err}"))
+    if batch.rejects_read is not None:
+        v = rtl.mmio[batch.rejects_read].rdata
+        if v > g.rejects or (batch.rejects_exact and v != g.rejects):
+            res.mismatches.append((-1, f"HMEM_REJECTS reads {v}, golden {g.rejects} "
+                                       f"({'exact' if batch.rejects_exact else 'at most'})"))
+    res.rejected = len(rejected)
+    res.rejects_exact = int(batch.rejects_read is not None and batch.rejects_exact)
     for e in rtl.events:
         res.statuses[e.status] = res.statuses.get(e.status, 0) + 1
     for c in batch.cases:
@@ -476,6 +742,38 @@ def _system():
     return system_for(FUZZ_CONFIG, FUZZ_QUEUES, FUZZ_DEPTH)
 
 
+def _hold_rejects_read(batch, traffic):
+    """(traffic, max_cycles) that apply the batch's MMIO delay and hold its last MMIO request (the HMEM_REJECTS
+    read) until cycle ``T``, a bound on when the last forged request (all of them precede the first gated hmem
+    request) has passed the filter: ``2 x`` (the cycle the MMIO pattern presents the last request a forged
+    request's fence waits for) + ``8 x`` (its position + 1) + 400 (a margin of 2x over the bounds of
+    :func:`_late_delay`, for the engine's memory traffic and the random handshakes). At most ``k`` (the requests
+    before the read) valid cycles precede the hold, so the read is taken at or after ``T``; ``mmio_rsp`` is kept
+    ready so that those ``k`` are all taken before the hold."""
+    from sim.backends import Traffic
+    drv = batch.driver
+    last = max(k for ks in batch.forged.values() for k in ks)
+    fence = max(op[5] for op in drv._hmem[:last + 1])
+    limit = drv.max_cycles() + batch.mmio_delay
+    base = np.ones(1, bool) if traffic is None else np.asarray(traffic.valid.get("mmio", np.ones(1, bool)), bool)
+    n = 2 * limit + 20 * len(drv._mmio) + 8 * len(drv._hmem) + 2000
+    pat = np.tile(base, -(-n // base.size))[:n]
+    pat[:batch.mmio_delay] = False
+    trues = np.flatnonzero(pat)
+    t_fence = int(trues[fence - 1]) if fence else 0
+    hold = 2 * t_fence + 8 * (last + 1) + 400
+    k = batch.rejects_read
+    if int(trues[k]) < hold:
+        pat[int(trues[k]):hold] = False
+    valid = dict(traffic.valid) if traffic is not None else {}
+    valid["mmio"] = pat
+    # mmio_rsp always ready: the CSR then takes request j exactly at the j-th valid cycle, so the requests before
+    # the read (the forged requests' fences among them) are all answered before the hold starts (with random
+    # back-pressure the hold would also hold some of them, and the fenced forged requests with them)
+    ready = {k: v for k, v in traffic.ready.items() if k != "mmio_rsp"} if traffic is not None else {}
+    return Traffic(valid=valid, ready=ready), limit + hold
+
+
 def run_batch(backend, seed: int, **kw) -> BatchResult:
     """Generate, run (RTL on ``backend``, then the golden device in the RTL's order) and check one batch."""
     from sim.backends import SimulationTimeout, Traffic, stream_ports
@@ -487,12 +785,16 @@ def run_batch(backend, seed: int, **kw) -> BatchResult:
     if batch.traffic_seed is not None:
         traffic = Traffic.random(stream_ports(system), seed=batch.traffic_seed, valid_prob=0.6, ready_prob=0.7)
     try:
-        rtl = batch.driver.run(backend, system=system, traffic=traffic, mmio_delay=batch.mmio_delay)
+        if batch.rejects_read is not None and batch.rejects_exact and any(batch.forged.values()):
+            traffic, limit = _hold_rejects_read(batch, traffic)
+            rtl = batch.driver.run(backend, system=system, traffic=traffic, max_cycles=limit)
+        else:
+            rtl = batch.driver.run(backend, system=system, traffic=traffic, mmio_delay=batch.mmio_delay)
     except SimulationTimeout:
         res = BatchResult(seed, len(batch.cases))
         for c in batch.cases:          # attribute the hang
             try:
-                _single(batch, c).run(backend, system=system)
+                _single(batch, c).run(backend, system=system, mmio_delay=batch.mmio_delay)
             except SimulationTimeout:
                 res.hangs.append(c.id)
         if not res.hangs:
@@ -522,7 +824,8 @@ def campaign(cases: int, *, seed: int = 0, jobs: int = 1, backend: str = "verila
     """Run batches from ``seed`` on until ``cases`` cases are done; returns the totals."""
     from host.cxl_driver import backend_named
     totals = {"cases": 0, "batches": 0, "descriptors": 0, "cycles": 0, "hangs": 0, "window_escapes": 0,
-              "corrupted_queues": 0, "mismatches": 0, "statuses": {}, "features": {}, "failures": []}
+              "corrupted_queues": 0, "mismatches": 0, "rejected": 0, "rejects_exact": 0, "batch_seconds": 0.0,
+              "statuses": {}, "features": {}, "failures": []}
     start = time.perf_counter()
 
     def add(r):
@@ -534,6 +837,9 @@ def campaign(cases: int, *, seed: int = 0, jobs: int = 1, backend: str = "verila
         totals["window_escapes"] += len({c for c, _ in r.escapes})
         totals["corrupted_queues"] += len({(c, q) for c, q, _ in r.corrupted})
         totals["mismatches"] += len({c for c, _ in r.mismatches})
+        totals["rejected"] += r.rejected
+        totals["rejects_exact"] += r.rejects_exact
+        totals["batch_seconds"] += r.wall
         for k, v in r.statuses.items():
             totals["statuses"][k] = totals["statuses"].get(k, 0) + v
         for k, v in r.features.items():
@@ -603,6 +909,10 @@ def main(argv=None):
     print(f"window escapes: {t['window_escapes']}")
     print(f"corrupted queues: {t['corrupted_queues']}")
     print(f"golden mismatches: {t['mismatches']}")
+    print(f"rejected accesses: {t['rejected']} (all forged; HMEM_REJECTS read exact in {t['rejects_exact']} "
+          f"batches)")
+    print(f"per case: {1e3 * t['batch_seconds'] / max(t['cases'], 1):.1f} ms of one core (generation, RTL, "
+          f"golden, checks)")
     print(f"statuses: {_status_text(t['statuses'])}")
     print("features: " + ", ".join(f"{k} {v}" for k, v in sorted(t["features"].items())))
     for f in t["failures"][:10]:

@@ -6,14 +6,22 @@ Each Hypothesis example runs *batches* (seeds derived from the example's seed) u
 :data:`CASES_PER_EXAMPLE` cases; a batch packs as many independent random cases (2-4 queues each: random
 rings, windows, descriptors mostly valid and small, out-of-window operands, malformed descriptors, early /
 coalesced / late doorbells, interleavings, random stalls) as fit in the example's number of queues (of the 16 of
-one device) and runs them concurrently in one Verilator run. Properties, per case: every submission completes within
-the run's cycle bound (no hang); every core memory request lies in its queue's window and in an accepted operand
-of that queue; every window area read back at the end equals its initial data plus the queue's own STOREs
-(nothing else wrote it); events, completion records, results and window data equal the golden device's.
+one device) and runs them concurrently in one Verilator run. Half of the batches use the queue-window layout (every
+ring and completion area inside QWIN, data windows above it; some configurations are refused by the CSR); the
+forging batches add accesses with other PASIDs (valid slot headers + input written into another queue's ring,
+before or after its own valid word, some covered by a rogue DOORBELL; completion reads; reserved queue-window
+space). Queue PASIDs come half from a small set, so queues share them. Properties, per case: every submission
+completes within the run's cycle bound (no hang); every core memory request lies in its queue's window and in an
+accepted operand of that queue; every window area read back at the end equals its initial data plus the queue's
+own STOREs (nothing else wrote it, forged writes included); events, completion records, results, window data and
+read error bits equal the golden device's; the golden filter rejects exactly the forged requests, the RTL answers
+every forged read with zeros + err, refuses the refused configurations, and its final HMEM_REJECTS read equals
+the golden count (exactly when the read could be held past every forged request, else at most).
 
 ``CXL_FUZZ_CASES`` (default 10,000) sets the cases, at least, over :data:`SHARDS` shards (so ``pytest -n 2``
 spreads them over both workers and balances the end of the run): ``ceil(CXL_FUZZ_CASES / SHARDS /
-CASES_PER_EXAMPLE)`` examples per shard. 10,000 cases take ~215 s of one core (~21 ms per case).
+CASES_PER_EXAMPLE)`` examples per shard. 10,000 cases take ~215 s of one core (~21 ms per case, idle core; the
+filter features add no measurable time: same simulated cycles, docs/cxl_device.md "Measured").
 ``python -m sim.perf.cxl_fuzz --cases N`` runs long campaigns.
 """
 
@@ -63,18 +71,33 @@ def test_random_programs(shard, seed, max_subs, queues):
 
 
 def test_generator_covers_the_features():
-    """The generator produces every feature the properties are about (checked on the scripts, no RTL)."""
-    feats, statuses, delays = set(), set(), set()
+    """The generator produces every feature the properties are about (checked on the scripts and the golden
+    device, no RTL); the golden filter rejects exactly the forged requests (every forged read, nothing else) and
+    the CSR refuses exactly the refused configurations."""
+    feats, statuses, delays, layouts = set(), set(), set(), set()
+    exact = 0
     for seed in range(40):
         b = make_batch(seed)
         for c in b.cases:
             feats |= c.features
-        statuses |= {e.status for e in b.driver.run("golden").events}
+        g = b.driver.run("golden")
+        statuses |= {e.status for e in g.events}
         late = _late_delay(b.driver)
         delays.add("none" if b.mmio_delay == 0 else "late" if b.mmio_delay == late else "partial")
-    assert delays == {"none", "partial", "late"}
+        layouts.add(b.qwin)
+        assert sorted(g.golden.rejected) == sorted(k for ks in b.forged.values() for k in ks)
+        refused = {i for ids in b.refused.values() for i in ids}
+        assert {i for i, r in enumerate(g.mmio) if r.err} == refused
+        for c in b.cases:
+            for kind, _, _, h in b.handles[c.id]:
+                assert g.rejected(h) == (kind == "forged")
+        exact += b.rejects_read is not None and b.rejects_exact and any(b.forged.values())
+    assert delays == {"none", "partial", "late"} and layouts == {False, True} and exact >= 2
     assert {"escape_other_window", "escape_straddle", "escape_below", "escape_wrap", "malformed", "ring_wrap",
             "doorbell_early", "doorbell_defer", "coalesced", "keep", "chain", "empty_window"} <= feats
+    assert {"qwin", "pasid_shared", "forge_slot_before", "forge_slot_after", "rogue_doorbell", "forge_cpl_read",
+            "reserved_read", "reserved_write", "refused_ring", "refused_cq", "refused_window", "dead_queue",
+            "forged_early"} <= feats
     names = {status_name(s) for s in statuses}
     assert {"OK", "WINDOW_VIOLATION", "NO_CHAIN_INPUT", "UNKNOWN_TYPE", "MISALIGNED", "SIZE_MISMATCH"} <= names
 
