@@ -54,7 +54,8 @@ bench-ndp: $(STAMP)
 bench-pim: $(STAMP)
 	$(PY) -m sim.perf.pim_bench --rtl
 
-# Long CXL device fuzz campaign (Verilator, both cores): FUZZ_CASES=1000000 takes hours (~45 cases/s).
+# Long CXL device fuzz campaign (Verilator, both cores): ~20-50 ms per case per core, so FUZZ_CASES=1000000
+# takes hours.
 FUZZ_CASES ?= 1000000
 fuzz: $(STAMP)
 	$(PY) -m sim.perf.cxl_fuzz --cases $(FUZZ_CASES) --jobs $(JOBS)
