@@ -303,7 +303,7 @@ def write_then_read_back(cfg, n, *, seed):
 
 def test_sequential_write_then_read_back():
     org = CFG.org
-    n, run, cmds = write_then_read_back(CFG, None, seed=9)  # every burst of the channel
+    n, run, cmds = write_then_read_back(DATA_CFG, None, seed=9)  # every burst of the (4-row) channel
     last_wr = max(c.cycle for c in cmds if c.kind is Cmd.WR)
     print(f"\nsequential writes: {n} bursts by cycle {last_wr} = "
           f"{100 * _bw(n, last_wr + 1, org.burst_cycles):.2f}% of peak; total {run.cycles} cycles")

@@ -147,7 +147,7 @@ def test_rejected_descriptors_touch_no_memory():
     assert set(codes) >= set(ErrorCode) - {ErrorCode.OK, ErrorCode.NO_CHAIN_INPUT}
     dut = NDPMemorySystem(config=cfg, dram_config=DDR4_3200_TINY, device_kwargs={"storage": False})
     x = [0x3C00] * 1
-    run = get_backend("verilator").run_streams(
+    run = get_backend("amaranth").run_streams(
         dut, {"desc": [d.encode() for d in bad] + [gemv(0, 8, 8).encode()], "x": x},
         {"y": 1, "cpl": len(bad) + 1, "trace": None, "errors": None}, max_cycles=20_000)
     got = completions(run.outputs["cpl"])
