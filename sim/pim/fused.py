@@ -313,6 +313,17 @@ def tiny_rows(rows=64):
     return replace(TINY, name=f"tiny-r{rows}", dram=replace(TINY.dram, name=org.name, org=org))
 
 
+def tiny_page(rows=16):
+    """TINY's 2 chips x 16 banks with the paper's 1 KB page (1024 columns = 128 bursts per bank row, JESD79-4 8 Gb
+    x8) and a 16 KiB rank buffer (two 2K-token heads overlap): the paper's DRAM timing per row, for cycle counts
+    (the number of chips changes only the datapath width, not the command program)."""
+    from dataclasses import replace
+    from hdl.pim.config import TINY
+    org = replace(TINY.dram.org, name=f"ddr4-3200-pim-tiny-page-r{rows}", rows=rows, columns=1024)
+    return replace(TINY, name=f"tiny-page-r{rows}", dram=replace(TINY.dram, name=org.name, org=org),
+                   rank_buffer_bytes=16 << 10)
+
+
 def rtl_cycles(config=None, L_list=(64, 128, 256, 512, 1024, 2048), *, backend="verilator", storage=False,
                component=None, heads=5):
     """Measured RTL cycles per ``L`` (one system, built once; timing-only DRAM storage by default: cycle counts do
