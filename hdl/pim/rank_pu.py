@@ -244,6 +244,15 @@ class PIMSequencer(wiring.Component):
                 if urgent_one:
                     m.d.sync += self.urgent_refreshes.eq(self.urgent_refreshes + 1)
 
+        def close_row_then_ref(urgent_one):
+            # REF needs every bank precharged: close an open row first (PREA once tRAS / tRTP allow), then REF.
+            with m.If(row_open):
+                with m.If(w_pre == 0):
+                    m.d.comb += issue[Cmd.PREA].eq(1)
+                    m.d.sync += row_open.eq(0)
+            with m.Else():
+                do_ref(urgent_one)
+
         # Overlap rule: the next launch's score phase may run before the pending head's context phase only if
         # both heads' e_t fit the rank buffer together (slots = ceil(L / B) B entries each; the rank PU's buffer
         # is circular) -- otherwise the heads run sequentially.
@@ -301,24 +310,14 @@ class PIMSequencer(wiring.Component):
             # a row may still be open here: precharge it first.
             m.d.comb += self.busy.eq(1)
             with m.If(need_ref_head | urgent):
-                with m.If(row_open):
-                    with m.If(w_pre == 0):
-                        m.d.comb += issue[Cmd.PREA].eq(1)
-                        m.d.sync += row_open.eq(0)
-                with m.Else():
-                    do_ref(False)
+                close_row_then_ref(False)
             with m.Else():
                 m.d.sync += state.eq(RUN)
         with m.Else():
             m.d.comb += self.busy.eq(1)
             more = lin < n_phase
             with m.If(urgent):
-                with m.If(row_open):
-                    with m.If(w_pre == 0):
-                        m.d.comb += issue[Cmd.PREA].eq(1)
-                        m.d.sync += row_open.eq(0)
-                with m.Else():
-                    do_ref(True)
+                close_row_then_ref(True)
             with m.Elif(more):
                 with m.If(row_open & (open_row == tgt_row)):
                     ok = (w_rd == 0) & self.rd.ready & (~ctx | self.p_avail)

@@ -4,45 +4,21 @@ models: the bank PU (score and context jobs, edge values) under random valid gap
 unit on write-data clocks with gaps (no backpressure: a DDR data bus cannot stall); the rank PU's adder unit (chip
 trees and context aggregation), chunk softmax unit (e / m / head outputs) and normalizer."""
 
-import json
-import os
-import sys
-from pathlib import Path
-
 import numpy as np
 
 from hdl.tops import PIM_TOPS
 from hdl.pim.bank_pu import MODE_SCORE, MODE_CONTEXT
-from sim.backends.verilog import verilator_bin_dir, write_verilog
 from sim.golden import pim_bank
 from fp_util import FP16_EDGE
-
-HERE = Path(__file__).resolve().parent
-BUILD = HERE.parent.parent / "build" / "cocotb"
+from cocotb_util import run_top
 
 
 def _run(monkeypatch, name, dut, inputs, outputs, seed, ready_prob=0.6):
-    """``outputs``: {port: (expected payloads, mask)}."""
-    from cocotb_tools.runner import get_runner
-    from cocotb_tools.check_results import get_results
-
-    monkeypatch.setenv("PATH", verilator_bin_dir() + os.pathsep + os.environ.get("PATH", ""))
-    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0")
-    if str(HERE) not in sys.path:
-        monkeypatch.syspath_prepend(str(HERE))
-    build = BUILD / name
-    [source] = write_verilog(build, {name: lambda: dut})
-    path = build / "vectors.json"
-    path.write_text(json.dumps({"unit": name, "inputs": inputs,
-                                "outputs": {p: {"expected": [int(x) for x in e], "mask": m} for p, (e, m) in outputs.items()},
-                                "seed": seed, "valid_prob": 0.7, "ready_prob": ready_prob,
-                                "max_cycles": 60 * len(inputs) + 2000}))
-    runner = get_runner("verilator")
-    runner.build(sources=[source], hdl_toplevel=name, build_dir=build,
-                 build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style"], timescale=("1ns", "1ps"))
-    results = runner.test(test_module="pim_stream_tb", hdl_toplevel=name, build_dir=build,
-                          extra_env={"PIM_TB_VECTORS": str(path)})
-    assert get_results(results) == (1, 0)
+    """Run ``pim_stream_tb`` on ``dut``; ``outputs``: {port: (expected payloads, mask)}."""
+    run_top(monkeypatch, name, dut, "pim_stream_tb", "PIM_TB_VECTORS", {
+        "unit": name, "inputs": inputs,
+        "outputs": {p: {"expected": [int(x) for x in e], "mask": m} for p, (e, m) in outputs.items()},
+        "seed": seed, "valid_prob": 0.7, "ready_prob": ready_prob, "max_cycles": 60 * len(inputs) + 2000})
 
 
 def _fp16(rng, shape, edge_frac=0.1):
