@@ -1,0 +1,384 @@
+"""The PLoRA GPU memory manager: its state, Algorithm 1 (PLoRA VI-A) and the state updates.
+
+Decisions are pure functions of a :class:`ManagerState` (what HBM holds, which adapters serve with which
+strategy and batch, the KV duplicates, the temperature classes) and a :class:`host.plora.cost.CostModel`.
+
+**Algorithm 1** as this file reads PLoRA VI-A ("It sorts the four strategies by cost-model time (line 3) and
+takes the fastest that fits in GPU memory (line 6). Otherwise it evicts cold adapters first (line 8), and if
+more space is still needed it also considers evicting the other GPU memory residents, namely KV cache, hot
+adapters, and serving adapters (lines 15-18). Eviction itself changes performance ... so we re-rank them all
+with the cost model and take the fastest (lines 19 and 20)"), for the adapter ``i`` of a newly admitted
+request:
+
+1. rank the allowed strategies by the cost ``J`` (below) without eviction;
+2. ``path="fits"``: if the fastest fits in free HBM, take it;
+3. ``path="cold"``: else if it fits after evicting cold adapters (coldest first; dropping a cold adapter
+   costs nothing: its master copy stays on the devices), evict the fewest needed and take it;
+4. ``path="rerank"``: else build candidates: every strategy that fits after cold evictions (no costly
+   eviction), and for every strategy that does not, the eviction sets (after all cold adapters) "KV only",
+   "hot only", "serving only" and "KV, then hot, then serving" (the order of lines 15-18); re-rank all of
+   them by ``J`` including the eviction cost, take the fastest (ties: fewer evictions, then lower memory).
+
+Cost of a candidate, in seconds over the horizon ``H`` = the expected remaining decode iterations of adapter
+``i``'s requests (design choice: a one-time load must be weighed against a per-iteration saving)::
+
+    J = H * T_iter(candidate) + load_bytes / W_link + L_link * [load] + sum over hot victims of reload time
+
+``T_iter = n_layers * (T_wave + T_ATT_estimate)`` with the candidate's wave sums and KV split
+(:mod:`host.plora.cost`). Evicting serving adapter ``k`` moves it to its best strategy at the lower caching
+level; evicting KV duplicates moves tokens from the GPU's attention share to the devices'.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .cost import CostModel, WaveSums
+from .lora import E1, E2, E3, E4, LEVEL_OF, LEVEL_NONE, LEVEL_B, LEVEL_AB, STRATEGIES
+
+__all__ = ["AdapterState", "ManagerState", "Eviction", "Decision", "select", "apply", "rebuild_wave",
+           "iteration_estimate", "best_at_level", "PATHS"]
+
+PATHS = ("fits", "cold", "rerank", "fallback")
+
+
+@dataclass
+class AdapterState:
+    """One adapter the manager knows: rank, HBM caching level, serving strategy and batch."""
+
+    rank: int
+    level: int = LEVEL_NONE           # LEVEL_NONE (P2), LEVEL_B (P3), LEVEL_AB (P1)
+    strategy: int | None = None       # serving strategy (None: not serving)
+    tokens: int = 0                   # batch B_i: its requests in the current decode batch
+    remaining: float = 1.0            # expected remaining decode iterations of its requests
+
+    @property
+    def serving(self) -> bool:
+        return self.strategy is not None and self.tokens > 0
+
+
+@dataclass
+class ManagerState:
+    """What the memory manager decides on.
+
+    ``budget_bytes``: HBM for adapter caches and KV duplicates (after base weights and workspace).
+    ``kv_dup_tokens`` / ``kv_dev_tokens``: tokens of the running requests duplicated in HBM / only on the
+    devices; ``n_req``: running decode requests. ``hot``: the temperature metric's hot set;
+    ``temperature``: id -> temperature, to order victims. ``allowed``: the strategies of this system.
+    ``wave``: the LoRA wave sums of the serving adapters (keep it consistent: :func:`rebuild_wave`)."""
+
+    budget_bytes: float
+    adapters: dict = field(default_factory=dict)
+    kv_dup_tokens: float = 0.0
+    kv_dev_tokens: float = 0.0
+    n_req: int = 0
+    hot: frozenset = frozenset()
+    temperature: dict = field(default_factory=dict)
+    allowed: tuple = (E1, E2, E3, E4)
+    distributed: bool = True
+    wave: WaveSums | None = None
+
+    def cached_bytes(self, cost: CostModel) -> float:
+        return float(sum(_level_bytes(cost, a.rank, a.level) for a in self.adapters.values()))
+
+    def kv_dup_bytes(self, cost: CostModel) -> float:
+        return self.kv_dup_tokens * cost.kv_tok
+
+    def free_bytes(self, cost: CostModel) -> float:
+        return self.budget_bytes - self.cached_bytes(cost) - self.kv_dup_bytes(cost)
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """One eviction: ``kind`` in cold / kv / hot / serving; ``adapter`` (-1 for KV); ``bytes`` freed;
+    ``new_level`` (adapters); ``new_strategy`` (serving adapters); ``kv_tokens`` (KV duplicates dropped)."""
+
+    kind: str
+    adapter: int
+    bytes: float
+    new_level: int = LEVEL_NONE
+    new_strategy: int | None = None
+    kv_tokens: float = 0.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Algorithm 1's answer for one adapter: the strategy, the caching level after it, the bytes to load over
+    the link, the evictions, the path taken, its cost J and every candidate considered ``(label, J)``."""
+
+    adapter: int
+    strategy: int
+    level: int
+    load_bytes: float
+    evictions: tuple
+    path: str
+    cost_s: float
+    candidates: tuple
+
+
+def _level_bytes(cost: CostModel, rank: int, level: int) -> float:
+    r = cost.resident(rank)
+    return float(r[E1] if level == LEVEL_AB else r[E4] if level == LEVEL_B else 0.0)
+
+
+def rebuild_wave(state: ManagerState, cost: CostModel) -> WaveSums:
+    """The wave sums of ``state``'s serving adapters (also stored in ``state.wave``)."""
+    w = WaveSums.empty(cost.n_dev)
+    for aid, a in state.adapters.items():
+        if a.serving:
+            w.add(cost.terms(a.rank, a.tokens)[a.strategy], cost.device_of(aid))
+    state.wave = w
+    return w
+
+
+def iteration_estimate(cost: CostModel, wave: WaveSums, n_req: int, gpu_tok: float, dev_tok: float,
+                       distributed: bool = True) -> float:
+    """The cost model's decode-iteration estimate (LoRA waves and attention of every layer)."""
+    return cost.shape.n_layers * (cost.wave_s(wave) + cost.attention_estimate(n_req, gpu_tok, dev_tok,
+                                                                               distributed=distributed))
+
+
+def best_at_level(cost: CostModel, wave: WaveSums, aid: int, a: AdapterState, level: int, allowed, *,
+                  n_req: int, gpu_tok: float, dev_tok: float, distributed: bool):
+    """(strategy, T_iter) of serving adapter ``a`` at caching ``level`` with the rest of ``wave`` fixed;
+    ``wave`` must not contain ``a``. None if no allowed strategy works at that level."""
+    best = None
+    row = cost.terms(a.rank, a.tokens)
+    dev = cost.device_of(aid)
+    for s in allowed:
+        if LEVEL_OF[s] > level:
+            continue
+        w = wave.copy()
+        w.add(row[s], dev)
+        t = iteration_estimate(cost, w, n_req, gpu_tok, dev_tok, distributed)
+        if best is None or t < best[1] - 1e-15:
+            best = (s, t)
+    return best
+
+
+class _Eval:
+    """Evaluates candidates for one decision (adapter ``aid`` with ``tokens`` and horizon ``H``)."""
+
+    def __init__(self, state: ManagerState, cost: CostModel, aid: int, rank: int, tokens: int, H: float):
+        self.state, self.cost, self.aid, self.rank, self.tokens, self.H = state, cost, aid, rank, tokens, H
+        base = state.wave.copy() if state.wave is not None else rebuild_wave(state, cost).copy()
+        me = state.adapters.get(aid)
+        if me is not None and me.serving:
+            base.add(cost.terms(me.rank, me.tokens)[me.strategy], cost.device_of(aid), sign=-1.0)
+        self.base = base
+        self.level = me.level if me is not None else LEVEL_NONE
+        self.row = cost.terms(rank, tokens)
+        self.dev = cost.device_of(aid)
+        self.n_req = state.n_req
+
+    def need(self, s: int) -> float:
+        """HBM bytes strategy ``s`` needs beyond what adapter ``aid`` already caches."""
+        lvl = max(LEVEL_OF[s], self.level)
+        return _level_bytes(self.cost, self.rank, lvl) - _level_bytes(self.cost, self.rank, self.level)
+
+    def J(self, s: int, evictions=()) -> float:
+        cost, st = self.cost, self.state
+        w = self.base.copy()
+        gpu_tok, dev_tok = st.kv_dup_tokens, st.kv_dev_tokens
+        once = 0.0
+        for ev in evictions:
+            if ev.kind == "kv":
+                gpu_tok -= ev.kv_tokens
+                dev_tok += ev.kv_tokens
+            elif ev.kind == "serving":
+                k = st.adapters[ev.adapter]
+                w.add(cost.terms(k.rank, k.tokens)[k.strategy], cost.device_of(ev.adapter), sign=-1.0)
+                w.add(cost.terms(k.rank, k.tokens)[ev.new_strategy], cost.device_of(ev.adapter))
+            elif ev.kind == "hot":
+                once += ev.bytes / cost.link.W + cost.link.L
+        w.add(self.row[s], self.dev)
+        t = iteration_estimate(cost, w, self.n_req, gpu_tok, dev_tok, st.distributed)
+        load = self.need(s)
+        if load > 0:
+            once += load / cost.link.W + cost.link.L
+        # serving victims pay their slowdown over min(H, H_k) (the per-iteration term covers H iterations)
+        extra = 0.0
+        for ev in evictions:
+            if ev.kind == "serving":
+                hk = st.adapters[ev.adapter].remaining
+                if hk < self.H:
+                    extra -= (self.H - hk) * self._serving_delta(ev)
+        return self.H * t + once + extra
+
+    def _serving_delta(self, ev) -> float:
+        cost, st = self.cost, self.state
+        k = st.adapters[ev.adapter]
+        w0 = self.base.copy()
+        w1 = self.base.copy()
+        w1.add(cost.terms(k.rank, k.tokens)[k.strategy], cost.device_of(ev.adapter), sign=-1.0)
+        w1.add(cost.terms(k.rank, k.tokens)[ev.new_strategy], cost.device_of(ev.adapter))
+        a = iteration_estimate(cost, w0, self.n_req, st.kv_dup_tokens, st.kv_dev_tokens, st.distributed)
+        b = iteration_estimate(cost, w1, self.n_req, st.kv_dup_tokens, st.kv_dev_tokens, st.distributed)
+        return b - a
+
+
+def _victims(state: ManagerState, cost: CostModel, aid: int, ev: _Eval):
+    """(cold, hot, serving) victim lists, each sorted in eviction order."""
+    cold, hot, serving = [], [], []
+    temp = state.temperature
+    for k, a in state.adapters.items():
+        if k == aid or a.level == LEVEL_NONE:
+            continue
+        b = _level_bytes(cost, a.rank, a.level)
+        if a.serving:
+            continue
+        if k in state.hot:
+            hot.append((temp.get(k, 0.0), k, Eviction("hot", k, b)))
+        else:
+            cold.append((temp.get(k, 0.0), k, Eviction("cold", k, b)))
+    cold.sort(key=lambda x: (x[0], x[1]))
+    hot.sort(key=lambda x: (x[0], x[1]))
+    # serving adapters: drop to each lower level; order by slowdown per freed byte
+    base_t = iteration_estimate(cost, ev.base, state.n_req, state.kv_dup_tokens, state.kv_dev_tokens,
+                                state.distributed)
+    for k, a in state.adapters.items():
+        if k == aid or a.level == LEVEL_NONE or not a.serving:
+            continue
+        wk = ev.base.copy()
+        wk.add(cost.terms(a.rank, a.tokens)[a.strategy], cost.device_of(k), sign=-1.0)
+        for lvl in range(a.level - 1, -1, -1):
+            best = best_at_level(cost, wk, k, a, lvl, state.allowed, n_req=state.n_req,
+                                 gpu_tok=state.kv_dup_tokens, dev_tok=state.kv_dev_tokens,
+                                 distributed=state.distributed)
+            if best is None:
+                continue
+            freed = _level_bytes(cost, a.rank, a.level) - _level_bytes(cost, a.rank, lvl)
+            delta = best[1] - base_t
+            serving.append((max(delta, 0.0) / freed, k, Eviction("serving", k, freed, lvl, best[0])))
+    serving.sort(key=lambda x: (x[0], x[1]))
+    return [c[2] for c in cold], [h[2] for h in hot], [s[2] for s in serving]
+
+
+def _take(items, need):
+    """Items in order until their bytes reach ``need`` (one per adapter); None if they cannot."""
+    got, out, seen = 0.0, [], set()
+    for it in items:
+        if got >= need - 1e-6:
+            break
+        if it.adapter in seen and it.adapter >= 0:
+            continue
+        seen.add(it.adapter)
+        out.append(it)
+        got += it.bytes
+    return out if got >= need - 1e-6 else None
+
+
+def _kv_item(state, cost, need):
+    avail = state.kv_dup_tokens * cost.kv_tok
+    if avail <= 0:
+        return None
+    nbytes = min(avail, need)
+    return Eviction("kv", -1, nbytes, kv_tokens=nbytes / cost.kv_tok)
+
+
+def select(state: ManagerState, cost: CostModel, aid: int, tokens: int, *, rank: int | None = None,
+           remaining: float | None = None) -> Decision:
+    """Algorithm 1 for adapter ``aid`` serving ``tokens`` requests (its new batch size). ``rank`` is needed if
+    the state does not know the adapter; ``remaining`` (>= 1) defaults to the state's value."""
+    me = state.adapters.get(aid)
+    if rank is None:
+        if me is None:
+            raise ValueError(f"adapter {aid} is not in the state: pass rank=")
+        rank = me.rank
+    if tokens < 1:
+        raise ValueError(f"tokens must be >= 1, got {tokens}")
+    H = max(1.0, float(remaining if remaining is not None else (me.remaining if me is not None else 1.0)))
+    if not state.allowed:
+        raise ValueError("state.allowed is empty")
+    ev = _Eval(state, cost, aid, rank, tokens, H)
+    free = state.free_bytes(cost)
+    ranked = sorted(((ev.J(s), LEVEL_OF[s], s) for s in state.allowed))
+    cands = [(f"{STRATEGIES[s]}", j) for j, _, s in ranked]
+    best_j, _, best = ranked[0]
+    need = ev.need(best)
+
+    def decide(s, evs, path, j, cand):
+        lvl = max(LEVEL_OF[s], ev.level)
+        return Decision(aid, s, lvl, ev.need(s), tuple(evs), path, j, tuple(cand))
+
+    if need <= free + 1e-6:                                                # line 6
+        return decide(best, (), "fits", best_j, cands)
+    cold, hot, serving = _victims(state, cost, aid, ev)
+    cold_total = sum(c.bytes for c in cold)
+    if need <= free + cold_total + 1e-6:                                   # line 8
+        return decide(best, _take(cold, need - free), "cold", best_j, cands)
+    # lines 15-20: candidates with and without costly evictions, re-ranked by J including eviction cost
+    options = []
+    for j, _, s in ranked:
+        n = ev.need(s)
+        if n <= free + cold_total + 1e-6:
+            evs = _take(cold, n - free) if n > free + 1e-6 else []
+            options.append((j, 0, LEVEL_OF[s], s, evs, f"{STRATEGIES[s]}"))
+            continue
+        rest = n - free - cold_total
+        sets = {}
+        kv = _kv_item(state, cost, rest)
+        if kv is not None and kv.bytes >= rest - 1e-6:
+            sets["kv"] = [kv]
+        h = _take(hot, rest)
+        if h is not None:
+            sets["hot"] = h
+        sv = _take(serving, rest)
+        if sv is not None:
+            sets["serving"] = sv
+        mixed, got = [], 0.0
+        if kv is not None:
+            mixed.append(kv)
+            got += kv.bytes
+        for it in hot + serving:
+            if got >= rest - 1e-6:
+                break
+            if it.kind == "serving" and any(m.adapter == it.adapter for m in mixed):
+                continue
+            mixed.append(it)
+            got += it.bytes
+        if got >= rest - 1e-6:
+            sets["kv+hot+serving"] = mixed
+        for label, evs in sets.items():
+            full = list(cold) + list(evs)
+            jj = ev.J(s, full)
+            options.append((jj, len(full), LEVEL_OF[s], s, full, f"{STRATEGIES[s]}+evict({label})"))
+    if not options:
+        # no allowed strategy can be made to fit: serve with E3 (needs no HBM) and say so
+        j = ev.J(E3)
+        return decide(E3, (), "fallback", j, cands + [("E3 (fallback)", j)])
+    options.sort(key=lambda o: (o[0], o[1], o[2], o[3]))
+    j, _, _, s, evs, _ = options[0]
+    return decide(s, evs, "rerank", j, [(o[5], o[0]) for o in options])
+
+
+def apply(state: ManagerState, cost: CostModel, d: Decision, *, tokens: int, rank: int | None = None,
+          remaining: float | None = None):
+    """Carry out decision ``d`` on ``state`` (in place): evictions, the adapter's new level, strategy and
+    batch, and the wave sums."""
+    if state.wave is None:
+        rebuild_wave(state, cost)
+    for e in d.evictions:
+        if e.kind == "kv":
+            state.kv_dup_tokens -= e.kv_tokens
+            state.kv_dev_tokens += e.kv_tokens
+            continue
+        a = state.adapters[e.adapter]
+        if e.kind == "serving":
+            state.wave.add(cost.terms(a.rank, a.tokens)[a.strategy], cost.device_of(e.adapter), sign=-1.0)
+            a.strategy = e.new_strategy
+            state.wave.add(cost.terms(a.rank, a.tokens)[a.strategy], cost.device_of(e.adapter))
+        a.level = e.new_level
+    me = state.adapters.get(d.adapter)
+    if me is None:
+        if rank is None:
+            raise ValueError(f"adapter {d.adapter} is not in the state: pass rank=")
+        me = state.adapters[d.adapter] = AdapterState(rank=rank)
+    if me.serving:
+        state.wave.add(cost.terms(me.rank, me.tokens)[me.strategy], cost.device_of(d.adapter), sign=-1.0)
+    me.level = d.level
+    me.strategy = d.strategy
+    me.tokens = tokens
+    if remaining is not None:
+        me.remaining = remaining
+    state.wave.add(cost.terms(me.rank, me.tokens)[me.strategy], cost.device_of(d.adapter))
