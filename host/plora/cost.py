@@ -147,8 +147,11 @@ class CostModel:
         self.q_bytes = shape.q_heads * shape.head_dim * 2.0
         self.partial_bytes = shape.q_heads * (shape.head_dim * 2.0 + 6.0)
         self.terms = lru_cache(maxsize=None)(self._terms)
+        self.standalone_s = lru_cache(maxsize=None)(self._standalone_s)
         self.resident = lru_cache(maxsize=None)(self._resident)
         self._att_tab = None
+        self._tables = {}
+        self._rates = None
 
     # --- LoRA ---------------------------------------------------------------------------------------------
     def _terms(self, rank: int, tokens: int) -> np.ndarray:
@@ -156,18 +159,32 @@ class CostModel:
         t.setflags(write=False)
         return t
 
+    def decode_table(self, rank: int, max_tokens: int) -> np.ndarray:
+        """``terms(rank, b)`` for every ``b`` in ``0..max_tokens`` as one (max_tokens + 1, 4, 5) array (the
+        per-iteration pricing gathers from it instead of calling :meth:`terms` per adapter)."""
+        tab = self._tables.get(rank)
+        if tab is None or len(tab) <= max_tokens:
+            size = 1 << int(max_tokens).bit_length()          # grow by powers of two
+            tab = np.stack([self.terms(rank, b) for b in range(size)])
+            tab.setflags(write=False)
+            self._tables[rank] = tab
+        return tab
+
     def _resident(self, rank: int) -> np.ndarray:
         r = resident_bytes(self.shape, rank)
         r.setflags(write=False)
         return r
 
-    def standalone_s(self, rank: int, tokens: int) -> np.ndarray:
-        """Per-layer time of one adapter alone under each strategy (4,): its wave with nobody else."""
+    def _standalone_s(self, rank: int, tokens: int) -> np.ndarray:
+        """Per-layer time of one adapter alone under each strategy (4,): its wave with nobody else
+        (``standalone_s``, cached)."""
         t = self.terms(rank, tokens)
         gpu = np.maximum(t[:, 3] / self.gpu.W_hbm, t[:, 4] / self.gpu.F)
         link = np.maximum(t[:, 0], t[:, 1]) / self.link.W
         crosses = (t[:, 0] > 0) | (t[:, 1] > 0)
-        return np.maximum(np.maximum(gpu, link), t[:, 2]) + self.waves * self.link.L * crosses
+        out = np.maximum(np.maximum(gpu, link), t[:, 2]) + self.waves * self.link.L * crosses
+        out.setflags(write=False)
+        return out
 
     def wave_s(self, s: WaveSums) -> float:
         """Per-layer time of a LoRA wave with sums ``s``."""
@@ -203,10 +220,14 @@ class CostModel:
         g, v = self._att_tab
         return np.interp(tokens * scale, g, v)
 
-    def gpu_attention_s(self, tokens_total: float) -> float:
-        """GPU decode attention over ``tokens_total`` HBM-resident tokens (all requests) in one layer."""
+    def gpu_attention_s(self, n_req: int, tokens_total: float) -> float:
+        """GPU decode attention of ``n_req`` requests over ``tokens_total`` HBM-resident tokens in one layer
+        (the ``gpu_attention_s(n_req, tokens)`` hook if given, e.g. the calibrated GPU model; else the
+        roofline ``bytes / W_hbm``)."""
+        if tokens_total <= 0:
+            return 0.0
         if self._gpu_att is not None:
-            return float(self._gpu_att(tokens_total, self.kv_bits))
+            return float(self._gpu_att(n_req, tokens_total))
         return tokens_total * self.kv_tok_layer / self.gpu.W_hbm
 
     def attention(self, kv_tokens, dup, *, distributed: bool = True, new_tokens_to_devices: bool = True
@@ -220,7 +241,7 @@ class CostModel:
         if np.any(a < 0) or np.any(a > L):
             raise ValueError("dup must satisfy 0 <= dup <= kv_tokens")
         W, Lk, Wh = self.link.W, self.link.L, self.gpu.W_hbm
-        gpu_s = self.gpu_attention_s(float(a.sum()))
+        gpu_s = self.gpu_attention_s(int(np.count_nonzero(a)), float(a.sum()))
         if len(L) == 0:
             return AttentionCost(0.0, 0.0, np.zeros(self.n_dev), 0.0, 0.0, 0.0, 0.0, 0.0)
         remote = L - a
@@ -251,9 +272,11 @@ class CostModel:
     def attention_rates(self):
         """(per-token GPU seconds, per-token device seconds, per-request-per-device device seconds) of the
         linearized attention estimate (from the NDP model at 1 and 4097 tokens)."""
-        t1, t2 = self._ndp_attention(np.array([1.0, 4097.0]))
-        per_tok_dev = (t2 - t1) / 4096.0
-        return self.kv_tok_layer / self.gpu.W_hbm, per_tok_dev, max(t1 - per_tok_dev, 0.0)
+        if self._rates is None:
+            t1, t2 = self._ndp_attention(np.array([1.0, 4097.0]))
+            per_tok_dev = (t2 - t1) / 4096.0
+            self._rates = (self.kv_tok_layer / self.gpu.W_hbm, float(per_tok_dev), max(float(t1 - per_tok_dev), 0.0))
+        return self._rates
 
     def attention_estimate(self, n_req: int, gpu_tokens: float, dev_tokens: float, *,
                            distributed: bool = True) -> float:

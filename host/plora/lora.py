@@ -148,6 +148,7 @@ def strategy_terms(shape: ModelShape, rank: int, tokens: int, ndp) -> np.ndarray
         return t
     rank, tokens = int(rank), int(tokens)
     groups_sent = set()
+    dev_calls = {}          # identical matrix shapes share their device times
     for m in lora_matrices(shape):
         touched = _touched(m, tokens)
         rows = tokens * m.active                      # token-matrix products of this matrix type
@@ -160,17 +161,22 @@ def strategy_terms(shape: ModelShape, rank: int, tokens: int, ndp) -> np.ndarray
             groups_sent.add(m.group)
         else:
             x = rows * m.d_in * FP16_BYTES
+        key = (m.d_in, m.d_out, per)
+        dt = dev_calls.get(key)
+        if dt is None:
+            dt = dev_calls[key] = (ndp.load_s(ab), ndp.lora_e3_s(m.d_in, m.d_out, rank, per),
+                                   ndp.lora_e4_s(m.d_in, rank, per))
         t[E1, 3] += touched * ab
         t[E1, 4] += flops_ab
         t[E2, 1] += touched * ab
-        t[E2, 2] += touched * ndp.load_s(ab)
+        t[E2, 2] += touched * dt[0]
         t[E2, 4] += flops_ab
         t[E3, 0] += x
         t[E3, 1] += rows * m.d_out * FP16_BYTES
-        t[E3, 2] += touched * ndp.lora_e3_s(m.d_in, m.d_out, rank, per)
+        t[E3, 2] += touched * dt[1]
         t[E4, 0] += x
         t[E4, 1] += rows * rank * FP16_BYTES
-        t[E4, 2] += touched * ndp.lora_e4_s(m.d_in, rank, per)
+        t[E4, 2] += touched * dt[2]
         t[E4, 3] += touched * rank * m.d_out * FP16_BYTES
         t[E4, 4] += 2.0 * rows * rank * m.d_out
     return t

@@ -37,7 +37,7 @@ from .cost import CostModel, WaveSums
 from .lora import E1, E2, E3, E4, LEVEL_OF, LEVEL_NONE, LEVEL_B, LEVEL_AB, STRATEGIES
 
 __all__ = ["AdapterState", "ManagerState", "Eviction", "Decision", "select", "apply", "rebuild_wave",
-           "iteration_estimate", "best_at_level", "PATHS"]
+           "iteration_estimate", "PATHS"]
 
 PATHS = ("fits", "cold", "rerank", "fallback")
 
@@ -77,9 +77,25 @@ class ManagerState:
     allowed: tuple = (E1, E2, E3, E4)
     distributed: bool = True
     wave: WaveSums | None = None
+    _cached: float | None = field(default=None, repr=False)
 
     def cached_bytes(self, cost: CostModel) -> float:
-        return float(sum(_level_bytes(cost, a.rank, a.level) for a in self.adapters.values()))
+        """HBM the adapter caches hold (computed once, then kept up to date by :meth:`set_level`)."""
+        if self._cached is None:
+            self._cached = float(sum(_level_bytes(cost, a.rank, a.level) for a in self.adapters.values()))
+        return self._cached
+
+    def set_level(self, cost: CostModel, aid: int, level: int, rank: int | None = None) -> AdapterState:
+        """Set adapter ``aid``'s caching level (creating its entry with ``rank`` if needed)."""
+        a = self.adapters.get(aid)
+        if a is None:
+            if rank is None:
+                raise ValueError(f"adapter {aid} is not in the state: pass rank=")
+            a = self.adapters[aid] = AdapterState(rank=rank)
+        if self._cached is not None:
+            self._cached += _level_bytes(cost, a.rank, level) - _level_bytes(cost, a.rank, a.level)
+        a.level = level
+        return a
 
     def kv_dup_bytes(self, cost: CostModel) -> float:
         return self.kv_dup_tokens * cost.kv_tok
@@ -138,24 +154,6 @@ def iteration_estimate(cost: CostModel, wave: WaveSums, n_req: int, gpu_tok: flo
                                                                                distributed=distributed))
 
 
-def best_at_level(cost: CostModel, wave: WaveSums, aid: int, a: AdapterState, level: int, allowed, *,
-                  n_req: int, gpu_tok: float, dev_tok: float, distributed: bool):
-    """(strategy, T_iter) of serving adapter ``a`` at caching ``level`` with the rest of ``wave`` fixed;
-    ``wave`` must not contain ``a``. None if no allowed strategy works at that level."""
-    best = None
-    row = cost.terms(a.rank, a.tokens)
-    dev = cost.device_of(aid)
-    for s in allowed:
-        if LEVEL_OF[s] > level:
-            continue
-        w = wave.copy()
-        w.add(row[s], dev)
-        t = iteration_estimate(cost, w, n_req, gpu_tok, dev_tok, distributed)
-        if best is None or t < best[1] - 1e-15:
-            best = (s, t)
-    return best
-
-
 class _Eval:
     """Evaluates candidates for one decision (adapter ``aid`` with ``tokens`` and horizon ``H``)."""
 
@@ -170,6 +168,16 @@ class _Eval:
         self.row = cost.terms(rank, tokens)
         self.dev = cost.device_of(aid)
         self.n_req = state.n_req
+        self._att = {}
+
+    def T(self, wave: WaveSums, gpu_tok: float, dev_tok: float) -> float:
+        """iteration_estimate with the attention estimate cached per KV split."""
+        key = (gpu_tok, dev_tok)
+        a = self._att.get(key)
+        if a is None:
+            a = self._att[key] = self.cost.attention_estimate(self.n_req, gpu_tok, dev_tok,
+                                                              distributed=self.state.distributed)
+        return self.cost.shape.n_layers * (self.cost.wave_s(wave) + a)
 
     def need(self, s: int) -> float:
         """HBM bytes strategy ``s`` needs beyond what adapter ``aid`` already caches."""
@@ -192,7 +200,7 @@ class _Eval:
             elif ev.kind == "hot":
                 once += ev.bytes / cost.link.W + cost.link.L
         w.add(self.row[s], self.dev)
-        t = iteration_estimate(cost, w, self.n_req, gpu_tok, dev_tok, st.distributed)
+        t = self.T(w, gpu_tok, dev_tok)
         load = self.need(s)
         if load > 0:
             once += load / cost.link.W + cost.link.L
@@ -212,46 +220,44 @@ class _Eval:
         w1 = self.base.copy()
         w1.add(cost.terms(k.rank, k.tokens)[k.strategy], cost.device_of(ev.adapter), sign=-1.0)
         w1.add(cost.terms(k.rank, k.tokens)[ev.new_strategy], cost.device_of(ev.adapter))
-        a = iteration_estimate(cost, w0, self.n_req, st.kv_dup_tokens, st.kv_dev_tokens, st.distributed)
-        b = iteration_estimate(cost, w1, self.n_req, st.kv_dup_tokens, st.kv_dev_tokens, st.distributed)
-        return b - a
+        return self.T(w1, st.kv_dup_tokens, st.kv_dev_tokens) - self.T(w0, st.kv_dup_tokens, st.kv_dev_tokens)
 
 
-def _victims(state: ManagerState, cost: CostModel, aid: int, ev: _Eval):
-    """(cold, hot, serving) victim lists, each sorted in eviction order."""
-    cold, hot, serving = [], [], []
+def _cold(state: ManagerState, cost: CostModel, aid: int):
+    """Cold adapters (cached, not serving, not hot), coldest first."""
+    temp = state.temperature
+    cold = [(temp.get(k, 0.0), k, Eviction("cold", k, _level_bytes(cost, a.rank, a.level)))
+            for k, a in state.adapters.items()
+            if k != aid and a.level != LEVEL_NONE and not a.serving and k not in state.hot]
+    cold.sort(key=lambda x: (x[0], x[1]))
+    return [c[2] for c in cold]
+
+
+def _hot_and_serving(state: ManagerState, cost: CostModel, aid: int):
+    """(hot, serving) victims in eviction order: hot adapters coldest first; serving adapters' drops to a
+    lower caching level, by their standalone slowdown per freed byte (design choice: an ordering heuristic;
+    the candidates are then priced exactly by J)."""
+    hot, serving = [], []
     temp = state.temperature
     for k, a in state.adapters.items():
         if k == aid or a.level == LEVEL_NONE:
             continue
-        b = _level_bytes(cost, a.rank, a.level)
-        if a.serving:
+        if not a.serving:
+            if k in state.hot:
+                hot.append((temp.get(k, 0.0), k, Eviction("hot", k, _level_bytes(cost, a.rank, a.level))))
             continue
-        if k in state.hot:
-            hot.append((temp.get(k, 0.0), k, Eviction("hot", k, b)))
-        else:
-            cold.append((temp.get(k, 0.0), k, Eviction("cold", k, b)))
-    cold.sort(key=lambda x: (x[0], x[1]))
-    hot.sort(key=lambda x: (x[0], x[1]))
-    # serving adapters: drop to each lower level; order by slowdown per freed byte
-    base_t = iteration_estimate(cost, ev.base, state.n_req, state.kv_dup_tokens, state.kv_dev_tokens,
-                                state.distributed)
-    for k, a in state.adapters.items():
-        if k == aid or a.level == LEVEL_NONE or not a.serving:
-            continue
-        wk = ev.base.copy()
-        wk.add(cost.terms(a.rank, a.tokens)[a.strategy], cost.device_of(k), sign=-1.0)
+        times = cost.standalone_s(a.rank, a.tokens)
         for lvl in range(a.level - 1, -1, -1):
-            best = best_at_level(cost, wk, k, a, lvl, state.allowed, n_req=state.n_req,
-                                 gpu_tok=state.kv_dup_tokens, dev_tok=state.kv_dev_tokens,
-                                 distributed=state.distributed)
-            if best is None:
+            ok = [s for s in state.allowed if LEVEL_OF[s] <= lvl]
+            if not ok:
                 continue
+            new = min(ok, key=lambda s: (times[s], s))
             freed = _level_bytes(cost, a.rank, a.level) - _level_bytes(cost, a.rank, lvl)
-            delta = best[1] - base_t
-            serving.append((max(delta, 0.0) / freed, k, Eviction("serving", k, freed, lvl, best[0])))
+            delta = max(float(times[new] - times[a.strategy]), 0.0)
+            serving.append((delta / freed, k, Eviction("serving", k, freed, lvl, new)))
+    hot.sort(key=lambda x: (x[0], x[1]))
     serving.sort(key=lambda x: (x[0], x[1]))
-    return [c[2] for c in cold], [h[2] for h in hot], [s[2] for s in serving]
+    return [h[2] for h in hot], [v[2] for v in serving]
 
 
 def _take(items, need):
@@ -303,11 +309,12 @@ def select(state: ManagerState, cost: CostModel, aid: int, tokens: int, *, rank:
 
     if need <= free + 1e-6:                                                # line 6
         return decide(best, (), "fits", best_j, cands)
-    cold, hot, serving = _victims(state, cost, aid, ev)
+    cold = _cold(state, cost, aid)
     cold_total = sum(c.bytes for c in cold)
     if need <= free + cold_total + 1e-6:                                   # line 8
         return decide(best, _take(cold, need - free), "cold", best_j, cands)
     # lines 15-20: candidates with and without costly evictions, re-ranked by J including eviction cost
+    hot, serving = _hot_and_serving(state, cost, aid)
     options = []
     for j, _, s in ranked:
         n = ev.need(s)
@@ -368,15 +375,13 @@ def apply(state: ManagerState, cost: CostModel, d: Decision, *, tokens: int, ran
             state.wave.add(cost.terms(a.rank, a.tokens)[a.strategy], cost.device_of(e.adapter), sign=-1.0)
             a.strategy = e.new_strategy
             state.wave.add(cost.terms(a.rank, a.tokens)[a.strategy], cost.device_of(e.adapter))
-        a.level = e.new_level
+        state.set_level(cost, e.adapter, e.new_level)
     me = state.adapters.get(d.adapter)
     if me is None:
-        if rank is None:
-            raise ValueError(f"adapter {d.adapter} is not in the state: pass rank=")
-        me = state.adapters[d.adapter] = AdapterState(rank=rank)
+        me = state.set_level(cost, d.adapter, LEVEL_NONE, rank)
     if me.serving:
         state.wave.add(cost.terms(me.rank, me.tokens)[me.strategy], cost.device_of(d.adapter), sign=-1.0)
-    me.level = d.level
+    state.set_level(cost, d.adapter, d.level)
     me.strategy = d.strategy
     me.tokens = tokens
     if remaining is not None:

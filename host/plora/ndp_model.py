@@ -152,7 +152,9 @@ class NDPStandIn:
 
     def gemm_s(self, batch, k, n) -> float:
         """``batch`` rows x (K x N) operand: per batch chunk, per operand split, one descriptor."""
-        batch, k, n = _pos("batch", batch), _pos("k", k), _pos("n", n)
+        return self._gemm(_pos("batch", batch), _pos("k", k), _pos("n", n))
+
+    def _gemm(self, batch, k, n) -> float:
         splits = self._operand_split(k, n)
         rows = self._rows_per_desc(k)
         full, rest = divmod(batch, rows)
@@ -175,11 +177,12 @@ class NDPStandIn:
 
     def lora_e3_s(self, d_in, d_out, rank, batch) -> float:
         """``y = x A B``: GEMM(X, A) KEEP then GEMM(CHAIN, B) per batch chunk."""
-        return self.gemm_s(batch, d_in, rank) + self.gemm_s(batch, rank, d_out)
+        batch, d_in, d_out, rank = _pos("batch", batch), _pos("d_in", d_in), _pos("d_out", d_out), _pos("rank", rank)
+        return self._gemm(batch, d_in, rank) + self._gemm(batch, rank, d_out)
 
     def lora_e4_s(self, d_in, rank, batch) -> float:
         """``m = x A``: GEMM(X, A) per batch chunk."""
-        return self.gemm_s(batch, d_in, rank)
+        return self._gemm(_pos("batch", batch), _pos("d_in", d_in), _pos("rank", rank))
 
     def attention_s(self, tokens, head_dim, q_heads, kv_heads):
         """One layer's decode attention of one request over ``tokens`` on this device (vectorized over
