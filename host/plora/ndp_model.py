@@ -18,7 +18,12 @@ model when ``sim.perf.ndp`` is importable). The stand-in's assumptions, each a d
    peak (2.048 TFLOPS); one descriptor costs ``max(operand bytes / bandwidth, flops / peak)`` plus a fixed
    descriptor overhead. (The RTL core's PE array uses 1/pe_batch of its MACs for a GEMV; the stand-in does
    not model that, the calibrated model does.)
-2. Descriptors run one after the other (the RTL core does not overlap descriptors, docs/ndp_core.md "Limits").
+2. ``buffers`` sets of operand buffers (default 1: the paper's "3 MB of SRAM (input, DRAM and output
+   buffers)" is one set, and the RTL core does not overlap descriptors, docs/ndp_core.md "Limits"): with one
+   set, descriptors run one after the other, each paying its data phase plus its fixed cost; with ``b >= 2``
+   sets the next descriptors' fixed costs (decode, first DRAM access, SFU pipeline fill) hide behind the
+   current data phase, up to ``b - 1`` of them: a kernel costs its first fixed cost plus, per descriptor,
+   ``max(data, fixed / (b - 1))``.
 3. One descriptor's operand is at most ``min(dram_buffer_bytes, 2**20 - 1)`` bytes (the 20-bit byte-size field
    of the 204-bit descriptor, PLoRA IV-C; docs/ndp_kernels.md); a larger operand is split over its output
    columns into several descriptors (no accumulation needed). A GEMM's input rows per descriptor are limited
@@ -60,13 +65,16 @@ class NDPDeviceSpec:
     # docs/ndp_core.md, make bench-ndp: a 64 x 64 GEMV takes 600 core cycles against 560 for its reads on the
     # controller alone: "fixed ~40-cycle descriptor overhead" (RTL measurement).
     descriptor_overhead_cycles: int = 40
+    # Sets of (input, DRAM, output) buffers: 1 = the paper's 3 MB of SRAM as one set (module docstring, 2.).
+    buffers: int = 1
 
     def __post_init__(self):
         for f in ("internal_bw_gbps", "capacity_gb", "clock_ghz"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
                 raise ValueError(f"NDPDeviceSpec.{f} must be a positive number, got {v!r}")
-        for f in ("macs", "input_buffer_bytes", "dram_buffer_bytes", "output_buffer_bytes", "max_batch", "lanes"):
+        for f in ("macs", "input_buffer_bytes", "dram_buffer_bytes", "output_buffer_bytes", "max_batch", "lanes",
+                  "buffers"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"NDPDeviceSpec.{f} must be an int >= 1, got {v!r}")
@@ -90,10 +98,10 @@ class NDPDeviceSpec:
         return self.capacity_gb * 1e9
 
     def scaled(self, *, tflops: float | None = None, bw_gbps: float | None = None,
-               buffer_bytes: int | None = None) -> "NDPDeviceSpec":
+               buffer_bytes: int | None = None, buffers: int | None = None) -> "NDPDeviceSpec":
         """This spec with the sensitivity knobs changed: NDP TFLOPS (through the MAC count at the same clock),
-        internal bandwidth, and the size of each of the three buffers."""
-        kw = {}
+        internal bandwidth, the size of each of the three buffers, and the number of buffer sets."""
+        kw = {} if buffers is None else {"buffers": int(buffers)}
         if tflops is not None:
             macs = int(round(tflops * 1e12 / (2.0 * self.clock_ghz * 1e9)))
             if macs < 1:
@@ -150,21 +158,32 @@ class NDPStandIn:
                              f"({self._input_max} bytes)")
         return rows
 
+    def _combine(self, groups) -> float:
+        """Kernel time of descriptor groups ``[(count, data_s, fixed_s), ...]`` (module docstring, 2.)."""
+        b = self.spec.buffers
+        if b == 1:
+            return sum(n * (d + f) for n, d, f in groups)
+        first = next((f for n, d, f in groups if n > 0), 0.0)
+        return first + sum(n * max(d, f / (b - 1)) for n, d, f in groups)
+
+    def _gemm_groups(self, batch, k, n) -> list:
+        splits = self._operand_split(k, n)
+        rows = self._rows_per_desc(k)
+        full, rest = divmod(batch, rows)
+        out = []
+        for b, count in ((rows, full), (rest, 1 if rest else 0)):
+            if count:
+                mem = k * n * FP16_BYTES / self._bw
+                comp = 2.0 * b * k * n / self._flops
+                out.append((count * splits, max(mem, comp) / splits, self._ovh))
+        return out
+
     def gemm_s(self, batch, k, n) -> float:
         """``batch`` rows x (K x N) operand: per batch chunk, per operand split, one descriptor."""
         return self._gemm(_pos("batch", batch), _pos("k", k), _pos("n", n))
 
     def _gemm(self, batch, k, n) -> float:
-        splits = self._operand_split(k, n)
-        rows = self._rows_per_desc(k)
-        full, rest = divmod(batch, rows)
-        t = 0.0
-        for b, count in ((rows, full), (rest, 1 if rest else 0)):
-            if count:
-                mem = k * n * FP16_BYTES / self._bw
-                comp = 2.0 * b * k * n / self._flops
-                t += count * (max(mem, comp) + splits * self._ovh)
-        return t
+        return self._combine(self._gemm_groups(batch, k, n))
 
     # --- the interface --------------------------------------------------------------------------------------
     def load_s(self, nbytes) -> float:
@@ -173,12 +192,13 @@ class NDPStandIn:
             raise ValueError(f"nbytes must be a finite number >= 0, got {nbytes!r}")
         if nbytes == 0:
             return 0.0
-        return nbytes / self._bw + ceil(nbytes / self._operand_max) * self._ovh
+        n = ceil(nbytes / self._operand_max)
+        return self._combine([(n, nbytes / n / self._bw, self._ovh)])
 
     def lora_e3_s(self, d_in, d_out, rank, batch) -> float:
         """``y = x A B``: GEMM(X, A) KEEP then GEMM(CHAIN, B) per batch chunk."""
         batch, d_in, d_out, rank = _pos("batch", batch), _pos("d_in", d_in), _pos("d_out", d_out), _pos("rank", rank)
-        return self._gemm(batch, d_in, rank) + self._gemm(batch, rank, d_out)
+        return self._combine(self._gemm_groups(batch, d_in, rank) + self._gemm_groups(batch, rank, d_out))
 
     def lora_e4_s(self, d_in, rank, batch) -> float:
         """``m = x A``: GEMM(X, A) per batch chunk."""
@@ -198,13 +218,22 @@ class NDPStandIn:
         lanes = self.spec.lanes
         chunk = max(1, self._operand_max // (head_dim * FP16_BYTES))
         n_chunks = np.ceil(tok / chunk)
+        cyc = 1.0 / (self.spec.clock_ghz * 1e9)
         # scores (g rows x K^T) and context (g rows x V): each streams tokens x head_dim FP16 and does
-        # 2 g tokens head_dim FLOPs
-        gemm = 2.0 * np.maximum(tok * head_dim * FP16_BYTES / self._bw, 2.0 * g * tok * head_dim / self._flops)
+        # 2 g tokens head_dim FLOPs; softmax: copy L/lanes beats, (g + 1) ceil(L/lanes) in the SFU, plus its
+        # pipeline fill 29 + 5 log2(lanes) per descriptor
+        gemm = np.maximum(tok * head_dim * FP16_BYTES / self._bw, 2.0 * g * tok * head_dim / self._flops)
         nb = np.ceil(tok / lanes)
-        sfu_cycles = nb + (g + 1) * nb + n_chunks * (29 + 5 * log2(lanes))
-        sfu = sfu_cycles / (self.spec.clock_ghz * 1e9)
-        t = kv_heads * (gemm + sfu + 3 * n_chunks * self._ovh)
+        sfu_data = (nb + (g + 1) * nb) * cyc
+        sfu_fixed = (29 + 5 * log2(lanes)) * cyc
+        n = kv_heads * n_chunks                       # descriptors of each of the three kinds
+        b = self.spec.buffers
+        if b == 1:
+            t = kv_heads * (2.0 * gemm + sfu_data) + n * (3 * self._ovh + sfu_fixed)
+        else:
+            per = lambda x: x / np.maximum(n_chunks, 1)
+            t = self._ovh + n * (2.0 * np.maximum(per(gemm), self._ovh / (b - 1))
+                                 + np.maximum(per(sfu_data), (self._ovh + sfu_fixed) / (b - 1)))
         t = np.where(tok > 0, t, 0.0)
         return float(t) if np.ndim(tokens) == 0 else t
 

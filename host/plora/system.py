@@ -166,6 +166,7 @@ class PLoRASystem(System):
         self.acc = {"t": 0.0, "dup_w": 0.0, "adapters": 0.0, "kv_dup": 0.0}
         self.peak = {"adapters": 0.0, "kv_dup": 0.0}
         self._precache_level = {}
+        self._hot_dirty = True
         self._idle_adapters = set()
 
     # --- memory ------------------------------------------------------------------------------------------
@@ -187,6 +188,7 @@ class PLoRASystem(System):
             self.temp.on_requests([a])
             rank = int(self.ranks[a])
             remaining = float(t.output_tokens[i] - t.generated[i])
+            self._refresh_hot()
             d = select(st, cost, a, int(self.count[a]), rank=rank, remaining=max(1.0, remaining))
             kv_ev = sum(e.kv_tokens for e in d.evictions if e.kind == "kv")
             apply(st, cost, d, tokens=int(self.count[a]), rank=rank, remaining=max(1.0, remaining))
@@ -255,11 +257,16 @@ class PLoRASystem(System):
         else:
             st.kv_dup_tokens = st.kv_dev_tokens = 0.0
         st.n_req = len(run)
-        serving = self.count > 0
-        st.hot = frozenset(self.temp.hot(serving).tolist())
         st.temperature = _TempView(self.temp.t)
+        self._hot_dirty = True
         if self.variant.selection and self.variant.precache:
+            self._refresh_hot()
             self._precache()
+
+    def _refresh_hot(self):
+        if self._hot_dirty:
+            self.state.hot = frozenset(self.temp.hot(self.count > 0).tolist())
+            self._hot_dirty = False
 
     def _precache_level_of(self, rank):
         lvl = self._precache_level.get(rank)
@@ -350,7 +357,9 @@ class PLoRASystem(System):
         pre = batch.prefill
         dec_req = batch.req[~pre]
         ad = t.adapter_id[dec_req]
-        uniq, counts = np.unique(ad, return_counts=True)
+        cnt = np.bincount(ad, minlength=self.n_adapters)
+        uniq = np.flatnonzero(cnt)
+        counts = cnt[uniq]
         strat = self._strategies_of(uniq)
         pre_req = batch.req[pre]
         pre_ad = t.adapter_id[pre_req]
@@ -456,7 +465,8 @@ class PLoRASystem(System):
         kv_after = batch.kv_after
         dec = p["dec_req"]
         k = int(max_iters)
-        pts = np.unique(np.linspace(0, k - 1, min(k, 9)).round().astype(np.int64))
+        # decode attention grows smoothly with the contexts: price it at 3 points of the stretch, interpolate
+        pts = np.unique(np.array([0, k // 2, k - 1], np.int64))
         rs = [self._assemble(p, self._attention(dec, kv_after, int(o)), self.pending_load if o == 0 else 0.0)
               for o in pts]
         dur_pts = np.array([r.duration_s for r in rs])
