@@ -140,6 +140,8 @@ class GPUModel:
         self._peak = self.gpu.fp16_tflops * 1e12
         self._bw = self.gpu.hbm_bw_gbps * 1e9
         self._cache = {}
+        self._dense_totals = {}
+        self._models = {}
 
     # --- operators (vectorized) ----------------------------------------------------------------------------
     def gemm(self, M, K, N, *, experts: int = 0, active: int = 0) -> OpTime:
@@ -212,44 +214,72 @@ class GPUModel:
 
     # --- a whole forward pass --------------------------------------------------------------------------------
     def _dense_part(self, model: LLMConfig, tp: int, tokens: int, logits_tokens: int) -> tuple:
-        """Calibrated and floor per-op totals (all layers) of everything but attention; cached."""
-        key = (model, tp, tokens, logits_tokens)
+        """Calibrated and floor per-op totals (all layers) of everything but attention; cached per
+        (model, tp, tokens, logits tokens). Scalar arithmetic: this runs once per new batch size."""
+        key = (id(model), tp, tokens, logits_tokens)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
+        self._models[id(model)] = model  # keeps id(model) unique while cached
         L, H = model.n_layers, model.d_model
         ops, floors = {}, {}
+        M = float(tokens)
 
-        def add(name, t: OpTime, times=1.0):
-            ops[name] = ops.get(name, 0.0) + float(t.calibrated_s) * times
-            floors[name] = floors.get(name, 0.0) + float(t.floor_s) * times
+        def add(name, cf, times=1.0):
+            ops[name] = ops.get(name, 0.0) + cf[0] * times
+            floors[name] = floors.get(name, 0.0) + cf[1] * times
+
+        def gemm(m, k, n, experts=0, active=0):
+            if m <= 0:
+                return 0.0, 0.0
+            if experts:
+                touched = experts * (1.0 - (1.0 - active / experts) ** m)
+                return self._scalar(2.0 * m * active * k * n, 2.0 * (touched * k * n + m * active * (k + n)))
+            return self._scalar(2.0 * m * k * n, 2.0 * (m * k + k * n + m * n))
+
+        def elt(op, nbytes):
+            if nbytes <= 0:
+                return 0.0, 0.0
+            e = self.cal.elt[op]
+            return e.t0_s + nbytes / (self._bw * e.eff_mem), nbytes / self._bw
 
         for lin in model.linears(tp):
             if lin.name.startswith("mlp") and model.is_moe:
-                add(lin.name, self.gemm(tokens, lin.k, lin.n, experts=model.n_experts,
-                                        active=model.n_active_experts), L)
+                add(lin.name, gemm(M, lin.k, lin.n, model.n_experts, model.n_active_experts), L)
             else:
-                add(lin.name, self.gemm(tokens, lin.k, lin.n), L)
+                add(lin.name, gemm(M, lin.k, lin.n), L)
         if model.is_moe:
-            add("moe_router", self.gemm(tokens, H, model.n_experts), L)
+            add("moe_router", gemm(M, H, model.n_experts), L)
         q_dim, kv_dim, ff = model.q_dim / tp, max(model.kv_dim / tp, model.head_dim), model.ffn_width() / tp
         act = (6.0 if model.gated_mlp else 4.0) * ff * (model.n_active_experts if model.is_moe else 1)
-        add("input_layernorm", self.elementwise("input_layernorm", 4.0 * tokens * H), L)
-        add("attn_rope", self.elementwise("attn_rope", 4.0 * tokens * (q_dim + kv_dim)), L)
-        add("post_attention_layernorm", self.elementwise("post_attention_layernorm", 4.0 * tokens * H), L)
-        add("mlp_act", self.elementwise("mlp_act", act * tokens), L)
-        add("add", self.elementwise("add", 6.0 * tokens * H), L)
-        add("emb", self.elementwise("emb", 4.0 * tokens * H))
-        add("final_norm", self.elementwise("input_layernorm", 4.0 * tokens * H))
+        add("input_layernorm", elt("input_layernorm", 4.0 * M * H), L)
+        add("attn_rope", elt("attn_rope", 4.0 * M * (q_dim + kv_dim)), L)
+        add("post_attention_layernorm", elt("post_attention_layernorm", 4.0 * M * H), L)
+        add("mlp_act", elt("mlp_act", act * M), L)
+        add("add", elt("add", 6.0 * M * H), L)
+        add("emb", elt("emb", 4.0 * M * H))
+        add("final_norm", elt("input_layernorm", 4.0 * M * H))
         if logits_tokens:
-            add("lm_head", self.gemm(logits_tokens, H, model.vocab / tp))
-        if tp > 1:
-            add("all_reduce", self.all_reduce(2.0 * tokens * H, tp), 2 * L)
+            add("lm_head", gemm(float(logits_tokens), H, model.vocab / tp))
+        if tp > 1 and tokens:
+            ar = self.all_reduce(2.0 * M * H, tp)
+            add("all_reduce", (float(ar.calibrated_s), float(ar.floor_s)), 2 * L)
         out = (ops, floors)
         if len(self._cache) > 50_000:
             self._cache.clear()
+            self._dense_totals.clear()
         self._cache[key] = out
+        self._dense_totals[key] = (sum(ops.values()), sum(floors.values()))
         return out
+
+    def _scalar(self, flops: float, nbytes: float) -> tuple:
+        """(calibrated, floor) of one operator with scalar FLOPs and bytes (fast path)."""
+        g = self.cal.gemm
+        if flops <= 0 and nbytes <= 0:
+            return 0.0, 0.0
+        tm = nbytes / (self._bw * g.eff_mem)
+        tc = flops / (self._peak * g.eff_compute)
+        return g.t0_s + (tm ** g.p + tc ** g.p) ** (1.0 / g.p), max(flops / self._peak, nbytes / self._bw)
 
     def iteration(self, model: LLMConfig, *, tp: int | None = None, prefill_q=(), prefill_kv=(),
                   decode_requests: int = 0, decode_kv_tokens=0, logits_tokens: int | None = None,
@@ -262,26 +292,44 @@ class GPUModel:
         tokens that go through the LM head (default: decodes + prefill chunks).
         """
         tp = model.tp if tp is None else tp
-        q = np.asarray(prefill_q, dtype=np.int64)
-        kvp = np.asarray(prefill_kv, dtype=np.int64)
-        tokens = int(q.sum()) + int(decode_requests)
+        q = np.asarray(prefill_q, dtype=np.float64)
+        n_pre = len(q)
+        q_sum = float(q.sum()) if n_pre else 0.0
+        tokens = int(q_sum) + int(decode_requests)
         if logits_tokens is None:
-            logits_tokens = int(decode_requests) + len(q)
-        ops, floors = self._dense_part(model, tp, tokens, int(logits_tokens))
-        ops, floors = dict(ops), dict(floors)
+            logits_tokens = int(decode_requests) + n_pre
+        dense_ops, dense_floors = self._dense_part(model, tp, tokens, int(logits_tokens))
+        ops, floors = dict(dense_ops), dict(dense_floors)
+        total, floor = self._dense_totals[(id(model), tp, tokens, int(logits_tokens))]
         heads = model.n_heads // tp
         kv_heads = max(model.n_kv_heads // tp, 1)
+        hd = model.head_dim
         L = model.n_layers
-        if len(q):
-            a = self.attention_prefill(q, kvp, heads=heads, kv_heads=kv_heads, head_dim=model.head_dim,
-                                       kv_dtype_bytes=kv_dtype_bytes)
-            ops["attn_prefill"], floors["attn_prefill"] = L * float(a.calibrated_s), L * float(a.floor_s)
+        if n_pre:
+            kv = np.asarray(prefill_kv, dtype=np.float64)
+            if kv.shape != q.shape or np.any(kv < q):
+                raise ValueError("iteration: prefill_q and prefill_kv must match and prefill_kv >= prefill_q")
+            flops = 4.0 * heads * hd * float(np.sum(q * (kv - (q - 1) / 2)))
+            nbytes = 4.0 * q_sum * heads * hd + 2.0 * kv_heads * hd * kv_dtype_bytes * float(kv.sum())
+            c, f = self._scalar(flops, nbytes)
+            ops["attn_prefill"], floors["attn_prefill"] = L * c, L * f
+            total, floor = total + L * c, floor + L * f
         if decode_requests:
-            a = self.attention_decode(decode_requests, decode_kv_tokens, heads=heads, kv_heads=kv_heads,
-                                      head_dim=model.head_dim, kv_dtype_bytes=kv_dtype_bytes)
-            ops["attn_decode"], floors["attn_decode"] = L * a.calibrated_s, L * a.floor_s
-        total = sum(ops.values())
-        floor = sum(floors.values())
+            if np.ndim(decode_kv_tokens) == 0:
+                kvt = float(decode_kv_tokens)
+                c, f = self._scalar(4.0 * heads * hd * kvt, 2.0 * kv_heads * hd * kv_dtype_bytes * kvt
+                                    + 4.0 * decode_requests * heads * hd)
+            else:
+                kvt = np.asarray(decode_kv_tokens, dtype=np.float64)
+                g = self.cal.gemm
+                flops = (4.0 * heads * hd) * kvt
+                nbytes = (2.0 * kv_heads * hd * kv_dtype_bytes) * kvt + 4.0 * decode_requests * heads * hd
+                tm = nbytes * (1.0 / (self._bw * g.eff_mem))
+                tc = flops * (1.0 / (self._peak * g.eff_compute))
+                c = g.t0_s + (tm ** g.p + tc ** g.p) ** (1.0 / g.p)
+                f = np.maximum(flops * (1.0 / self._peak), nbytes * (1.0 / self._bw))
+            ops["attn_decode"], floors["attn_decode"] = L * c, L * f
+            total, floor = total + L * c, floor + L * f
         return IterationTime(total_s=total, floor_s=floor, ops=ops, floor_ops=floors)
 
     def batch_time(self, model: LLMConfig, batch, *, tp: int | None = None, kv_dtype_bytes: float = 2.0,
@@ -289,12 +337,18 @@ class GPUModel:
         """:meth:`iteration` for a :class:`host.serving.Batch` (all of it on this GPU's TP group). With
         ``runs = k > 1`` (decode-only batch), an array over the ``k`` iterations of a fused run."""
         pre = batch.prefill
-        dec_kv = int(batch.kv_after[~pre].sum())
-        n_dec = int((~pre).sum())
+        if not pre.any():
+            n_dec = len(pre)
+            dec_kv = int(batch.context.sum()) + n_dec
+            if runs > 1:
+                dec_kv = dec_kv + n_dec * np.arange(runs)
+            return self.iteration(model, tp=tp, decode_requests=n_dec, decode_kv_tokens=dec_kv,
+                                  logits_tokens=n_dec, kv_dtype_bytes=kv_dtype_bytes)
         if runs > 1:
-            if pre.any():
-                raise ValueError("batch_time: runs > 1 needs a decode-only batch")
-            dec_kv = dec_kv + n_dec * np.arange(runs)
+            raise ValueError("batch_time: runs > 1 needs a decode-only batch")
+        dec = ~pre
+        n_dec = int(dec.sum())
+        dec_kv = int(batch.context[dec].sum()) + n_dec
         return self.iteration(model, tp=tp, prefill_q=batch.new_tokens[pre], prefill_kv=batch.kv_after[pre],
                               decode_requests=n_dec, decode_kv_tokens=dec_kv,
                               logits_tokens=n_dec + int(batch.completes_prefill.sum()),

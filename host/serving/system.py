@@ -30,6 +30,8 @@ from host.serving.request import RequestTable, WAITING, RUNNING
 
 __all__ = ["System", "SchedulerView", "ContinuousBatcher", "KVBudget", "LinearCostSystem"]
 
+_NO_LIMIT = int(np.iinfo(np.int64).max)
+
 
 class SchedulerView:
     """The engine's queues as a batcher sees them (engine-owned; a batcher mutates them only through
@@ -127,7 +129,7 @@ class ContinuousBatcher:
         running = view.running
         in_pre = table.in_prefill(running)
         decodes = running[~in_pre]
-        budget = self.max_tokens if self.max_tokens is not None else np.iinfo(np.int64).max
+        budget = self.max_tokens if self.max_tokens is not None else _NO_LIMIT
         if self.policy == "mixed":
             decodes = decodes[:budget]
             budget -= len(decodes)
@@ -316,7 +318,7 @@ class KVBudget:
         """Paged: how many more decode iterations requests ``idx`` can all run before one needs a block that
         does not fit (reserve: unbounded)."""
         if self.policy == "reserve" or len(idx) == 0:
-            return np.iinfo(np.int64).max
+            return _NO_LIMIT
         t = self.table
         kv_next = t.context(idx) + 1
         slack = self.held_tokens[idx] - kv_next  # tokens each can still add without a new block
