@@ -64,14 +64,15 @@ class HostMemorySystem(System):
         self.n_gpus = n_gpus
         self.kv_bits, self.seed = kv_bits, seed
         self.slot_bytes = model.kv_bytes_per_token(n_gpus, kv_bits / 8.0)   # one token's KV on one GPU
-        self._tcache = {}
+        self._tcache = HostMemorySystem._E1_SHARED.setdefault(self.shape, {})
 
     def bind(self, table):
         super().bind(table)
         n = table.n
         self.n_adapters = int(table.adapter_id.max()) + 1 if n else 1
         self.ranks = adapter_ranks(table, self.n_adapters, self.seed)
-        self.a_bytes = np.array([adapter_bytes(self.shape, int(r)) for r in self.ranks]) / self.n_gpus
+        per_rank = {int(r): adapter_bytes(self.shape, int(r)) for r in np.unique(self.ranks)}
+        self.a_bytes = np.array([per_rank[int(r)] for r in self.ranks]) / self.n_gpus
         hbm = self.gpu.hbm_gb * 1e9
         self.weights_bytes = float(self.model.weight_bytes(self.n_gpus))
         self.workspace_bytes = WORKSPACE_FRACTION * hbm
@@ -189,6 +190,8 @@ class HostMemorySystem(System):
             from .lora import strategy_terms
             c = self._tcache[key] = strategy_terms(self.shape, rank, tokens, _NoDevice)[E1]
         return c
+
+    _E1_SHARED = {}
 
     def _lora_comm_s(self, tokens_total, ranks):
         """TP > 1: all-reduce of the tokens x rank LoRA intermediate per input group per layer."""

@@ -38,6 +38,19 @@ from .lora import ModelShape, strategy_terms, resident_bytes, E1, E2, E3, E4
 
 __all__ = ["LinkParams", "GPUParams", "CostModel", "AttentionCost", "WaveSums"]
 
+_SHARED = {}
+
+
+def _ndp_key(ndp):
+    """A hashable identity of a device model's timing (None: do not share caches across cost models)."""
+    key = getattr(ndp, "cache_key", None)
+    if key is not None:
+        return key
+    spec = getattr(ndp, "spec", None)
+    if getattr(ndp, "kind", None) == "standin" and spec is not None:
+        return ("standin", spec)
+    return None
+
 
 @dataclass(frozen=True)
 class LinkParams:
@@ -146,17 +159,24 @@ class CostModel:
         self._gpu_att = gpu_attention_s
         self.q_bytes = shape.q_heads * shape.head_dim * 2.0
         self.partial_bytes = shape.q_heads * (shape.head_dim * 2.0 + 6.0)
-        self.terms = lru_cache(maxsize=None)(self._terms)
         self.standalone_s = lru_cache(maxsize=None)(self._standalone_s)
         self.resident = lru_cache(maxsize=None)(self._resident)
         self._att_tab = None
-        self._tables = {}
         self._rates = None
+        # the LoRA terms depend only on the model shape and the device model: runs in one process share them
+        key = _ndp_key(ndp)
+        shared = _SHARED.setdefault((shape, key), ({}, {})) if key is not None else ({}, {})
+        self._terms_cache, self._tables = shared
 
     # --- LoRA ---------------------------------------------------------------------------------------------
-    def _terms(self, rank: int, tokens: int) -> np.ndarray:
-        t = strategy_terms(self.shape, rank, tokens, self.ndp)
-        t.setflags(write=False)
+    def terms(self, rank: int, tokens: int) -> np.ndarray:
+        """Per-layer cost terms (4 x 5) of one adapter (:func:`host.plora.lora.strategy_terms`), cached."""
+        key = (rank, tokens)
+        t = self._terms_cache.get(key)
+        if t is None:
+            t = strategy_terms(self.shape, rank, tokens, self.ndp)
+            t.setflags(write=False)
+            self._terms_cache[key] = t
         return t
 
     def decode_table(self, rank: int, max_tokens: int) -> np.ndarray:
@@ -279,22 +299,38 @@ class CostModel:
         return self._rates
 
     def attention_estimate(self, n_req: int, gpu_tokens: float, dev_tokens: float, *,
-                           distributed: bool = True) -> float:
+                           distributed: bool = True, n_dev_req: float | None = None) -> float:
         """Linearized one-layer attention time for ``n_req`` requests with ``gpu_tokens`` duplicated and
-        ``dev_tokens`` device-only tokens in total (the memory manager's estimate; :meth:`attention` prices)."""
+        ``dev_tokens`` device-only tokens in total, ``n_dev_req`` of the requests (default all) holding
+        device-only tokens (the memory manager's estimate; :meth:`attention` prices exactly)."""
         if n_req <= 0:
             return 0.0
         g_rate, d_rate, d_fixed = self.attention_rates()
         gpu_s = gpu_tokens * g_rate
         if not distributed:
             return max(gpu_s, self.link.L + dev_tokens * self.kv_tok_layer / self.link.W if dev_tokens > 0 else 0.0)
-        n_act = min(self.n_dev, max(1.0, dev_tokens / max(n_req, 1))) if dev_tokens > 0 else 0.0
-        dev_s = dev_tokens * d_rate / self.n_dev + n_req * d_fixed * n_act / self.n_dev
-        link_s = max(n_req * n_act * self.q_bytes + n_req * self.kv_tok_layer,
-                     n_req * n_act * self.partial_bytes) / self.link.W
-        merge = n_req * (n_act + (gpu_tokens > 0)) * self.partial_bytes / self.gpu.W_hbm
-        dev_side = self.link.L + max(dev_s, link_s) if dev_tokens > 0 else 0.0
+        m = n_req if n_dev_req is None else n_dev_req
+        n_act = min(self.n_dev, max(1.0, dev_tokens / max(m, 1))) if dev_tokens > 0 and m > 0 else 0.0
+        dev_s = dev_tokens * d_rate / self.n_dev + m * d_fixed * n_act / self.n_dev
+        link_s = max(m * n_act * self.q_bytes + n_req * self.kv_tok_layer,
+                     m * n_act * self.partial_bytes) / self.link.W
+        merge = (m * n_act + n_req * (gpu_tokens > 0)) * self.partial_bytes / self.gpu.W_hbm
+        dev_side = self.link.L + max(dev_s, link_s) if dev_tokens > 0 else link_s
         return max(gpu_s, dev_side) + merge
+
+    def dup_fraction_for(self, n_req: int, gpu_tokens: float, dev_tokens: float, n_dev_req: float,
+                         new_tokens: int, *, distributed: bool = True, grid: int = 10) -> float:
+        """The duplicated fraction of a new request of ``new_tokens`` tokens that minimizes the attention
+        estimate of the batch it joins (fractions 0, 1/grid, ..., 1; ties: the smaller)."""
+        best, best_t = 0.0, None
+        for k in range(grid + 1):
+            p = k / grid
+            d = new_tokens * (1.0 - p)
+            t = self.attention_estimate(n_req + 1, gpu_tokens + new_tokens * p, dev_tokens + d,
+                                        distributed=distributed, n_dev_req=n_dev_req + (1 if d >= 1 else 0))
+            if best_t is None or t < best_t * (1 - 1e-12):
+                best, best_t = p, t
+        return best
 
     def balanced_dup_fraction(self) -> float:
         """The P_KV at which the GPU's and the devices' attention shares take equal time (per token, large

@@ -26,6 +26,7 @@ touched expert sees ``B k / touched`` tokens (rounded up for the device kernels)
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import ceil
 
 import numpy as np
@@ -78,6 +79,7 @@ class ModelShape:
     experts_active: int = 0
     expert_ffn_dim: int = 0
     weight_bytes: float = 0.0    # base model weights in HBM (FP16)
+    gated: bool = True           # SwiGLU FFN (gate and up); False: one up projection (GPT / OPT)
 
     def __post_init__(self):
         for f in ("n_layers", "hidden", "q_heads", "kv_heads", "head_dim"):
@@ -102,6 +104,7 @@ class ModelShape:
         return self.n_layers * self.kv_bytes_per_token_layer(kv_bits)
 
 
+@lru_cache(maxsize=256)
 def lora_matrices(shape: ModelShape) -> tuple:
     """The adapted matrices of one layer."""
     h, qd, kvd = shape.hidden, shape.q_heads * shape.head_dim, shape.kv_heads * shape.head_dim
@@ -109,25 +112,30 @@ def lora_matrices(shape: ModelShape) -> tuple:
             LoraMatrix("v", h, kvd, "attn_in"), LoraMatrix("o", qd, h, "attn_out")]
     if shape.n_experts:
         n, k, f = shape.n_experts, shape.experts_active, shape.expert_ffn_dim
-        mats += [LoraMatrix("gate", h, f, "ffn_in", n, k), LoraMatrix("up", h, f, "ffn_in", n, k),
-                 LoraMatrix("down", f, h, "ffn_mid", n, k, shared_input=False)]
+        mats += ([LoraMatrix("gate", h, f, "ffn_in", n, k)] if shape.gated else []) + [
+            LoraMatrix("up", h, f, "ffn_in", n, k), LoraMatrix("down", f, h, "ffn_mid", n, k, shared_input=False)]
     else:
         f = shape.ffn_dim
-        mats += [LoraMatrix("gate", h, f, "ffn_in"), LoraMatrix("up", h, f, "ffn_in"),
-                 LoraMatrix("down", f, h, "ffn_mid")]
+        mats += ([LoraMatrix("gate", h, f, "ffn_in")] if shape.gated else []) + [
+            LoraMatrix("up", h, f, "ffn_in"), LoraMatrix("down", f, h, "ffn_mid")]
     return tuple(mats)
+
+
+@lru_cache(maxsize=4096)
+def _resident(shape: ModelShape, rank: int) -> tuple:
+    a = sum(m.instances * m.d_in for m in lora_matrices(shape)) * rank * FP16_BYTES * shape.n_layers
+    b = sum(m.instances * m.d_out for m in lora_matrices(shape)) * rank * FP16_BYTES * shape.n_layers
+    return (float(a + b), 0.0, 0.0, float(b))
 
 
 def resident_bytes(shape: ModelShape, rank: int) -> np.ndarray:
     """HBM bytes each strategy keeps resident for an adapter of ``rank`` (all layers): (4,) for E1..E4."""
-    a = sum(m.instances * m.d_in for m in lora_matrices(shape)) * rank * FP16_BYTES * shape.n_layers
-    b = sum(m.instances * m.d_out for m in lora_matrices(shape)) * rank * FP16_BYTES * shape.n_layers
-    return np.array([a + b, 0.0, 0.0, b])
+    return np.array(_resident(shape, int(rank)))
 
 
 def adapter_bytes(shape: ModelShape, rank: int) -> float:
     """Size of one adapter of ``rank`` (A and B of every matrix of every layer)."""
-    return float(resident_bytes(shape, rank)[E1])
+    return _resident(shape, int(rank))[E1]
 
 
 def _touched(m: LoraMatrix, tokens: int) -> float:

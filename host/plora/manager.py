@@ -17,7 +17,8 @@ request:
 4. ``path="rerank"``: else build candidates: every strategy that fits after cold evictions (no costly
    eviction), and for every strategy that does not, the eviction sets (after all cold adapters) "KV only",
    "hot only", "serving only" and "KV, then hot, then serving" (the order of lines 15-18); re-rank all of
-   them by ``J`` including the eviction cost, take the fastest (ties: fewer evictions, then lower memory).
+   them by ``J`` including the eviction cost, take the fastest (ties: fewer evictions, then the adapter's own
+   standalone time).
 
 Cost of a candidate, in seconds over the horizon ``H`` = the expected remaining decode iterations of adapter
 ``i``'s requests (design choice: a one-time load must be weighed against a per-iteration saving)::
@@ -72,6 +73,7 @@ class ManagerState:
     kv_dup_tokens: float = 0.0
     kv_dev_tokens: float = 0.0
     n_req: int = 0
+    n_dev_req: float | None = None      # running requests with device-only tokens (None: all of them)
     hot: frozenset = frozenset()
     temperature: dict = field(default_factory=dict)
     allowed: tuple = (E1, E2, E3, E4)
@@ -148,10 +150,11 @@ def rebuild_wave(state: ManagerState, cost: CostModel) -> WaveSums:
 
 
 def iteration_estimate(cost: CostModel, wave: WaveSums, n_req: int, gpu_tok: float, dev_tok: float,
-                       distributed: bool = True) -> float:
+                       distributed: bool = True, n_dev_req: float | None = None) -> float:
     """The cost model's decode-iteration estimate (LoRA waves and attention of every layer)."""
     return cost.shape.n_layers * (cost.wave_s(wave) + cost.attention_estimate(n_req, gpu_tok, dev_tok,
-                                                                               distributed=distributed))
+                                                                               distributed=distributed,
+                                                                               n_dev_req=n_dev_req))
 
 
 class _Eval:
@@ -176,7 +179,8 @@ class _Eval:
         a = self._att.get(key)
         if a is None:
             a = self._att[key] = self.cost.attention_estimate(self.n_req, gpu_tok, dev_tok,
-                                                              distributed=self.state.distributed)
+                                                              distributed=self.state.distributed,
+                                                              n_dev_req=self.state.n_dev_req)
         return self.cost.shape.n_layers * (self.cost.wave_s(wave) + a)
 
     def need(self, s: int) -> float:
@@ -298,9 +302,12 @@ def select(state: ManagerState, cost: CostModel, aid: int, tokens: int, *, rank:
         raise ValueError("state.allowed is empty")
     ev = _Eval(state, cost, aid, rank, tokens, H)
     free = state.free_bytes(cost)
-    ranked = sorted(((ev.J(s), LEVEL_OF[s], s) for s in state.allowed))
-    cands = [(f"{STRATEGIES[s]}", j) for j, _, s in ranked]
-    best_j, _, best = ranked[0]
+    # ties in J (a strategy whose resource is not the wave's bottleneck adds nothing to T_iter) go to the
+    # adapter's own standalone time, then to the lower caching level
+    own = cost.standalone_s(rank, tokens)
+    ranked = sorted(((ev.J(s), float(own[s]), LEVEL_OF[s], s) for s in state.allowed))
+    cands = [(f"{STRATEGIES[s]}", j) for j, _, _, s in ranked]
+    best_j, _, _, best = ranked[0]
     need = ev.need(best)
 
     def decide(s, evs, path, j, cand):
@@ -316,11 +323,11 @@ def select(state: ManagerState, cost: CostModel, aid: int, tokens: int, *, rank:
     # lines 15-20: candidates with and without costly evictions, re-ranked by J including eviction cost
     hot, serving = _hot_and_serving(state, cost, aid)
     options = []
-    for j, _, s in ranked:
+    for j, _, _, s in ranked:
         n = ev.need(s)
         if n <= free + cold_total + 1e-6:
             evs = _take(cold, n - free) if n > free + 1e-6 else []
-            options.append((j, 0, LEVEL_OF[s], s, evs, f"{STRATEGIES[s]}"))
+            options.append((j, 0, float(own[s]), s, evs, f"{STRATEGIES[s]}"))
             continue
         rest = n - free - cold_total
         sets = {}
@@ -349,7 +356,7 @@ def select(state: ManagerState, cost: CostModel, aid: int, tokens: int, *, rank:
         for label, evs in sets.items():
             full = list(cold) + list(evs)
             jj = ev.J(s, full)
-            options.append((jj, len(full), LEVEL_OF[s], s, full, f"{STRATEGIES[s]}+evict({label})"))
+            options.append((jj, len(full), float(own[s]), s, full, f"{STRATEGIES[s]}+evict({label})"))
     if not options:
         # no allowed strategy can be made to fit: serve with E3 (needs no HBM) and say so
         j = ev.J(E3)

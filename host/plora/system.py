@@ -40,7 +40,8 @@ def shape_of(model) -> ModelShape:
     return ModelShape(name=model.name, n_layers=model.n_layers, hidden=model.d_model, q_heads=model.n_heads,
                       kv_heads=model.n_kv_heads, head_dim=model.head_dim, ffn_dim=model.d_ff,
                       n_experts=model.n_experts, experts_active=model.n_active_experts,
-                      expert_ffn_dim=model.d_expert_ff, weight_bytes=float(model.weight_bytes(1)))
+                      expert_ffn_dim=model.d_expert_ff, weight_bytes=float(model.weight_bytes(1)),
+                      gated=bool(model.gated_mlp))
 
 
 def adapter_ranks(table, n_adapters: int, seed: int) -> np.ndarray:
@@ -119,7 +120,6 @@ class PLoRASystem(System):
                               gpu=GPUParams(gpu.name, gpu.hbm_gb, gpu.hbm_bw_gbps, gpu.fp16_tflops),
                               kv_bits=kv_bits, lora_waves_per_layer=lora_waves_per_layer, gpu_attention_s=gpu_att)
         self.max_batch = max_batch
-        self.dup_target = self.cost.balanced_dup_fraction() if variant.distributed else 1.0
 
     # --- run set-up --------------------------------------------------------------------------------------
     def bind(self, table):
@@ -127,6 +127,9 @@ class PLoRASystem(System):
         n = table.n
         self.n_adapters = int(table.adapter_id.max()) + 1 if n else 1
         self.ranks = adapter_ranks(table, self.n_adapters, self.seed)
+        self.rank_values = np.unique(self.ranks)
+        self.rank_idx = np.searchsorted(self.rank_values, self.ranks)
+        self._tab = None
         used = np.unique(table.adapter_id)
         self.adapter_bytes = {int(r): adapter_bytes(self.shape, int(r)) for r in np.unique(self.ranks)}
         store = float(sum(self.adapter_bytes[int(self.ranks[a])] for a in used))
@@ -154,6 +157,7 @@ class PLoRASystem(System):
         self.count = np.zeros(self.n_adapters, np.int64)
         self.strat = np.full(self.n_adapters, -1, np.int64)
         self.dup = np.zeros(n, np.int64)
+        self.pfrac = np.zeros(n)
         self.pending_load = 0.0
         self.prefetch_budget = 0.0
         self.cached_total = 0.0
@@ -200,13 +204,21 @@ class PLoRASystem(System):
             self.paths[d.path] = self.paths.get(d.path, 0) + 1
             for e in d.evictions:
                 self.evictions[e.kind] += 1
-            # duplicate the prompt's KV in HBM up to the balanced fraction, as far as free HBM allows
+            # duplicate a fraction of the prompt's KV in HBM: the one the cost model says minimizes the batch's
+            # attention time (kept as the request grows), as far as free HBM allows
             free = st.free_bytes(cost)
             prompt = int(t.prefill_len[i])
-            dup = min(int(self.dup_target * prompt), int(max(free, 0.0) // cost.kv_tok))
+            if self.variant.distributed:
+                p = cost.dup_fraction_for(st.n_req, st.kv_dup_tokens, st.kv_dev_tokens,
+                                          st.n_req if st.n_dev_req is None else st.n_dev_req, prompt)
+            else:
+                p = 1.0                       # the GPU reads HBM faster than it loads over the link
+            self.pfrac[i] = p
+            dup = min(int(p * prompt), int(max(free, 0.0) // cost.kv_tok))
             self.dup[i] = max(dup, 0)
             st.kv_dup_tokens += self.dup[i]
             st.kv_dev_tokens += prompt - self.dup[i]
+            st.n_dev_req = (st.n_dev_req or 0) + (1 if prompt > self.dup[i] else 0)
             st.n_req += 1
 
     def _drop_dup(self, tokens):
@@ -218,6 +230,7 @@ class PLoRASystem(System):
             return
         keep = max(0.0, 1.0 - tokens / total)
         self.dup[run] = np.floor(self.dup[run] * keep).astype(np.int64)
+        self.pfrac[run] *= keep
 
     def _update_adapter(self, a):
         st, cost = self.state, self.cost
@@ -237,6 +250,7 @@ class PLoRASystem(System):
         self.kv.release(idx)
         t = self.table
         self.dup[idx] = 0
+        self.pfrac[idx] = 0.0
         for a in t.adapter_id[idx].tolist():
             self.count[a] -= 1
         for a in np.unique(t.adapter_id[idx]).tolist():
@@ -251,13 +265,25 @@ class PLoRASystem(System):
         run = view.running
         if len(run):
             ctx = t.context(run) + 1
+            # keep each request's duplicated fraction as it grows (the GPU keeps a copy of the new tokens'
+            # K, V), as far as free HBM allows
+            want = np.maximum(np.floor(self.pfrac[run] * ctx).astype(np.int64) - self.dup[run], 0)
+            grow = int(want.sum())
+            if grow:
+                room = int(max(st.free_bytes(cost), 0.0) // cost.kv_tok)
+                if grow > room:
+                    want = np.floor(want * (room / grow)).astype(np.int64)
+                self.dup[run] += want
+                st.kv_dup_tokens += float(want.sum())
             self.dup[run] = np.minimum(self.dup[run], ctx)
             st.kv_dup_tokens = float(self.dup[run].sum())
             st.kv_dev_tokens = float((ctx - self.dup[run]).sum())
+            st.n_dev_req = float(np.count_nonzero(ctx > self.dup[run]))
         else:
             st.kv_dup_tokens = st.kv_dev_tokens = 0.0
+            st.n_dev_req = 0.0
         st.n_req = len(run)
-        st.temperature = _TempView(self.temp.t)
+        st.temperature = _TempView(self.temp)
         self._hot_dirty = True
         if self.variant.selection and self.variant.precache:
             self._refresh_hot()
@@ -307,16 +333,16 @@ class PLoRASystem(System):
         w = WaveSums.empty(self.n_dev)
         n_strat = np.zeros(4)
         if len(adapters):
-            ranks = self.ranks[adapters]
-            rows = np.empty((len(adapters), 5))
-            for r in np.unique(ranks).tolist():
-                m = ranks == r
-                tab = cost.decode_table(int(r), int(counts[m].max()))
-                rows[m] = tab[counts[m], strategies[m]]
-            w.out_bytes, w.in_bytes = float(rows[:, 0].sum()), float(rows[:, 1].sum())
-            w.gpu_bytes, w.gpu_flops = float(rows[:, 3].sum()), float(rows[:, 4].sum())
-            w.dev = np.bincount(adapters % self.n_dev, weights=rows[:, 2], minlength=self.n_dev).astype(float)
-            w.link_users = int(np.count_nonzero((rows[:, 0] > 0) | (rows[:, 1] > 0)))
+            need = int(counts.max())
+            if self._tab is None or self._tab.shape[1] <= need:
+                tabs = [cost.decode_table(int(r), need) for r in self.rank_values]
+                size = min(len(t) for t in tabs)
+                self._tab = np.stack([t[:size] for t in tabs])
+            rows = self._tab[self.rank_idx[adapters], counts, strategies]
+            tot = rows.sum(axis=0)
+            w.out_bytes, w.in_bytes, w.gpu_bytes, w.gpu_flops = float(tot[0]), float(tot[1]), float(tot[3]), float(tot[4])
+            w.dev = np.bincount(adapters % self.n_dev, weights=rows[:, 2], minlength=self.n_dev)
+            w.link_users = int(np.count_nonzero(rows[:, 0] + rows[:, 1]))
             n_strat = np.bincount(strategies, minlength=4).astype(float)
         for a, tok in zip(pre_adapters, pre_tokens):
             a, tok = int(a), int(tok)
@@ -465,8 +491,9 @@ class PLoRASystem(System):
         kv_after = batch.kv_after
         dec = p["dec_req"]
         k = int(max_iters)
-        # decode attention grows smoothly with the contexts: price it at 3 points of the stretch, interpolate
-        pts = np.unique(np.array([0, k // 2, k - 1], np.int64))
+        # decode attention grows smoothly (near linearly) with the contexts: price the stretch's first and last
+        # iterations, interpolate between them
+        pts = np.unique(np.array([0, k - 1], np.int64))
         rs = [self._assemble(p, self._attention(dec, kv_after, int(o)), self.pending_load if o == 0 else 0.0)
               for o in pts]
         dur_pts = np.array([r.duration_s for r in rs])
@@ -483,13 +510,12 @@ class PLoRASystem(System):
         parts["prefill_attention_s"] = np.zeros(k)
         total = float(durs.sum())
         spans = [Span("GPU 0", f"decode x{k}", 0.0, max(total * min(1.0, r0.gpu_busy_s / r0.duration_s), 1e-12))]
-        frac_link = float(np.mean([r.link_busy_s / r.duration_s for r in rs]))
+        frac_link = sum(r.link_busy_s / r.duration_s for r in rs) / len(rs)
         if frac_link > 0:
             spans.append(Span("link", f"decode x{k}", 0.0, total * min(frac_link, 1.0)))
-        for d in range(self.n_dev):
-            f = float(np.mean([r.dev_busy_s[d] / r.duration_s for r in rs]))
-            if f > 0:
-                spans.append(Span(f"device {d}", f"decode x{k}", 0.0, total * min(f, 1.0)))
+        frac_dev = sum(r.dev_busy_s / r.duration_s for r in rs) / len(rs)
+        for d in np.flatnonzero(frac_dev > 0).tolist():
+            spans.append(Span(f"device {d}", f"decode x{k}", 0.0, total * min(float(frac_dev[d]), 1.0)))
         return RunResult(durs, breakdown=parts, spans=spans,
                          record={n: np.full(k, v) for n, v in rec.items()})
 
@@ -503,7 +529,7 @@ class PLoRASystem(System):
                 "gpu": self.gpu.name, "n_dev": self.n_dev, "device": vars(self.device).copy(),
                 "link": {"name": self.link.name, "bw_gbps": self.link.bw_gbps, "rtt_ns": self.link.rtt_ns},
                 "ndp_model": getattr(self.ndp, "kind", type(self.ndp).__name__), "kv_bits": self.kv_bits,
-                "seed": self.seed, "dup_target": self.dup_target, "workspace_fraction": WORKSPACE_FRACTION,
+                "seed": self.seed, "workspace_fraction": WORKSPACE_FRACTION,
                 "lora_waves_per_layer": self.cost.waves}
 
     def summary(self):
@@ -525,12 +551,13 @@ class PLoRASystem(System):
 
 
 class _TempView:
-    """``state.temperature`` as a mapping id -> temperature over the metric's array (no copy)."""
+    """``state.temperature`` as a mapping id -> temperature over the metric (no copy)."""
 
-    __slots__ = ("t",)
+    __slots__ = ("temp",)
 
-    def __init__(self, t):
-        self.t = t
+    def __init__(self, temp):
+        self.temp = temp
 
     def get(self, k, default=0.0):
-        return float(self.t[k]) if 0 <= k < len(self.t) else default
+        t = self.temp.t
+        return float(t[k]) if 0 <= k < len(t) else default

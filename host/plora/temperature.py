@@ -29,24 +29,32 @@ class Temperature:
             raise ValueError(f"relax must be in (0, 1], got {relax!r}")
         if hot_count < 0:
             raise ValueError(f"hot_count must be >= 0, got {hot_count!r}")
-        self.t = np.zeros(int(n_adapters))
+        self._t = np.zeros(int(n_adapters))
+        self._pending = 0          # relaxation steps not yet applied (applied lazily, closed form)
         self.increment, self.relax, self.hot_count = float(increment), float(relax), int(hot_count)
+
+    @property
+    def t(self) -> np.ndarray:
+        """The temperatures (every pending step applied)."""
+        if self._pending:
+            mean = self._t.mean()
+            self._t = mean + (self._t - mean) * (1.0 - self.relax) ** self._pending
+            self._pending = 0
+        return self._t
 
     def on_requests(self, adapter_ids):
         """Each new request raises its adapter's temperature by the increment (repeats count)."""
         ids = np.asarray(adapter_ids, dtype=np.int64).ravel()
-        if ids.size and (ids.min() < 0 or ids.max() >= len(self.t)):
-            raise ValueError(f"adapter ids must be in 0..{len(self.t) - 1}, got {ids.min()}..{ids.max()}")
-        np.add.at(self.t, ids, self.increment)
+        if ids.size and (ids.min() < 0 or ids.max() >= len(self._t)):
+            raise ValueError(f"adapter ids must be in 0..{len(self._t) - 1}, got {ids.min()}..{ids.max()}")
+        t = self.t
+        np.add.at(t, ids, self.increment)
 
     def step(self, n: int = 1):
         """``n`` relaxation steps: t <- t + relax * (mean - t), i.e. the gap to the mean shrinks by (1-relax)^n."""
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
-        if n == 0:
-            return
-        mean = self.t.mean()
-        self.t = mean + (self.t - mean) * (1.0 - self.relax) ** n
+        self._pending += int(n)
 
     def hot(self, serving_mask=None) -> np.ndarray:
         """Ids of the ``hot_count`` hottest non-serving adapters, hottest first (ties: lower id first); only
