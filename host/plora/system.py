@@ -231,6 +231,11 @@ class PLoRASystem(System):
         keep = max(0.0, 1.0 - tokens / total)
         self.dup[run] = np.floor(self.dup[run] * keep).astype(np.int64)
         self.pfrac[run] *= keep
+        # the manager moved ``tokens`` (fractional) from duplicated to device-only; make it exact
+        st = self.state
+        dropped = total - int(self.dup[run].sum())
+        st.kv_dup_tokens = float(self.dup.sum())
+        st.kv_dev_tokens += dropped - tokens
 
     def _update_adapter(self, a):
         st, cost = self.state, self.cost
@@ -265,20 +270,8 @@ class PLoRASystem(System):
         run = view.running
         if len(run):
             ctx = t.context(run) + 1
-            # keep each request's duplicated fraction as it grows (the GPU keeps a copy of the new tokens'
-            # K, V), as far as free HBM allows
-            want = np.maximum(np.floor(self.pfrac[run] * ctx).astype(np.int64) - self.dup[run], 0)
-            grow = int(want.sum())
-            if grow:
-                room = int(max(st.free_bytes(cost), 0.0) // cost.kv_tok)
-                if grow > room:
-                    want = np.floor(want * (room / grow)).astype(np.int64)
-                self.dup[run] += want
-                st.kv_dup_tokens += float(want.sum())
-            self.dup[run] = np.minimum(self.dup[run], ctx)
-            st.kv_dup_tokens = float(self.dup[run].sum())
-            st.kv_dev_tokens = float((ctx - self.dup[run]).sum())
-            st.n_dev_req = float(np.count_nonzero(ctx > self.dup[run]))
+            self.dup[run] = self._dup_grown(run, ctx)
+            self._refresh_kv(run, ctx)
         else:
             st.kv_dup_tokens = st.kv_dev_tokens = 0.0
             st.n_dev_req = 0.0
@@ -288,6 +281,24 @@ class PLoRASystem(System):
         if self.variant.selection and self.variant.precache:
             self._refresh_hot()
             self._precache()
+
+    def _dup_grown(self, run, kv_tokens):
+        """Duplicated tokens of requests ``run`` once their KV holds ``kv_tokens``: each keeps its fraction (the
+        GPU keeps a copy of its new tokens' K, V) as far as free HBM allows (growth scaled down to fit)."""
+        want = np.maximum(np.floor(self.pfrac[run] * kv_tokens).astype(np.int64) - self.dup[run], 0)
+        grow = int(want.sum())
+        if grow:
+            free = self.state.budget_bytes - self.state.cached_bytes(self.cost) - float(self.dup.sum()) * self.cost.kv_tok
+            room = int(max(free, 0.0) // self.cost.kv_tok)
+            if grow > room:
+                want = np.floor(want * (room / grow)).astype(np.int64)
+        return np.minimum(self.dup[run] + want, kv_tokens)
+
+    def _refresh_kv(self, run, kv_tokens):
+        st = self.state
+        st.kv_dup_tokens = float(self.dup[run].sum())
+        st.kv_dev_tokens = float((kv_tokens - self.dup[run]).sum())
+        st.n_dev_req = float(np.count_nonzero(kv_tokens > self.dup[run]))
 
     def _refresh_hot(self):
         if self._hot_dirty:
@@ -409,8 +420,9 @@ class PLoRASystem(System):
         return dict(L=L, w=w, n_strat=n_strat, lora_s=lora_s, base=base, prefill_att=prefill_att,
                     prefill_kv_bytes=prefill_kv_bytes, host_s=host_s, dec_req=dec_req)
 
-    def _attention(self, dec_req, kv_after, offset=0):
-        return self.cost.attention(kv_after + offset, self.dup[dec_req], distributed=self.variant.distributed)
+    def _attention(self, dec_req, kv_after, offset=0, dup=None):
+        return self.cost.attention(kv_after + offset, self.dup[dec_req] if dup is None else dup,
+                                   distributed=self.variant.distributed)
 
     def _assemble(self, p, att, load_bytes):
         cost = self.cost
@@ -457,7 +469,7 @@ class PLoRASystem(System):
         tot = float(kv_after.sum())
         dupf = float(self.dup[dec_req].sum()) / tot if tot > 0 else 0.0
         cached = self._cached_bytes()
-        kvd = self.state.kv_dup_tokens * self.cost.kv_tok
+        kvd = float(self.dup.sum()) * self.cost.kv_tok
         rec = {"kv_dup_fraction": dupf, "hbm_adapters_gb": cached / 1e9, "hbm_kv_dup_gb": kvd / 1e9}
         for j, s in enumerate(STRATEGIES):
             rec[f"n_{s}"] = float(r.strategy_n[j])
@@ -494,14 +506,17 @@ class PLoRASystem(System):
         # decode attention grows smoothly (near linearly) with the contexts: price the stretch's first and last
         # iterations, interpolate between them
         pts = np.unique(np.array([0, k - 1], np.int64))
-        rs = [self._assemble(p, self._attention(dec, kv_after, int(o)), self.pending_load if o == 0 else 0.0)
-              for o in pts]
+        # the duplicated prefixes grow within the stretch as they would iteration by iteration
+        dups = {0: self.dup[dec], k - 1: self._dup_grown(dec, kv_after + (k - 1))}
+        rs = [self._assemble(p, self._attention(dec, kv_after, int(o), dups[int(o)]),
+                             self.pending_load if o == 0 else 0.0) for o in pts]
+        self._end_dup = (dec, dups[k - 1])
         dur_pts = np.array([r.duration_s for r in rs])
         durs = np.interp(np.arange(k), pts, dur_pts)
         r0 = rs[0]
         self.pending_load = 0.0
-        last = rs[-1]
-        self.prefetch_budget = max(0.0, last.duration_s - last.link_busy_s) * self.cost.link.W
+        idle = np.maximum(0.0, durs - np.interp(np.arange(k), pts, [r.link_busy_s for r in rs]))
+        self.prefetch_budget = float(idle.sum()) * self.cost.link.W
         rec, br, dupf, cached, kvd = self._record(r0, kv_after, dec)
         self._account(float(durs.sum()), dupf, cached, kvd, r0.strategy_n, k)
         parts = {n: np.interp(np.arange(k), pts, [getattr(r, a) for r in rs])
@@ -522,6 +537,12 @@ class PLoRASystem(System):
     def on_iteration_end(self, batch, result, now):
         k = 1 if isinstance(result, IterationResult) else len(result.durations_s)
         self.temp.step(k)
+        if k > 1 and self._end_dup is not None:
+            dec, dup = self._end_dup
+            if len(dup) == len(dec):
+                self.dup[dec] = dup
+                self.state.kv_dup_tokens = float(self.dup.sum())
+            self._end_dup = None
 
     # --- outputs -----------------------------------------------------------------------------------------
     def config(self):
