@@ -122,6 +122,22 @@ def test_serving_victim_that_finishes_soon_costs_less(cost):
     assert run(2)["E1+evict(serving)"] < run(H)["E1+evict(serving)"]
 
 
+def test_rerank_mixes_kv_hot_and_serving_when_no_single_kind_suffices():
+    # need AB - 10000 = 22,768 B beyond free: KV holds 10 x 256 B, the hot adapter its B (16,384 B), the
+    # serving adapter (E4) its B (16,384 B): only all three kinds together free enough
+    cost = make_cost(ndp=FakeNDP(att=1e-9))
+    st = state(10000 + 10 * KV_TOK + 2 * BB,
+               adapters={3: AdapterState(R, LEVEL_B), 4: AdapterState(R, LEVEL_B, E4, tokens=1, remaining=2)},
+               hot=frozenset({3}), kv_dup_tokens=10, kv_dev_tokens=1000, n_req=10)
+    rebuild_wave(st, cost)
+    assert st.free_bytes(cost) == pytest.approx(10000)
+    d = select(st, cost, 5, 64, rank=R, remaining=H)
+    assert d.path == "rerank" and d.strategy == E1
+    assert [e.kind for e in d.evictions] == ["kv", "hot", "serving"]
+    assert "E1+evict(kv+hot+serving)" in dict(d.candidates)
+    assert not any(label in ("E1+evict(kv)", "E1+evict(hot)", "E1+evict(serving)") for label in dict(d.candidates))
+
+
 def test_reselection_of_a_serving_adapter_reuses_its_cache(cost):
     st = state(BB + 100, adapters={5: AdapterState(R, LEVEL_B, E4, tokens=2, remaining=H)})
     rebuild_wave(st, cost)

@@ -96,3 +96,25 @@ def test_selection_falls_back_without_calibrated(monkeypatch):
     assert make_ndp_model("auto").kind == "standin"
     with pytest.raises(ImportError):
         make_ndp_model("calibrated")
+
+
+def test_buffer_sets_overlap_fixed_costs():
+    one = NDPStandIn()
+    two = NDPStandIn(PLORA_DEVICE.scaled(buffers=2))
+    four = NDPStandIn(PLORA_DEVICE.scaled(buffers=4))
+    # one descriptor: nothing to overlap with
+    assert two.lora_e4_s(4096, 64, 1) == pytest.approx(OVH + 4096 * 64 * 2 / BW)
+    # E3 at batch 1 on a 4096 x 64 A and a 64 x 4096 B: two descriptors; with 2 sets the second one's overhead
+    # hides behind its data phase (476 ns > 40 ns)
+    data = 4096 * 64 * 2 / BW
+    assert one.lora_e3_s(4096, 4096, 64, 1) == pytest.approx(2 * (data + OVH))
+    assert two.lora_e3_s(4096, 4096, 64, 1) == pytest.approx(OVH + 2 * data)
+    # attention on short shares is fixed-cost bound: more sets help, monotonically
+    t = [NDPStandIn(PLORA_DEVICE.scaled(buffers=b)).attention_s(64, 128, 32, 32) for b in (1, 2, 3, 4)]
+    assert t[0] > t[1] > t[2] > t[3]
+    # 2 sets, 64 tokens, 32 heads x (scores, softmax, context): first fixed cost + per descriptor max(data, fixed)
+    cyc = 1e-9
+    gemm = max(64 * 128 * 2 / BW, 2 * 64 * 128 / F)
+    sfu_data, sfu_fixed = (1 + 2 * 1) * cyc, (29 + 30) * cyc
+    assert t[1] == pytest.approx(OVH + 32 * (2 * max(gemm, OVH) + max(sfu_data, OVH + sfu_fixed)))
+    assert four.attention_s(0, 128, 32, 32) == 0.0
