@@ -349,8 +349,8 @@ class CPULoRAOffloadSystem(HostMemorySystem):
         stage = self._staging_s(nbytes, miss)
         dur = float(it.total_s) + lora + stage
         self._account(dur, 1, len(uniq))
-        return IterationResult(dur, breakdown={"attention_s": float(it.ops.get("attn_decode", 0.0))
-                                               + float(it.ops.get("attn_prefill", 0.0)), "lora_s": lora,
+        att = float(it.ops.get("attn_decode", 0.0)) + float(it.ops.get("attn_prefill", 0.0))
+        return IterationResult(dur, breakdown={"base_s": float(it.total_s) - att, "attention_s": att, "lora_s": lora,
                                                "staging_s": stage},
                                spans=self._spans(float(it.total_s) + lora, stage, "iteration"))
 
@@ -359,7 +359,12 @@ class CPULoRAOffloadSystem(HostMemorySystem):
         uniq, it, lora = self._batch_parts(batch, runs=k)
         nbytes, miss = self._stage(uniq)
         durs = np.asarray(it.total_s, float) + lora
-        durs[0] += self._staging_s(nbytes, miss)
+        stage = self._staging_s(nbytes, miss)
+        durs[0] += stage
         self._account(float(durs.sum()), k, len(uniq))
-        return RunResult(durs, breakdown={"lora_s": np.full(k, lora)},
+        att = np.asarray(it.ops.get("attn_decode", np.zeros(k)), float)
+        staging = np.zeros(k)
+        staging[0] = stage
+        return RunResult(durs, breakdown={"base_s": np.asarray(it.total_s, float) - att, "attention_s": att,
+                                          "lora_s": np.full(k, lora), "staging_s": staging},
                          spans=self._spans(float(durs.sum()), 0.0, f"decode x{k}"))

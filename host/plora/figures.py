@@ -10,10 +10,10 @@ ablation           TPOT of N(E3), N(E4), NS, ND(E3), ND(E4), NSD (= plora) per m
 layer_breakdown    per-layer decode latency by component and system (llama2-7b, uniform)
 kv_dup             KV fraction duplicated in HBM per model x workload (grid) and over time (one run)
 strategy_mix       adapters per strategy E1..E4 in the decode batch over time (uniform and skewed runs)
-sensitivity        PLoRA TPOT vs NDP TFLOPS, device bandwidth and buffer sets
-link_ladder        TPOT vs link bandwidth, nine rungs 8 .. 1800 GB/s
-link_latency       TPOT vs one-way link latency 50 .. 2000 ns (two round trips per layer)
-devices            TPOT vs device count 1 .. 64
+sensitivity        PLoRA TPOT vs NDP TFLOPS, device bandwidth and buffer sets (llama2-7b, uniform-long)
+link_ladder        TPOT vs link bandwidth, nine rungs 8 .. 1800 GB/s (llama2-7b, uniform-long)
+link_latency       TPOT vs one-way link latency 50 .. 2000 ns, two round trips per layer (uniform-long)
+devices            TPOT vs device count 1 .. 64 (llama2-7b, uniform-long)
 tp_study           per-layer LoRA wave, TP-4 .. TP-64, 7B .. 1.2T, naive vs sharded (analytic)
 kv_precision       TPOT with FP16 / INT8 / INT4 KV caches
 =================  =========================================================================================
@@ -61,6 +61,8 @@ def grid_specs(*, n_requests=100, seed=0, models=MODELS, workloads=GRID_WORKLOAD
 def sweep_specs(name, *, n_requests=100, seed=0):
     """The run specs of one named sweep (analytic figures have none)."""
     base = RunSpec(model="llama2-7b", workload="uniform", n_requests=n_requests, seed=seed)
+    # the device and link sweeps run the long-context workload: its KV does not fit HBM, so the pool is used
+    pressed = base.with_(workload="uniform-long")
     if name == "tpot_grid":
         return grid_specs(n_requests=n_requests, seed=seed)
     if name == "ttft_prefill":
@@ -68,16 +70,16 @@ def sweep_specs(name, *, n_requests=100, seed=0):
                            max_tokens=b * 512, devices=0 if m == "qwen3-30b-a3b" else None, tag=f"batch={b}")
                 for m in MODELS for b in PREFILL_BATCHES for s in MAIN]
     if name == "sensitivity":
-        out = [base.with_(system="plora", ndp="standin", ndp_tflops=t, tag="tflops") for t in TFLOPS]
-        out += [base.with_(system="plora", ndp="standin", device_bw_gbps=b, tag="bandwidth") for b in DEVICE_BW]
-        out += [base.with_(system="plora", ndp="standin", buffers=b, tag="buffers") for b in BUFFERS]
+        out = [pressed.with_(system="plora", ndp="standin", ndp_tflops=t, tag="tflops") for t in TFLOPS]
+        out += [pressed.with_(system="plora", ndp="standin", device_bw_gbps=b, tag="bandwidth") for b in DEVICE_BW]
+        out += [pressed.with_(system="plora", ndp="standin", buffers=b, tag="buffers") for b in BUFFERS]
         return out
     if name == "link_ladder":
-        return [base.with_(system=s, link_gbps=g) for s in ("plora", "ns", "pure-cxl") for g in LINK_LADDER_GBPS]
+        return [pressed.with_(system=s, link_gbps=g) for s in ("plora", "ns", "pure-cxl") for g in LINK_LADDER_GBPS]
     if name == "link_latency":
-        return [base.with_(system=s, link_latency_ns=l) for s in ("plora", "pure-cxl") for l in LATENCIES_NS]
+        return [pressed.with_(system=s, link_latency_ns=l) for s in ("plora", "pure-cxl") for l in LATENCIES_NS]
     if name == "devices":
-        return [base.with_(system=s, devices=d) for s in ("plora", "pure-cxl") for d in DEVICE_COUNTS]
+        return [pressed.with_(system=s, devices=d) for s in ("plora", "pure-cxl") for d in DEVICE_COUNTS]
     if name == "kv_precision":
         return [base.with_(workload="uniform-long", system=s, kv_bits=b) for s in ("plora", "s-lora", "pure-cxl")
                 for b in KV_BITS]
@@ -261,7 +263,7 @@ def fig_sensitivity(df, out):
         g = df[df["tag"] == tag].sort_values(col)
         ax.plot(g[col], g["tpot_ms_mean"], "o-")
         ax.set_xlabel(label)
-        ax.set_ylabel("PLoRA mean TPOT (ms)")
+        ax.set_ylabel("PLoRA mean TPOT (ms), llama2-7b uniform-long")
         if tag != "buffers":
             ax.set_xscale("log")
     _save(fig, out, "sensitivity")
@@ -371,14 +373,14 @@ def make_figures(out, *, names=FIGURES, n_requests=100, seed=0, executor=None, r
             done[name] = out / f"{name}.csv"
     if "link_ladder" in names:
         _lines(sweep("link_ladder"), "link_gbps", out, "link_ladder", "link bandwidth per direction (GB/s)",
-               title="llama2-7b, uniform")
+               title="llama2-7b, uniform-long")
         done["link_ladder"] = out / "link_ladder.csv"
     if "link_latency" in names:
         _lines(sweep("link_latency"), "link_latency_ns", out, "link_latency", "one-way link latency (ns)",
-               logy=False, title="llama2-7b, uniform (two round trips per layer)")
+               logy=False, title="llama2-7b, uniform-long (two round trips per layer)")
         done["link_latency"] = out / "link_latency.csv"
     if "devices" in names:
-        _lines(sweep("devices"), "devices", out, "devices", "devices in the pool", title="llama2-7b, uniform")
+        _lines(sweep("devices"), "devices", out, "devices", "devices in the pool", title="llama2-7b, uniform-long")
         done["devices"] = out / "devices.csv"
     if "tp_study" in names:
         from .tp_study import tp_study

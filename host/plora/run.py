@@ -25,7 +25,8 @@ class RunSpec:
 
     ``link_gbps`` / ``link_latency_ns``: override the system's link bandwidth (per direction) and its *one-way*
     latency (the round trip L_link is twice it); ``devices``: device count (``None``: the system's default;
-    ``0``: the fewest that hold the run's adapters, at least the default); ``n_requests`` / ``rate_per_s`` /
+    ``0``: the fewest PLoRA devices that hold the run's adapters, at least the default; Grace-Hopper keeps its
+    one Grace memory); ``n_requests`` / ``rate_per_s`` /
     ``arrival``: the workload's size and arrivals (``"gamma"`` at ``rate_per_s`` with ``cv``, or ``"burst"``:
     all at t = 0); ``ndp_tflops`` / ``device_bw_gbps`` / ``buffers`` / ``buffer_mb``: device sensitivity knobs
     (stand-in model); ``max_batch`` / ``max_tokens``: the batcher."""
@@ -146,6 +147,8 @@ def build_system(spec: RunSpec, workload=None):
         v = VARIANTS[spec.system]
         device = _device(spec, v.device)
         n_dev = v.n_dev if spec.devices is None else spec.devices
+        if n_dev == 0 and v.device.name != "plora":
+            n_dev = v.n_dev                # only a pool of PLoRA devices grows (Grace memory is one chip's)
         if n_dev == 0:
             n_dev = _auto_devices(spec, model, workload if workload is not None else build_workload(spec), device,
                                   v.n_dev)
