@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from .lora import E1, E2, E3, E4, STRATEGIES
 from .ndp_model import NDPDeviceSpec, PLORA_DEVICE
 
-__all__ = ["Variant", "VARIANTS", "PLORA_FAMILY", "SYSTEM_NAMES", "KERNEL_STOP_S", "WORKSPACE_FRACTION",
+__all__ = ["Variant", "VARIANTS", "PLORA_FAMILY", "SYSTEM_NAMES", "KERNEL_STOP_S", "WORKSPACE_FRACTION", "PLORA_X4",
+           "PLoRADeviceConfig",
            "GRACE_MEMORY", "N_DEVICES", "DEFAULT_MAX_BATCH", "DEFAULT_MAX_TOKENS", "default_link_name"]
 
 #: [PLoRA] VII-A: four PLoRA memory devices.
@@ -113,3 +114,26 @@ def default_link_name(system: str) -> str:
     if system in BASELINES:
         return "pcie5-x16"
     raise ValueError(f"unknown system {system!r}; allowed: {list(SYSTEM_NAMES)}")
+
+
+# --- the device preset in the project's device registry (host.models.devices) -------------------------------
+from host.models.devices import DeviceConfig, register_device  # noqa: E402
+
+
+@dataclass(frozen=True, kw_only=True)
+class PLoRADeviceConfig(DeviceConfig):
+    """The PLoRA memory device as a registered preset: capacity, internal bandwidth and NDP TFLOPS per device,
+    ``count`` devices on ``link``; ``ndp`` is the full device spec the NDP timing model takes."""
+
+    ndp: NDPDeviceSpec = PLORA_DEVICE
+    link: str = "cxl3.1"
+
+
+#: PLoRA VII-A: four PLoRA devices (512 GB, 1.1 TB/s, 2.048 TFLOPS each) on CXL 3.1 at 128 GB/s per direction.
+PLORA_X4 = register_device(PLoRADeviceConfig(
+    name="plora-512g-x4", capacity_gb=PLORA_DEVICE.capacity_gb, bw_gbps=PLORA_DEVICE.internal_bw_gbps,
+    tflops=PLORA_DEVICE.peak_flops / 1e12, count=N_DEVICES,
+    sources={"capacity_gb, bw_gbps": "PLoRA IV-B (Samsung CXL-PNM [60]: 1.1 TB/s, 512 GB)",
+             "tflops": "PLoRA set-up facts: 1024 FP16 MACs, 2048 GFLOPS at 1 GHz",
+             "count, link": "PLoRA VII-A: four devices, each on CXL 3.1 at 128 GB/s (host.link preset cxl3.1)"}),
+    replace=True)

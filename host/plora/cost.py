@@ -162,6 +162,7 @@ class CostModel:
         self.standalone_s = lru_cache(maxsize=None)(self._standalone_s)
         self.resident = lru_cache(maxsize=None)(self._resident)
         self._att_tab = None
+        self._att_lut = None
         self._rates = None
         # the LoRA terms depend only on the model shape and the device model: runs in one process share them
         key = _ndp_key(ndp)
@@ -227,18 +228,37 @@ class CostModel:
         n = self.n_dev
         return np.maximum(0, (L - d + n - 1) // n) - np.maximum(0, (a - d + n - 1) // n)
 
-    def _ndp_attention(self, tokens: np.ndarray) -> np.ndarray:
+    def _ndp_attention_exact(self, tokens: np.ndarray) -> np.ndarray:
         s = self.shape
         scale = self.kv_bits / 16.0       # a narrower KV streams proportionally fewer bytes (design choice)
         if getattr(self.ndp, "kind", "") == "standin":
-            return self.ndp.attention_s(tokens * scale, s.head_dim, s.q_heads, s.kv_heads)
+            return np.asarray(self.ndp.attention_s(tokens * scale, s.head_dim, s.q_heads, s.kv_heads), float)
         if self._att_tab is None:
+            # a model with a scalar interface: sample it (every count to 256, then 200 log-spaced points up to
+            # 2M tokens) and interpolate linearly between the samples
             grid = np.unique(np.concatenate([np.arange(0, 257), np.geomspace(256, 1 << 21, 200).round()]))
             vals = np.array([self.ndp.attention_s(float(x), s.head_dim, s.q_heads, s.kv_heads) if x > 0 else 0.0
                              for x in grid])
             self._att_tab = (grid, vals)
         g, v = self._att_tab
         return np.interp(tokens * scale, g, v)
+
+    def _ndp_attention(self, tokens) -> np.ndarray:
+        """``attention_s`` of one request's share of ``tokens`` (integer counts, vectorized) on one device,
+        from a lookup table over every count (grown by powers of two as needed)."""
+        tok = np.asarray(tokens)
+        if tok.dtype.kind != "i":
+            if not np.all(tok == np.round(tok)):
+                return self._ndp_attention_exact(tok.astype(float))
+            tok = tok.astype(np.int64)
+        top = int(tok.max()) if tok.size else 0
+        lut = self._att_lut
+        if lut is None or len(lut) <= top:
+            size = max(1 << 12, 1 << (top.bit_length()))
+            lut = self._ndp_attention_exact(np.arange(size, dtype=float))
+            lut[0] = 0.0
+            self._att_lut = lut
+        return lut[tok]
 
     def gpu_attention_s(self, n_req: int, tokens_total: float) -> float:
         """GPU decode attention of ``n_req`` requests over ``tokens_total`` HBM-resident tokens in one layer
@@ -272,7 +292,7 @@ class CostModel:
             total = max(gpu_s, (Lk + link_s) if in_b > 0 else 0.0)
             return AttentionCost(gpu_s, 0.0, np.zeros(self.n_dev), out_b, in_b, link_s, 0.0, total)
         cnt = self.device_tokens(L, a)
-        per_dev = self._ndp_attention(cnt.astype(np.float64)).sum(axis=0)
+        per_dev = self._ndp_attention(cnt).sum(axis=0)
         active = cnt > 0
         n_active = active.sum(axis=1)
         out_b = float(n_active.sum()) * self.q_bytes
@@ -293,7 +313,7 @@ class CostModel:
         """(per-token GPU seconds, per-token device seconds, per-request-per-device device seconds) of the
         linearized attention estimate (from the NDP model at 1 and 4097 tokens)."""
         if self._rates is None:
-            t1, t2 = self._ndp_attention(np.array([1.0, 4097.0]))
+            t1, t2 = self._ndp_attention(np.array([1, 4097]))
             per_tok_dev = (t2 - t1) / 4096.0
             self._rates = (self.kv_tok_layer / self.gpu.W_hbm, float(per_tok_dev), max(float(t1 - per_tok_dev), 0.0))
         return self._rates

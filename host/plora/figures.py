@@ -288,12 +288,15 @@ def fig_tp(rows, out):
     plt = _plt()
     df = pd.DataFrame(rows)
     fig, ax = plt.subplots(figsize=(7, 4))
-    for (m, port), g in df.groupby(["model", "port"], sort=False):
-        ax.plot(g["tp"], g["wave_us"], "o-" if port == "sharded" else "x--", label=f"{m} {port}", ms=3)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (m, g) in enumerate(df.groupby("model", sort=False)):
+        for port, style in (("naive", "x--"), ("sharded", "o-")):
+            h = g[g["port"] == port]
+            ax.plot(h["tp"], h["per_token_ms"], style, color=colors[i % len(colors)], label=f"{m} {port}", ms=3)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("tensor-parallel degree")
-    ax.set_ylabel("LoRA wave per layer (us)")
+    ax.set_xlabel("tensor-parallel degree (each GPU with its own pool of 4 devices)")
+    ax.set_ylabel("LoRA waves per token, all layers (ms)")
     ax.legend(fontsize=6, ncol=2)
     _save(fig, out, "tp_study")
 

@@ -180,17 +180,19 @@ def run_point(spec: RunSpec) -> dict:
     """One sweep point: the spec's fields and the run's main metrics (a flat dict, picklable). Errors are
     recorded in ``error`` (e.g. a pool too small), never raised, so one bad point does not end a sweep."""
     from host.serving import EngineConfig
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     row = asdict(spec)
     try:
         out = run_spec(spec, engine_config=EngineConfig(trace=False, record_iterations=False))
     except (ValueError, RuntimeError) as e:
-        row.update({k: float("nan") for k in SUMMARY_KEYS}, error=str(e), wall_s=time.perf_counter() - t0)
+        row.update({k: float("nan") for k in SUMMARY_KEYS}, error=str(e), wall_s=time.perf_counter() - t0,
+                   cpu_s=time.process_time() - c0)
         return row
     s = out.summary
     row.update({k: s.get(k, float("nan")) for k in SUMMARY_KEYS})
     row.update(finished=s["finished"], mean_batch=s["mean_batch"], iterations=s["iterations"],
-               devices_used=s.get("devices", np.nan), error="", wall_s=time.perf_counter() - t0)
+               devices_used=s.get("devices", np.nan), error="", wall_s=time.perf_counter() - t0,
+               cpu_s=time.process_time() - c0)
     for kind, v in s.get("gpu_mem_gb", {}).items():
         row[f"gpu_mem_gb_{kind}"] = v
     dec = s.get("strategy_counts", {}).get("decisions", {})

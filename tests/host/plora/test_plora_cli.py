@@ -110,3 +110,14 @@ def test_tp_study_sharded_scales_naive_does_not():
     assert nd[64] > nd[4] / 4
     with pytest.raises(ValueError, match="port"):
         wave(None, 4, "diagonal", ndp=NDPStandIn())
+
+
+def test_run_grid_reports_its_figures(monkeypatch):
+    import host.plora.figures as F
+    from host.plora import bench
+    from host.sweep import LocalExecutor
+    small = [RunSpec(system=s, n_requests=6) for s in ("plora", "s-lora", "nd-e4")]
+    monkeypatch.setattr(F, "grid_specs", lambda **kw: small)
+    out = bench.run_grid(executor=LocalExecutor(1))
+    assert out["plora_grid_points"] == 3 and out["plora_grid_errors"] == 0
+    assert out["plora_grid_s"] > 0 and set(out["plora_grid_tpot_ms"]) == {"plora", "s-lora", "nd-e4"}

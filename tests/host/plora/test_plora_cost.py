@@ -150,3 +150,22 @@ def test_bad_configs():
         ModelShape(name="x", n_layers=1, hidden=8, q_heads=3, kv_heads=2, head_dim=4, ffn_dim=8)
     with pytest.raises(ValueError, match="rank"):
         strategy_terms(SMALL, 0, 1, FakeNDP())
+
+
+def test_device_attention_lookup_matches_the_model():
+    from host.plora.ndp_model import NDPStandIn
+    from host.plora.system import shape_of
+    from host.models import get_model
+    shape = shape_of(get_model("llama3-8b"))
+    c = make_cost(shape=shape, ndp=NDPStandIn(), n_dev=4)
+    toks = np.array([0, 1, 7, 64, 65, 4095, 4096, 9000])
+    exact = NDPStandIn().attention_s(toks, 128, 32, 8)
+    assert np.allclose(c._ndp_attention(toks), exact, rtol=0, atol=0)     # a table of the exact values
+
+    class Scalar:           # a model with a scalar-only interface: sampled, interpolated
+        kind = "calibrated"
+
+        def attention_s(self, tokens, head_dim, q_heads, kv_heads):
+            return NDPStandIn().attention_s(float(tokens), head_dim, q_heads, kv_heads)
+    s = make_cost(shape=shape, ndp=Scalar(), n_dev=4)
+    assert np.allclose(s._ndp_attention(toks), exact, rtol=0.01)

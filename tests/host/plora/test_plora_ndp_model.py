@@ -118,3 +118,11 @@ def test_buffer_sets_overlap_fixed_costs():
     sfu_data, sfu_fixed = (1 + 2 * 1) * cyc, (29 + 30) * cyc
     assert t[1] == pytest.approx(OVH + 32 * (2 * max(gemm, OVH) + max(sfu_data, OVH + sfu_fixed)))
     assert four.attention_s(0, 128, 32, 32) == 0.0
+
+
+def test_device_preset_is_registered():
+    from host.models.devices import get_device
+    from host.plora.config import PLORA_X4
+    d = get_device("plora-512g-x4")
+    assert d is PLORA_X4 and d.count == 4 and d.capacity_gb == 512 and d.bw_gbps == 1100
+    assert d.tflops == pytest.approx(2.048) and d.link == "cxl3.1" and d.total_capacity_bytes == 4 * 512e9
