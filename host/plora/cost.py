@@ -234,9 +234,10 @@ class CostModel:
         if getattr(self.ndp, "kind", "") == "standin":
             return np.asarray(self.ndp.attention_s(tokens * scale, s.head_dim, s.q_heads, s.kv_heads), float)
         if self._att_tab is None:
-            # a model with a scalar interface: sample it (every count to 256, then 200 log-spaced points up to
-            # 2M tokens) and interpolate linearly between the samples
-            grid = np.unique(np.concatenate([np.arange(0, 257), np.geomspace(256, 1 << 21, 200).round()]))
+            # a model with a scalar interface: sample it (every count to 1024, every 64 to 16384, then 100
+            # log-spaced points to 2M tokens) and interpolate linearly between the samples
+            grid = np.unique(np.concatenate([np.arange(0, 1025), np.arange(1024, 16385, 64),
+                                             np.geomspace(16384, 1 << 21, 100).round()]))
             vals = np.array([self.ndp.attention_s(float(x), s.head_dim, s.q_heads, s.kv_heads) if x > 0 else 0.0
                              for x in grid])
             self._att_tab = (grid, vals)

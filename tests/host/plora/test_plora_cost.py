@@ -168,4 +168,6 @@ def test_device_attention_lookup_matches_the_model():
         def attention_s(self, tokens, head_dim, q_heads, kv_heads):
             return NDPStandIn().attention_s(float(tokens), head_dim, q_heads, kv_heads)
     s = make_cost(shape=shape, ndp=Scalar(), n_dev=4)
-    assert np.allclose(s._ndp_attention(toks), exact, rtol=0.01)
+    got = s._ndp_attention(toks)
+    assert np.array_equal(got[:5], exact[:5])                             # sampled exactly up to 1024
+    assert np.allclose(got, exact, rtol=0.04)                             # interpolated beyond
