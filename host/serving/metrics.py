@@ -37,6 +37,22 @@ class TokenGaps:
             self._chunks.append((np.array([gap], dtype=np.float64), int(n)))
             self._final = None
 
+    def extend(self, other: "TokenGaps") -> "TokenGaps":
+        """Add every gap of ``other`` (e.g. merging data-parallel replicas' runs)."""
+        self._chunks.extend(other._chunks)
+        self._final = None
+        return self
+
+    __iadd__ = extend
+
+    @classmethod
+    def merge(cls, parts) -> "TokenGaps":
+        """One collector holding the gaps of all ``parts``."""
+        out = cls()
+        for p in parts:
+            out.extend(p)
+        return out
+
     def _finalize(self):
         if self._final is None:
             if not self._chunks:

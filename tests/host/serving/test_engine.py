@@ -130,3 +130,16 @@ def test_bad_input():
         IterationResult(0.0)
     with pytest.raises(ValueError, match="unique"):
         RequestTable(id=[1, 1], arrival_s=[0, 0], prompt_tokens=[1, 1], output_tokens=[1, 1])
+
+
+def test_token_gaps_exact_and_mergeable():
+    from host.serving import TokenGaps
+    a, b = TokenGaps(), TokenGaps()
+    a.add([1.0, 2.0, 3.0])
+    b.add([10.0], weight=7)
+    m = TokenGaps.merge([a, b])
+    assert m.count == 10 and m.max == 10.0
+    assert m.mean() == pytest.approx((6 + 70) / 10)
+    assert m.percentile(30) == 3.0 and m.percentile(31) == 10.0 and m.percentile(0) == 1.0
+    a += b
+    assert a.count == 10
