@@ -320,9 +320,12 @@ class GPUModel:
         tokens that go through the LM head (default: decodes + prefill chunks).
         """
         tp = model.tp if tp is None else tp
-        q = np.asarray(prefill_q, dtype=np.float64)
-        n_pre = len(q)
-        q_sum = float(q.sum()) if n_pre else 0.0
+        n_pre = len(prefill_q)
+        if n_pre:
+            q = np.asarray(prefill_q, dtype=np.float64)
+            q_sum = float(q.sum())
+        else:
+            q_sum = 0.0
         tokens = int(q_sum) + int(decode_requests)
         if logits_tokens is None:
             logits_tokens = int(decode_requests) + n_pre

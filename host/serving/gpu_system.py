@@ -97,7 +97,7 @@ class GPUSystem(System):
             return None
         k = min(max_iters, self.kv.headroom_iters(batch.req) + 1)
         it = self.gpu_model.batch_time(self.model, batch, tp=self.tp, kv_dtype_bytes=self.kv_dtype_bytes, runs=k)
-        d = np.broadcast_to(np.asarray(it.total_s, dtype=np.float64), (k,))
+        d = it.total_s if np.ndim(it.total_s) else np.full(k, it.total_s)
         ar = k * float(it.ops.get("all_reduce", 0.0))
         return RunResult(d, breakdown=it.ops, spans=self._spans(float(d.sum()), ar, f"decode x{k}"),
                          record={"floor_s": it.floor_s})

@@ -143,3 +143,16 @@ def test_token_gaps_exact_and_mergeable():
     assert m.percentile(30) == 3.0 and m.percentile(31) == 10.0 and m.percentile(0) == 1.0
     a += b
     assert a.count == 10
+
+
+def test_batcher_policies():
+    w = _workload(40, seed=3)
+    pf = run(w, LinearCostSystem(batcher=ContinuousBatcher(policy="prefill-first")))
+    it = pf.iterations
+    assert np.all((it["n_prefill"] == 0) | (it["n_decode"] == 0))  # never mixed
+    mixed = run(w, LinearCostSystem(batcher=ContinuousBatcher(max_tokens=64, chunk_prefill=True)))
+    it = mixed.iterations
+    assert np.any((it["n_prefill"] > 0) & (it["n_decode"] > 0))
+    assert it["num_tokens"].max() <= 64
+    capped = run(w, LinearCostSystem(batcher=ContinuousBatcher(max_requests=3)))
+    assert capped.summary["max_batch"] == 3
