@@ -171,17 +171,20 @@ class Engine:
         self._iter_rep = []
         self._finished = 0
         ptr = 0
+        arr_list = arr_sorted.tolist()
+        next_arr = arr_list[0] if n else float("inf")
         t = float(arr_sorted[0]) if n else 0.0
         iters = 0
         while self._finished < n:
             if t > cfg.max_time_s or iters >= cfg.max_iterations:
                 break
-            j = int(np.searchsorted(arr_sorted, t, side="right"))
-            if j > ptr:
+            if ptr < n and next_arr <= t:
+                j = int(np.searchsorted(arr_sorted, t, side="right"))
                 new = order[ptr:j]
                 table.state[new] = WAITING
                 view.waiting.extend(new.tolist())
                 ptr = j
+                next_arr = arr_list[ptr] if ptr < n else float("inf")
             view.now = t
             system.before_batch(view, t)
             batch = system.form_batch(view, t)
@@ -190,7 +193,7 @@ class Engine:
                     raise RuntimeError(f"{system.name}: form_batch returned no batch at t={t:.6f} s while "
                                        f"{len(view.running)} requests are running")
                 if ptr < n:
-                    t = max(t, float(arr_sorted[ptr]))
+                    t = max(t, next_arr)
                     continue
                 head = view.waiting[0]
                 why = system.admission_error(head) or "the system admitted nothing and nothing else can change"
@@ -198,7 +201,7 @@ class Engine:
                                    f"output {table.output_tokens[head]} tokens) can never be admitted: {why}")
             if (table.state[batch.req] != RUNNING).any():
                 raise RuntimeError(f"{system.name}: the batch holds requests that were not admitted")
-            next_arrival = float(arr_sorted[ptr]) if ptr < n else float("inf")
+            next_arrival = next_arr
             done = None
             if cfg.fuse_decode and batch.is_decode_only:
                 max_iters = int(table.remaining_output(batch.req).min())

@@ -164,7 +164,7 @@ class ContinuousBatcher:
             return Batch.of(table, [], pre_idx, pre_chunks)
         if not pre_idx and not len(decodes):
             return None
-        return Batch.of(table, decodes, pre_idx, pre_chunks)
+        return Batch.of(table, decodes, pre_idx, pre_chunks or None, check=False)
 
     def _take(self, left: int, budget: int, batch_nonempty: bool) -> int:
         """Tokens of a prefill with ``left`` tokens to take under ``budget`` (0: not this iteration)."""
