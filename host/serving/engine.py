@@ -313,7 +313,7 @@ class Engine:
         self._iter_rep.append(1)
         if self._log is not None:
             fixed = (t, dur, len(batch), n_pre, len(batch) - n_pre, batch.num_prefill_tokens, batch.num_tokens,
-                     int(batch.kv_after.sum()), 1, len(done), len(view.waiting), len(view._running))
+                     int(batch.kv_after.sum()), 1, len(done), len(view.waiting), view.n_running)
             self._log.append(1, fixed, {**res.breakdown, **res.record} if res.record else res.breakdown)
         self._add_spans(t, res.spans, batch, dur, 1)
         self._system.on_iteration_end(batch, res, t_end)
@@ -344,7 +344,7 @@ class Engine:
             fin_col[-1] = len(done)
             view = self._view
             fixed = (ends - d, d, n, 0, n, 0, n, kv0 + n * np.arange(k), k, fin_col, len(view.waiting),
-                     len(view._running))
+                     view.n_running)
             self._log.append(k, fixed, {**res.breakdown, **res.record} if res.record else res.breakdown)
         self._add_spans(t, res.spans, batch, float(d.sum()), k)
         self._system.on_iteration_end(batch, res, float(ends[-1]))
