@@ -43,7 +43,7 @@ from host.models.llm import LLMConfig
 from host.gpu.profiles import DATA_DIR, ELT_OPS
 
 __all__ = ["GemmParams", "EltParams", "Calibration", "CALIBRATION_PATH", "load_calibration", "soft_roofline",
-           "OpTime", "IterationTime", "GPUModel"]
+           "OpTime", "IterationTime", "GPUModel", "get_gpu_model"]
 
 CALIBRATION_PATH = DATA_DIR / "gpu_calibration.json"
 
@@ -394,3 +394,14 @@ class GPUModel:
             elif op in self.cal.elt:
                 out[op] = np.asarray(self.elementwise(op, shape[2]).calibrated_s)
         return out
+
+
+_SHARED = {}
+
+
+def get_gpu_model(gpu: str) -> GPUModel:
+    """One shared :class:`GPUModel` per GPU type and process, with the default calibration (its tables and
+    caches are reused by every system built in the process, e.g. across the runs of a sweep worker)."""
+    if gpu not in _SHARED:
+        _SHARED[gpu] = GPUModel(gpu)
+    return _SHARED[gpu]
