@@ -43,7 +43,8 @@ class EngineConfig:
     ``fuse_decode``: offer stretches of identical decode iterations to ``System.price_decode_run``.
     ``max_time_s``: stop after the iteration that crosses this time (unfinished requests stay unfinished).
     ``record_iterations``: keep per-iteration rows. ``trace``: keep spans for the Chrome trace, at most
-    ``trace_max_events`` of them (later ones are counted, not kept).
+    ``trace_max_events`` of them (later ones are counted, not kept). ``progress``: a tqdm bar of finished
+    requests, shown when the run lasts more than 2 s.
     """
 
     fuse_decode: bool = True
@@ -52,6 +53,7 @@ class EngineConfig:
     record_iterations: bool = True
     trace: bool = True
     trace_max_events: int = 200_000
+    progress: bool = False
 
     def __post_init__(self):
         if not self.max_time_s > 0:
@@ -175,6 +177,10 @@ class Engine:
         next_arr = arr_list[0] if n else float("inf")
         t = float(arr_sorted[0]) if n else 0.0
         iters = 0
+        self._bar = None
+        if cfg.progress:
+            from tqdm import tqdm
+            self._bar = tqdm(total=n, desc=f"{system.name}: requests", delay=2.0, leave=False, dynamic_ncols=True)
         while self._finished < n:
             if t > cfg.max_time_s or iters >= cfg.max_iterations:
                 break
@@ -224,6 +230,8 @@ class Engine:
                 done = self._apply_iteration(batch, res, t)
                 iters += 1
                 t = t + res.duration_s
+        if self._bar is not None:
+            self._bar.close()
         summary = summarize(table, self._n_req_per_iter, self._n_tok_per_iter, self._gaps, self._iter_rep)
         summary["engine_steps"] = len(self._iter_rep)
         summary["system"] = system.name
@@ -279,6 +287,8 @@ class Engine:
             self._table.state[done] = FINISHED
             self._view._remove_finished(done)
             self._finished += len(done)
+            if self._bar is not None:
+                self._bar.update(len(done))
             self._system.on_finish(done, t_end)
 
     def _apply_iteration(self, batch: Batch, res: IterationResult, t: float) -> np.ndarray:

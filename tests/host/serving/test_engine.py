@@ -156,3 +156,13 @@ def test_batcher_policies():
     assert it["num_tokens"].max() <= 64
     capped = run(w, LinearCostSystem(batcher=ContinuousBatcher(max_requests=3)))
     assert capped.summary["max_batch"] == 3
+
+
+def test_reproducible_and_progress_bar():
+    w = _workload(30, seed=9)
+    a = run(w, LinearCostSystem(kv_capacity_tokens=800, kv_policy="paged", block_tokens=8))
+    b = run(w, LinearCostSystem(kv_capacity_tokens=800, kv_policy="paged", block_tokens=8),
+            EngineConfig(progress=True))
+    assert a.summary == b.summary
+    for k, v in a.iterations.items():
+        np.testing.assert_array_equal(v, b.iterations[k])
