@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"  # the project's data/ (data/README.md)
 from host.workloads.base import Workload
 from host.workloads.synthetic import adapter_ranks, all_at_once, gamma_arrivals, powerlaw_adapters
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"  # the project's data/ (data/README.md)
 
 __all__ = ["TRACES", "trace_workload", "lmsys_substitute", "LMSYS_NOTE"]
 
