@@ -166,3 +166,20 @@ def test_reproducible_and_progress_bar():
     assert a.summary == b.summary
     for k, v in a.iterations.items():
         np.testing.assert_array_equal(v, b.iterations[k])
+
+
+def test_first_api_gap_histogram_still_merges_run_outputs():
+    # the first API version's pattern (merging data-parallel replicas into a GapHistogram) keeps working
+    from host.serving import GapHistogram, summarize
+    outs = [run(_workload(20, seed=s), LinearCostSystem()) for s in (1, 2)]
+    gaps = GapHistogram()
+    for o in outs:
+        gaps.counts += o.gaps.counts
+        gaps.count += o.gaps.count
+        gaps.total += o.gaps.total
+        gaps.max = max(gaps.max, o.gaps.max)
+    exact = outs[0].gaps.merge([o.gaps for o in outs])
+    assert gaps.count == exact.count and gaps.mean() == pytest.approx(exact.mean())
+    assert gaps.percentile(99) == pytest.approx(exact.percentile(99), rel=0.005)
+    s = summarize(outs[0].table, np.zeros(0), np.zeros(0), gaps)
+    assert s["tbt_ms_mean"] == pytest.approx(1e3 * exact.mean())
