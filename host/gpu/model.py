@@ -43,7 +43,7 @@ from host.models.llm import LLMConfig
 from host.gpu.profiles import DATA_DIR, ELT_OPS
 
 __all__ = ["GemmParams", "EltParams", "Calibration", "CALIBRATION_PATH", "load_calibration", "soft_roofline",
-           "OpTime", "IterationTime", "GPUModel"]
+           "OpTime", "IterationTime", "GPUModel", "get_gpu_model"]
 
 CALIBRATION_PATH = DATA_DIR / "gpu_calibration.json"
 
@@ -139,8 +139,7 @@ class GPUModel:
         self._allreduce = allreduce
         self._peak = self.gpu.fp16_tflops * 1e12
         self._bw = self.gpu.hbm_bw_gbps * 1e9
-        self._cache = {}
-        self._dense_totals = {}
+        self._tables = {}
         self._models = {}
 
     # --- operators (vectorized) ----------------------------------------------------------------------------
@@ -213,64 +212,93 @@ class GPUModel:
         return self.allreduce.time(nbytes, n_workers)
 
     # --- a whole forward pass --------------------------------------------------------------------------------
-    def _dense_part(self, model: LLMConfig, tp: int, tokens: int, logits_tokens: int) -> tuple:
-        """Calibrated and floor per-op totals (all layers) of everything but attention; cached per
-        (model, tp, tokens, logits tokens). Scalar arithmetic: this runs once per new batch size."""
-        key = (id(model), tp, tokens, logits_tokens)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        self._models[id(model)] = model  # keeps id(model) unique while cached
+    def dense_ops(self, model: LLMConfig, tp: int, tokens) -> dict:
+        """Everything of a forward pass but attention and the LM head, vectorized over ``tokens`` (an array of
+        token counts): op name -> (calibrated, floor) arrays, each summed over the layers."""
+        M = np.asarray(tokens, dtype=np.float64)
         L, H = model.n_layers, model.d_model
-        ops, floors = {}, {}
-        M = float(tokens)
+        on = M > 0
+        out = {}
 
-        def add(name, cf, times=1.0):
-            ops[name] = ops.get(name, 0.0) + cf[0] * times
-            floors[name] = floors.get(name, 0.0) + cf[1] * times
-
-        def gemm(m, k, n, experts=0, active=0):
-            if m <= 0:
-                return 0.0, 0.0
-            if experts:
-                touched = experts * (1.0 - (1.0 - active / experts) ** m)
-                return self._scalar(2.0 * m * active * k * n, 2.0 * (touched * k * n + m * active * (k + n)))
-            return self._scalar(2.0 * m * k * n, 2.0 * (m * k + k * n + m * n))
-
-        def elt(op, nbytes):
-            if nbytes <= 0:
-                return 0.0, 0.0
-            e = self.cal.elt[op]
-            return e.t0_s + nbytes / (self._bw * e.eff_mem), nbytes / self._bw
+        def add(name, t: OpTime, times=1.0):
+            c = np.where(on, t.calibrated_s, 0.0) * times
+            f = np.where(on, t.floor_s, 0.0) * times
+            if name in out:
+                out[name] = (out[name][0] + c, out[name][1] + f)
+            else:
+                out[name] = (c, f)
 
         for lin in model.linears(tp):
             if lin.name.startswith("mlp") and model.is_moe:
-                add(lin.name, gemm(M, lin.k, lin.n, model.n_experts, model.n_active_experts), L)
+                add(lin.name, self.gemm(M, lin.k, lin.n, experts=model.n_experts, active=model.n_active_experts), L)
             else:
-                add(lin.name, gemm(M, lin.k, lin.n), L)
+                add(lin.name, self.gemm(M, lin.k, lin.n), L)
         if model.is_moe:
-            add("moe_router", gemm(M, H, model.n_experts), L)
+            add("moe_router", self.gemm(M, H, model.n_experts), L)
         q_dim, kv_dim, ff = model.q_dim / tp, max(model.kv_dim / tp, model.head_dim), model.ffn_width() / tp
         act = (6.0 if model.gated_mlp else 4.0) * ff * (model.n_active_experts if model.is_moe else 1)
-        add("input_layernorm", elt("input_layernorm", 4.0 * M * H), L)
-        add("attn_rope", elt("attn_rope", 4.0 * M * (q_dim + kv_dim)), L)
-        add("post_attention_layernorm", elt("post_attention_layernorm", 4.0 * M * H), L)
-        add("mlp_act", elt("mlp_act", act * M), L)
-        add("add", elt("add", 6.0 * M * H), L)
-        add("emb", elt("emb", 4.0 * M * H))
-        add("final_norm", elt("input_layernorm", 4.0 * M * H))
-        if logits_tokens:
-            add("lm_head", gemm(float(logits_tokens), H, model.vocab / tp))
-        if tp > 1 and tokens:
-            ar = self.all_reduce(2.0 * M * H, tp)
-            add("all_reduce", (float(ar.calibrated_s), float(ar.floor_s)), 2 * L)
-        out = (ops, floors)
-        if len(self._cache) > 50_000:
-            self._cache.clear()
-            self._dense_totals.clear()
-        self._cache[key] = out
-        self._dense_totals[key] = (sum(ops.values()), sum(floors.values()))
+        add("input_layernorm", self.elementwise("input_layernorm", 4.0 * M * H), L)
+        add("attn_rope", self.elementwise("attn_rope", 4.0 * M * (q_dim + kv_dim)), L)
+        add("post_attention_layernorm", self.elementwise("post_attention_layernorm", 4.0 * M * H), L)
+        add("mlp_act", self.elementwise("mlp_act", act * M), L)
+        add("add", self.elementwise("add", 6.0 * M * H), L)
+        add("emb", self.elementwise("emb", 4.0 * M * H))
+        add("final_norm", self.elementwise("input_layernorm", 4.0 * M * H))
+        if tp > 1:
+            add("all_reduce", self.all_reduce(2.0 * M * H, tp), 2 * L)
         return out
+
+    def dense_time(self, model: LLMConfig, tp: int, tokens, logits_tokens=0):
+        """Calibrated time of everything but attention for ``tokens`` tokens with the LM head over
+        ``logits_tokens`` (vectorized; tabulated)."""
+        tab = self._dense_table(model, tp, int(np.max(tokens, initial=0)), int(np.max(logits_tokens, initial=0)))
+        out = tab["total"][np.asarray(tokens, dtype=np.int64)] + tab["lm"][np.asarray(logits_tokens, dtype=np.int64)]
+        return float(out) if np.ndim(out) == 0 else out
+
+    _TABLE_MAX = 1 << 16
+
+    def _dense_table(self, model: LLMConfig, tp: int, tokens: int, logits_tokens: int) -> dict | None:
+        """Per (model, tp): every dense op's time for 0..n-1 tokens (n doubling as needed, up to 65,536) and
+        the LM head's for 0..n-1 logits tokens. None when ``tokens`` exceeds the cap."""
+        key = (id(model), tp)
+        tab = self._tables.get(key)
+        need = max(tokens, logits_tokens) + 1
+        if tab is None or need > tab["n"]:
+            if need > self._TABLE_MAX:
+                return None
+            n = max(1024, need, 2 * tab["n"] if tab else 0)
+            n = min(1 << int(np.ceil(np.log2(n))), self._TABLE_MAX)
+            self._models[id(model)] = model  # keeps id(model) unique while tabulated
+            ops = self.dense_ops(model, tp, np.arange(n))
+            names = list(ops)
+            cal = np.array([ops[k][0] for k in names])
+            flo = np.array([ops[k][1] for k in names])
+            lm = self.gemm(np.arange(n), model.d_model, model.vocab / tp)
+            tab = {"n": n, "names": names, "cal": cal, "floor": flo, "total": cal.sum(axis=0),
+                   "total_floor": flo.sum(axis=0), "lm": np.asarray(lm.calibrated_s),
+                   "lm_floor": np.asarray(lm.floor_s)}
+            self._tables[key] = tab
+        return tab
+
+    def _dense_part(self, model: LLMConfig, tp: int, tokens: int, logits_tokens: int) -> tuple:
+        """(ops, floors, total, total floor) of everything but attention, LM head included."""
+        tab = self._dense_table(model, tp, tokens, logits_tokens)
+        if tab is not None:
+            ops = dict(zip(tab["names"], tab["cal"][:, tokens].tolist()))
+            floors = dict(zip(tab["names"], tab["floor"][:, tokens].tolist()))
+            total, floor = float(tab["total"][tokens]), float(tab["total_floor"][tokens])
+            if logits_tokens:
+                c, f = float(tab["lm"][logits_tokens]), float(tab["lm_floor"][logits_tokens])
+                ops["lm_head"], floors["lm_head"] = c, f
+                total, floor = total + c, floor + f
+            return ops, floors, total, floor
+        d = self.dense_ops(model, tp, np.array([tokens]))
+        ops = {k: float(v[0][0]) for k, v in d.items()}
+        floors = {k: float(v[1][0]) for k, v in d.items()}
+        if logits_tokens:
+            lm = self.gemm(float(logits_tokens), model.d_model, model.vocab / tp)
+            ops["lm_head"], floors["lm_head"] = float(lm.calibrated_s), float(lm.floor_s)
+        return ops, floors, sum(ops.values()), sum(floors.values())
 
     def _scalar(self, flops: float, nbytes: float) -> tuple:
         """(calibrated, floor) of one operator with scalar FLOPs and bytes (fast path)."""
@@ -292,15 +320,16 @@ class GPUModel:
         tokens that go through the LM head (default: decodes + prefill chunks).
         """
         tp = model.tp if tp is None else tp
-        q = np.asarray(prefill_q, dtype=np.float64)
-        n_pre = len(q)
-        q_sum = float(q.sum()) if n_pre else 0.0
+        n_pre = len(prefill_q)
+        if n_pre:
+            q = np.asarray(prefill_q, dtype=np.float64)
+            q_sum = float(q.sum())
+        else:
+            q_sum = 0.0
         tokens = int(q_sum) + int(decode_requests)
         if logits_tokens is None:
             logits_tokens = int(decode_requests) + n_pre
-        dense_ops, dense_floors = self._dense_part(model, tp, tokens, int(logits_tokens))
-        ops, floors = dict(dense_ops), dict(dense_floors)
-        total, floor = self._dense_totals[(id(model), tp, tokens, int(logits_tokens))]
+        ops, floors, total, floor = self._dense_part(model, tp, tokens, int(logits_tokens))
         heads = model.n_heads // tp
         kv_heads = max(model.n_kv_heads // tp, 1)
         hd = model.head_dim
@@ -365,3 +394,14 @@ class GPUModel:
             elif op in self.cal.elt:
                 out[op] = np.asarray(self.elementwise(op, shape[2]).calibrated_s)
         return out
+
+
+_SHARED = {}
+
+
+def get_gpu_model(gpu: str) -> GPUModel:
+    """One shared :class:`GPUModel` per GPU type and process, with the default calibration (its tables and
+    caches are reused by every system built in the process, e.g. across the runs of a sweep worker)."""
+    if gpu not in _SHARED:
+        _SHARED[gpu] = GPUModel(gpu)
+    return _SHARED[gpu]

@@ -11,7 +11,8 @@ Public API (stable names; extend compatibly):
   :class:`KVBudget` (reserve or paged KV accounting), :class:`LinearCostSystem` (trivial example);
 * engine: :class:`EngineConfig`, :class:`Engine`, :func:`run` -> :class:`RunOutput` (``.summary``,
   ``.write(dir)``);
-* metrics: :class:`TokenGaps` (exact token-gap statistics), :func:`request_metrics`, :func:`summarize`;
+* metrics: :class:`TokenGaps` (exact token-gap statistics; RunOutput.gaps), :class:`GapHistogram` (the first
+  version's binned collector, kept compatible), :func:`request_metrics`, :func:`summarize`;
 * outputs: :func:`write_run_dir`, :func:`write_chrome_trace`.
 """
 

@@ -62,9 +62,12 @@ class Batch:
                 raise ValueError(f"Batch.sub_batch has shape {self.sub_batch.shape}, expected ({n},)")
 
     @classmethod
-    def of(cls, table, decode_idx=(), prefill_idx=(), prefill_chunks=None, sub_batch=None, meta=None) -> "Batch":
+    def of(cls, table, decode_idx=(), prefill_idx=(), prefill_chunks=None, sub_batch=None, meta=None,
+           check: bool = True) -> "Batch":
         """Build a batch from decode requests and prefill requests (``prefill_chunks[j]`` tokens of the
-        ``j``-th prefill; default its whole remaining prefill), reading contexts from ``table``."""
+        ``j``-th prefill; default its whole remaining prefill), reading contexts from ``table``. ``check=False``
+        skips the duplicate-request check for callers whose indices are distinct by construction (the default
+        batcher)."""
         d = np.asarray(decode_idx, dtype=np.int64)
         p = np.asarray(prefill_idx, dtype=np.int64)
         nd, npf = len(d), len(p)
@@ -75,7 +78,7 @@ class Batch:
         if npf == 0:
             if sub_batch is not None:
                 sub_batch = np.asarray(sub_batch, dtype=np.int8)
-            if nd > 1 and (np.diff(np.sort(d)) == 0).any():
+            if check and nd > 1 and (np.diff(np.sort(d)) == 0).any():
                 raise ValueError("Batch: a request appears twice in one batch")
             if sub_batch is not None and sub_batch.shape != d.shape:
                 raise ValueError(f"Batch.sub_batch has shape {sub_batch.shape}, expected ({nd},)")

@@ -43,7 +43,8 @@ class EngineConfig:
     ``fuse_decode``: offer stretches of identical decode iterations to ``System.price_decode_run``.
     ``max_time_s``: stop after the iteration that crosses this time (unfinished requests stay unfinished).
     ``record_iterations``: keep per-iteration rows. ``trace``: keep spans for the Chrome trace, at most
-    ``trace_max_events`` of them (later ones are counted, not kept).
+    ``trace_max_events`` of them (later ones are counted, not kept). ``progress``: a tqdm bar of finished
+    requests, shown when the run lasts more than 2 s.
     """
 
     fuse_decode: bool = True
@@ -52,6 +53,7 @@ class EngineConfig:
     record_iterations: bool = True
     trace: bool = True
     trace_max_events: int = 200_000
+    progress: bool = False
 
     def __post_init__(self):
         if not self.max_time_s > 0:
@@ -171,17 +173,24 @@ class Engine:
         self._iter_rep = []
         self._finished = 0
         ptr = 0
+        arr_list = arr_sorted.tolist()
+        next_arr = arr_list[0] if n else float("inf")
         t = float(arr_sorted[0]) if n else 0.0
         iters = 0
+        self._bar = None
+        if cfg.progress:
+            from tqdm import tqdm
+            self._bar = tqdm(total=n, desc=f"{system.name}: requests", delay=2.0, leave=False, dynamic_ncols=True)
         while self._finished < n:
             if t > cfg.max_time_s or iters >= cfg.max_iterations:
                 break
-            j = int(np.searchsorted(arr_sorted, t, side="right"))
-            if j > ptr:
+            if ptr < n and next_arr <= t:
+                j = int(np.searchsorted(arr_sorted, t, side="right"))
                 new = order[ptr:j]
                 table.state[new] = WAITING
                 view.waiting.extend(new.tolist())
                 ptr = j
+                next_arr = arr_list[ptr] if ptr < n else float("inf")
             view.now = t
             system.before_batch(view, t)
             batch = system.form_batch(view, t)
@@ -190,7 +199,7 @@ class Engine:
                     raise RuntimeError(f"{system.name}: form_batch returned no batch at t={t:.6f} s while "
                                        f"{len(view.running)} requests are running")
                 if ptr < n:
-                    t = max(t, float(arr_sorted[ptr]))
+                    t = max(t, next_arr)
                     continue
                 head = view.waiting[0]
                 why = system.admission_error(head) or "the system admitted nothing and nothing else can change"
@@ -198,7 +207,7 @@ class Engine:
                                    f"output {table.output_tokens[head]} tokens) can never be admitted: {why}")
             if (table.state[batch.req] != RUNNING).any():
                 raise RuntimeError(f"{system.name}: the batch holds requests that were not admitted")
-            next_arrival = float(arr_sorted[ptr]) if ptr < n else float("inf")
+            next_arrival = next_arr
             done = None
             if cfg.fuse_decode and batch.is_decode_only:
                 max_iters = int(table.remaining_output(batch.req).min())
@@ -221,6 +230,8 @@ class Engine:
                 done = self._apply_iteration(batch, res, t)
                 iters += 1
                 t = t + res.duration_s
+        if self._bar is not None:
+            self._bar.close()
         summary = summarize(table, self._n_req_per_iter, self._n_tok_per_iter, self._gaps, self._iter_rep)
         summary["engine_steps"] = len(self._iter_rep)
         summary["system"] = system.name
@@ -276,6 +287,8 @@ class Engine:
             self._table.state[done] = FINISHED
             self._view._remove_finished(done)
             self._finished += len(done)
+            if self._bar is not None:
+                self._bar.update(len(done))
             self._system.on_finish(done, t_end)
 
     def _apply_iteration(self, batch: Batch, res: IterationResult, t: float) -> np.ndarray:
@@ -310,7 +323,7 @@ class Engine:
         self._iter_rep.append(1)
         if self._log is not None:
             fixed = (t, dur, len(batch), n_pre, len(batch) - n_pre, batch.num_prefill_tokens, batch.num_tokens,
-                     int(batch.kv_after.sum()), 1, len(done), len(view.waiting), len(view._running))
+                     int(batch.kv_after.sum()), 1, len(done), len(view.waiting), view.n_running)
             self._log.append(1, fixed, {**res.breakdown, **res.record} if res.record else res.breakdown)
         self._add_spans(t, res.spans, batch, dur, 1)
         self._system.on_iteration_end(batch, res, t_end)
@@ -341,7 +354,7 @@ class Engine:
             fin_col[-1] = len(done)
             view = self._view
             fixed = (ends - d, d, n, 0, n, 0, n, kv0 + n * np.arange(k), k, fin_col, len(view.waiting),
-                     len(view._running))
+                     view.n_running)
             self._log.append(k, fixed, {**res.breakdown, **res.record} if res.record else res.breakdown)
         self._add_spans(t, res.spans, batch, float(d.sum()), k)
         self._system.on_iteration_end(batch, res, float(ends[-1]))

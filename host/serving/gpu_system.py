@@ -15,7 +15,7 @@ Subclasses override what they change (memory via ``kv_capacity_bytes``, pricing 
 
 import numpy as np
 
-from host.gpu import GPUModel
+from host.gpu import GPUModel, get_gpu_model
 from host.models.llm import LLMConfig
 from host.serving.batch import IterationResult, RunResult, Span
 from host.serving.system import ContinuousBatcher, KVBudget, System
@@ -32,7 +32,8 @@ class GPUSystem(System):
                  fuse: bool = True):
         super().__init__(batcher if batcher is not None else ContinuousBatcher())
         self.model = model
-        self.gpu_model = gpu_model if gpu_model is not None else GPUModel(gpu)
+        self.gpu_model = gpu_model if gpu_model is not None else (
+            get_gpu_model(gpu) if isinstance(gpu, str) else GPUModel(gpu))
         self.tp = model.tp if tp is None else tp
         if not 0 <= hbm_reserve_frac < 1:
             raise ValueError(f"hbm_reserve_frac must be in [0, 1), got {hbm_reserve_frac}")
@@ -97,7 +98,7 @@ class GPUSystem(System):
             return None
         k = min(max_iters, self.kv.headroom_iters(batch.req) + 1)
         it = self.gpu_model.batch_time(self.model, batch, tp=self.tp, kv_dtype_bytes=self.kv_dtype_bytes, runs=k)
-        d = np.broadcast_to(np.asarray(it.total_s, dtype=np.float64), (k,))
+        d = it.total_s if np.ndim(it.total_s) else np.full(k, it.total_s)
         ar = k * float(it.ops.get("all_reduce", 0.0))
         return RunResult(d, breakdown=it.ops, spans=self._spans(float(d.sum()), ar, f"decode x{k}"),
                          record={"floor_s": it.floor_s})
