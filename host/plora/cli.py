@@ -87,6 +87,11 @@ def cmd_run(args):
     print(f"{spec.system} on {spec.model} / {spec.workload}: " + ", ".join(f"{k} {s[k]:.4g}" for k in keys))
     print(f"gpu_mem_gb: {json.dumps({k: round(float(v), 3) for k, v in s['gpu_mem_gb'].items()})}")
     print(f"strategy_counts: {json.dumps(s['strategy_counts'].get('decisions', {}))}")
+    cfg = json.loads((Path(args.out) / "config.json").read_text())
+    for note in cfg.get("workload", {}).get("notes", []):
+        print(f"note: {note}")
+    if "ndp_model" in s:
+        print(f"NDP timing model: {s['ndp_model']}")
     print(f"wrote {Path(args.out)}")
     return 0
 

@@ -325,7 +325,17 @@ def make_figures(out, *, names=FIGURES, n_requests=100, seed=0, executor=None, r
     import pandas as pd
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    own = executor is None
     ex = _executor(executor)
+    try:
+        return _make(out, names, n_requests, seed, ex, reuse)
+    finally:
+        if own:
+            ex.close()
+
+
+def _make(out, names, n_requests, seed, ex, reuse):
+    import pandas as pd
     done = {}
 
     def sweep(name):
