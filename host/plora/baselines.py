@@ -52,8 +52,10 @@ class HostMemorySystem(System):
             from host.models.hardware import H100_SXM_80GB
             gpu = H100_SXM_80GB
         if gpu_model is None:
-            from host.gpu import GPUModel
-            gpu_model = GPUModel(gpu)
+            from host.gpu import GPUModel, get_gpu_model
+            from host.models.hardware import GPUS
+            # the shared per-process model for a preset GPU (its tables serve every run of a sweep worker)
+            gpu_model = get_gpu_model(gpu.name) if GPUS.get(gpu.name) == gpu else GPUModel(gpu)
         if link is None:
             from host.link import get_link
             link = get_link("pcie5-x16")

@@ -93,8 +93,10 @@ class PLoRASystem(System):
             gpu = H100_SXM_80GB
         self.gpu = gpu
         if gpu_model is None:
-            from host.gpu import GPUModel
-            gpu_model = GPUModel(gpu)
+            from host.gpu import GPUModel, get_gpu_model
+            from host.models.hardware import GPUS
+            # the shared per-process model for a preset GPU (its tables serve every run of a sweep worker)
+            gpu_model = get_gpu_model(gpu.name) if GPUS.get(gpu.name) == gpu else GPUModel(gpu)
         self.gpu_model = gpu_model
         if link is None:
             from host.link import get_link
