@@ -1,0 +1,281 @@
+"""The L3 scheduler's latency predictors (L3 5.3, eqs. 5-6), trained online from profiled iterations.
+
+* ``T_PIM_i = Linear(sum f_d_i, len f_d_i, sum c_p_{1-i})`` (eq. 5): ordinary least squares with an intercept
+  (scikit-learn ``LinearRegression``) on the three features;
+* ``T_GPU_i = RFR_p(c_p_i, f_p_i) + RFR_batch(sum c_p_i, len f_d_i)`` (eq. 6): two random-forest regressors
+  (scikit-learn ``RandomForestRegressor``). ``RFR_p`` is trained per prefill request on (chunk, finished tokens)
+  -> its prefill-attention time and summed over the sub-batch's prefills; ``RFR_batch`` on (prefill tokens,
+  decodes) -> the batched FC time (linear layers, all-reduce) of the sub-batch.
+
+Online training (5.3 "runtime profiling"): every priced iteration reports its sub-batches' *true* times
+(:meth:`L3Predictors.observe`); the models refit on the most recent ``window`` samples whenever their data set
+has grown to the next size of ``refit_at`` (then every ``window`` new samples), so they track the run as it
+evolves. Before the first fit the system seeds them with a start-up profile of random sub-batches priced by the
+same true models (:meth:`L3Predictors.seed`; a design choice: the paper does not say what the scheduler uses
+before "a sufficient amount of data has been collected").
+
+Forest predictions are evaluated by :class:`PackedForest` (every tree's nodes in flat arrays, all trees and
+inputs traversed at once with numpy): equal to ``RandomForestRegressor.predict`` (tested) and ~50x faster for
+the few-row queries the scheduler makes.
+
+:func:`relative_error` is the paper's RE = mean |(Y - Yhat) / Y|; :func:`holdout_error` trains on 80 % of a set
+of profiled batches and reports RE on the other 20 %.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["PackedForest", "OnlineRFR", "OnlineLinear", "L3Predictors", "relative_error", "holdout_error",
+           "ProfiledBatches"]
+
+
+class PackedForest:
+    """A fitted ``RandomForestRegressor`` (or a single tree) packed for fast vectorized prediction."""
+
+    def __init__(self, forest):
+        trees = [e.tree_ for e in getattr(forest, "estimators_", [forest])]
+        offs = np.cumsum([0] + [t.node_count for t in trees])
+        self.roots = offs[:-1].astype(np.int64)
+        left, right, feat, thr, val = [], [], [], [], []
+        for t, o in zip(trees, offs[:-1]):
+            leaf = t.children_left < 0
+            left.append(np.where(leaf, np.arange(t.node_count) + o, t.children_left + o))
+            right.append(np.where(leaf, np.arange(t.node_count) + o, t.children_right + o))
+            feat.append(np.where(leaf, 0, t.feature))
+            thr.append(np.where(leaf, np.inf, t.threshold))
+            val.append(t.value[:, 0, 0])
+        self.left, self.right = np.concatenate(left), np.concatenate(right)
+        self.feature, self.threshold = np.concatenate(feat), np.concatenate(thr)
+        self.value = np.concatenate(val)
+        self.depth = max(int(t.max_depth) for t in trees)
+
+    def predict(self, X) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float32)            # sklearn compares float32 features to the thresholds
+        n = X.shape[0]
+        node = np.repeat(self.roots[:, None], n, axis=1)
+        cols = np.arange(n)[None, :]
+        for _ in range(self.depth):
+            x = X[cols, self.feature[node]]
+            node = np.where(x <= self.threshold[node], self.left[node], self.right[node])
+        return self.value[node].mean(axis=0)
+
+
+class _Online:
+    """Shared sample store and refit schedule."""
+
+    def __init__(self, n_features, refit_at, window):
+        self.n_features = n_features
+        self.refit_at = tuple(refit_at)
+        self.window = int(window)
+        self.X = np.zeros((0, n_features))
+        self.y = np.zeros(0)
+        self.seen = 0               # samples ever added
+        self.fitted_at = 0          # `seen` at the last fit
+        self.fits = 0
+
+    def add(self, X, y):
+        X = np.asarray(X, dtype=np.float64).reshape(-1, self.n_features)
+        y = np.asarray(y, dtype=np.float64).ravel()
+        if not len(y):
+            return
+        self.X = np.vstack([self.X, X])[-self.window:]
+        self.y = np.concatenate([self.y, y])[-self.window:]
+        self.seen += len(y)
+        if self._due():
+            self.fit()
+
+    def _due(self):
+        if self.fits == 0:
+            return self.seen >= self.refit_at[0]
+        nxt = [s for s in self.refit_at if s > self.fitted_at]
+        return self.seen >= (nxt[0] if nxt else self.fitted_at + self.window)
+
+    @property
+    def ready(self) -> bool:
+        return self.fits > 0
+
+    def fit(self):
+        self._fit(self.X, self.y)
+        self.fitted_at = self.seen
+        self.fits += 1
+
+
+class OnlineRFR(_Online):
+    """Random-forest regressor retrained on its most recent ``window`` samples as they arrive."""
+
+    def __init__(self, n_features, *, n_estimators=16, max_depth=14, min_samples_leaf=1, seed=0,
+                 refit_at=(64, 256, 1024, 4096), window=4096):
+        super().__init__(n_features, refit_at, window)
+        self.params = dict(n_estimators=n_estimators, max_depth=max_depth, min_samples_leaf=min_samples_leaf,
+                           random_state=seed, n_jobs=1)
+        self.forest = None
+        self.packed = None
+
+    def _fit(self, X, y):
+        from sklearn.ensemble import RandomForestRegressor
+        self.forest = RandomForestRegressor(**self.params).fit(X, y)
+        self.packed = PackedForest(self.forest)
+
+    def predict(self, X) -> np.ndarray:
+        if self.packed is None:
+            raise RuntimeError("OnlineRFR.predict before the first fit (seed the predictors first)")
+        return self.packed.predict(np.asarray(X, dtype=np.float64).reshape(-1, self.n_features))
+
+
+class OnlineLinear(_Online):
+    """Least-squares linear model with intercept (scikit-learn ``LinearRegression``), retrained online."""
+
+    def __init__(self, n_features, *, refit_at=(16, 64, 256, 1024, 4096), window=4096):
+        super().__init__(n_features, refit_at, window)
+        self.coef = None
+        self.intercept = 0.0
+
+    def _fit(self, X, y):
+        from sklearn.linear_model import LinearRegression
+        m = LinearRegression().fit(X, y)
+        self.coef, self.intercept = np.asarray(m.coef_, dtype=np.float64), float(m.intercept_)
+
+    def predict(self, X) -> np.ndarray:
+        if self.coef is None:
+            raise RuntimeError("OnlineLinear.predict before the first fit (seed the predictors first)")
+        return np.asarray(X, dtype=np.float64).reshape(-1, self.n_features) @ self.coef + self.intercept
+
+
+class L3Predictors:
+    """The three models of eqs. 5-6 behind the interface :mod:`host.l3.scheduler` uses."""
+
+    def __init__(self, *, seed=0, n_estimators=16, max_depth=14, window=4096):
+        self.pim = OnlineLinear(3, window=window)
+        self.rfr_p = OnlineRFR(2, n_estimators=n_estimators, max_depth=max_depth, seed=seed, window=window)
+        self.rfr_batch = OnlineRFR(2, n_estimators=n_estimators, max_depth=max_depth, seed=seed + 1,
+                                   window=window)
+
+    # --- the scheduler's interface -------------------------------------------------------------------------
+    def t_pim(self, sum_fd, n_d, sum_cp_other):
+        """Predicted T_PIM of a sub-batch (eq. 5); vectorized over ``sum_cp_other``."""
+        c = np.asarray(sum_cp_other, dtype=np.float64)
+        X = np.stack(np.broadcast_arrays(np.float64(sum_fd), np.float64(n_d), c), axis=-1).reshape(-1, 3)
+        out = np.maximum(self.pim.predict(X), 0.0)
+        return float(out[0]) if c.ndim == 0 else out.reshape(c.shape)
+
+    def t_p(self, chunks, done) -> np.ndarray:
+        """Predicted prefill-attention time of each prefill request (RFR_p), vectorized."""
+        c = np.asarray(chunks, dtype=np.float64).ravel()
+        if not len(c):
+            return np.zeros(0)
+        return np.maximum(self.rfr_p.predict(np.stack([c, np.asarray(done, np.float64).ravel()], axis=1)), 0.0)
+
+    def t_batch(self, prefill_tokens, n_d) -> np.ndarray:
+        """Predicted batched-FC time of a sub-batch (RFR_batch) over ``sum c_p`` prefill tokens and ``n_d``
+        decodes; vectorized over ``prefill_tokens``."""
+        t = np.asarray(prefill_tokens, dtype=np.float64).ravel()
+        return np.maximum(self.rfr_batch.predict(np.stack([t, np.full(len(t), float(n_d))], axis=1)), 0.0)
+
+    def t_gpu(self, chunks, done, n_d) -> float:
+        chunks = np.asarray(chunks)
+        return float(self.t_p(chunks, done).sum() + self.t_batch([chunks.sum()], n_d)[0])
+
+    # --- training ------------------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self.pim.ready and self.rfr_p.ready and self.rfr_batch.ready
+
+    def observe(self, batches) -> None:
+        """Add profiled sub-batches (:class:`ProfiledBatches`) and refit what is due."""
+        self.pim.add(batches.pim_X, batches.pim_y)
+        if len(batches.p_y):
+            self.rfr_p.add(batches.p_X, batches.p_y)
+        self.rfr_batch.add(batches.batch_X, batches.batch_y)
+
+    def seed(self, batches) -> None:
+        """Start-up profile: add ``batches`` and fit every model now."""
+        self.observe(batches)
+        for m in (self.pim, self.rfr_p, self.rfr_batch):
+            if not m.ready:
+                m.fit()
+
+    def state(self) -> dict:
+        return {"pim_samples": self.pim.seen, "rfr_p_samples": self.rfr_p.seen,
+                "rfr_batch_samples": self.rfr_batch.seen,
+                "fits": self.pim.fits + self.rfr_p.fits + self.rfr_batch.fits}
+
+
+@dataclass
+class ProfiledBatches:
+    """True times of profiled sub-batches, as the predictors learn them.
+
+    ``pim_X`` (n, 3) = (sum f_d, len f_d, sum c_p of the other sub-batch) -> ``pim_y`` = T_PIM;
+    ``p_X`` (m, 2) = (chunk, finished tokens) of each prefill request -> ``p_y`` = its prefill attention time;
+    ``batch_X`` (n, 2) = (sum c_p, len f_d) -> ``batch_y`` = batched FC time; ``gpu_y`` = T_GPU of the sub-batch
+    and ``p_owner`` (m,) the sub-batch row each prefill belongs to (for the RE of T_GPU as a whole)."""
+
+    pim_X: np.ndarray
+    pim_y: np.ndarray
+    p_X: np.ndarray
+    p_y: np.ndarray
+    batch_X: np.ndarray
+    batch_y: np.ndarray
+    gpu_y: np.ndarray
+    p_owner: np.ndarray
+
+    def __len__(self):
+        return len(self.pim_y)
+
+    @classmethod
+    def empty(cls):
+        z2, z3 = np.zeros((0, 2)), np.zeros((0, 3))
+        return cls(z3, np.zeros(0), z2, np.zeros(0), z2, np.zeros(0), np.zeros(0), np.zeros(0, np.int64))
+
+    @classmethod
+    def concat(cls, parts):
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return cls.empty()
+        offs = np.cumsum([0] + [len(p) for p in parts[:-1]])
+        return cls(np.vstack([p.pim_X for p in parts]), np.concatenate([p.pim_y for p in parts]),
+                   np.vstack([p.p_X for p in parts]), np.concatenate([p.p_y for p in parts]),
+                   np.vstack([p.batch_X for p in parts]), np.concatenate([p.batch_y for p in parts]),
+                   np.concatenate([p.gpu_y for p in parts]),
+                   np.concatenate([p.p_owner + o for p, o in zip(parts, offs)]))
+
+    def subset(self, rows):
+        rows = np.asarray(rows, dtype=np.int64)
+        remap = np.full(len(self), -1, np.int64)
+        remap[rows] = np.arange(len(rows))
+        keep = remap[self.p_owner] >= 0
+        return ProfiledBatches(self.pim_X[rows], self.pim_y[rows], self.p_X[keep], self.p_y[keep],
+                               self.batch_X[rows], self.batch_y[rows], self.gpu_y[rows], remap[self.p_owner[keep]])
+
+
+def relative_error(y, yhat) -> float:
+    """RE = mean |(Y - Yhat) / Y| (L3 5.3 / 6.1 set-up)."""
+    y, yhat = np.asarray(y, dtype=np.float64), np.asarray(yhat, dtype=np.float64)
+    if np.any(y <= 0):
+        raise ValueError("relative_error: every true latency Y must be > 0")
+    return float(np.mean(np.abs((y - yhat) / y)))
+
+
+def holdout_error(batches: ProfiledBatches, *, train_frac=0.8, seed=0, **predictor_kw) -> dict:
+    """Train fresh predictors on ``train_frac`` of ``batches`` (random split, seeded) and report RE on the rest:
+    ``re_pim`` (Linear), ``re_gpu`` (RFR_p + RFR_batch per sub-batch), ``re_batch`` (RFR_batch alone),
+    ``re_p`` (RFR_p per prefill request), with the counts."""
+    n = len(batches)
+    if n < 10:
+        raise ValueError(f"holdout_error needs at least 10 profiled batches, got {n}")
+    perm = np.random.default_rng(seed).permutation(n)
+    k = int(round(train_frac * n))
+    tr, te = batches.subset(np.sort(perm[:k])), batches.subset(np.sort(perm[k:]))
+    pred = L3Predictors(seed=seed, window=max(n, 1), **predictor_kw)
+    pred.seed(tr)
+    pim_hat = pred.pim.predict(te.pim_X)
+    batch_hat = pred.rfr_batch.predict(te.batch_X)
+    p_hat = pred.rfr_p.predict(te.p_X) if len(te.p_y) else np.zeros(0)
+    gpu_hat = batch_hat + np.bincount(te.p_owner, weights=p_hat, minlength=len(te))
+    out = {"n_batches": n, "n_train": len(tr), "n_test": len(te),
+           "re_pim": relative_error(te.pim_y, pim_hat), "re_gpu": relative_error(te.gpu_y, gpu_hat),
+           "re_batch": relative_error(te.batch_y, batch_hat)}
+    if len(te.p_y):
+        out["re_p"] = relative_error(te.p_y, p_hat)
+        out["n_test_prefills"] = int(len(te.p_y))
+    return out
