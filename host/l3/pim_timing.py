@@ -18,7 +18,8 @@ in tests (``tests/host/l3/test_l3_pim_timing.py``):
   ``PIMPerfModel.steady_head_cycles`` to the cycle (tested on a grid of lengths and two ``fixed_cycles``).
 * **refresh** (:meth:`PIMTiming.head_cycles`): the steady cost times the model's own refresh factor
   ``heads_period(L) / steady_head_cycles(L)``, tabulated once at :data:`REFRESH_GRID` lengths and interpolated in
-  log L (1.039-1.047 at PAPER; within 0.3 % of ``heads_period`` between the grid points, tested).
+  log L (1.037-1.047 at PAPER; within 0.6 % of ``heads_period`` between the grid points, tested: the
+  model's own period wobbles by ~0.5 % with L in the "between" refresh regime).
 * **a rank's phase** (:meth:`PIMTiming.rank_cycles`): ``fixed_cycles`` once (pipeline fill / drain of a run of
   overlapped heads, as ``heads_period`` charges it) plus the heads' costs.
 * **ranksets** (:class:`RanksetModel`): the channel's command bus is shared by its ranks (one command per
@@ -42,8 +43,10 @@ from sim.perf.pim import PIMPerfModel, rankset_sim
 __all__ = ["pim_perf_model", "PIMTiming", "RanksetModel", "pim_timing", "rankset_model", "REFRESH_GRID"]
 
 #: Lengths at which the model's refresh factor is evaluated (log-spaced, plus both sides of the PAPER overlap
-#: limit 64K / 64K + 1 and of the "between" / "in_head" refresh switch near 23K).
-REFRESH_GRID = (1, 16, 64, 256, 1024, 4096, 8192, 16384, 22528, 24576, 32768, 49152, 65536, 65537, 98304, 131072)
+#: limit 64K / 64K + 1); both sides of the "between" / "in_head" refresh switch (~23.6K at PAPER) are added by
+#: bisection on the model's own choice.
+REFRESH_GRID = (1, 16, 64, 256, 1024, 2048, 4096, 8192, 12288, 16384, 20480, 32768, 49152, 65536, 65537, 98304,
+                131072)
 
 
 def pim_perf_model() -> PIMPerfModel:
@@ -68,10 +71,23 @@ class PIMTiming:
         self._ccd, self._ras, self._rp = tm.tCCD_L, tm.tRAS, tm.tRPab
         self._floor = max(tm.tRC, tm.tRRD_L, tm.tFAW)
         self._full_row = int(self._row(np.array([self._cpr]))[0])
-        grid = np.array([L for L in REFRESH_GRID if L <= cfg.max_tokens], dtype=np.float64)
+        grid = sorted({L for L in REFRESH_GRID if L <= cfg.max_tokens} | set(self._refresh_switch()))
+        grid = np.array(grid, dtype=np.float64)
         self._log_grid = np.log(grid)
         self._ratio = np.array([self.model.heads_period(int(L)) / self.model.steady_head_cycles(int(L))
                                 for L in grid])
+
+    def _refresh_switch(self):
+        """The two lengths either side of the model's switch from "between" to "in_head" refresh (none if it
+        does not switch within the rank buffer)."""
+        mode = lambda L: self.model.head(L).refresh_mode
+        lo, hi = 1, self.max_tokens
+        if mode(lo) == mode(hi):
+            return []
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if mode(mid) == mode(1) else (lo, mid)
+        return [lo, hi]
 
     # ---- rows -------------------------------------------------------------------------------------------------
     def _row(self, n):
