@@ -1,7 +1,7 @@
 """The L3 scheduler's latency predictors (L3 5.3, eqs. 5-6), trained online from profiled iterations.
 
-* ``T_PIM_i = Linear(sum f_d_i, len f_d_i, sum c_p_{1-i})`` (eq. 5): ordinary least squares with an intercept
-  (scikit-learn ``LinearRegression``) on the three features;
+* ``T_PIM_i = Linear(sum f_d_i, len f_d_i, sum c_p_{1-i})`` (eq. 5): least squares with an intercept
+  (scikit-learn ``LinearRegression``) on the three features, weighted by ``1 / y^2`` (relative error);
 * ``T_GPU_i = RFR_p(c_p_i, f_p_i) + RFR_batch(sum c_p_i, len f_d_i)`` (eq. 6): two random-forest regressors
   (scikit-learn ``RandomForestRegressor``). ``RFR_p`` is trained per prefill request on (chunk, finished tokens)
   -> its prefill-attention time and summed over the sub-batch's prefills; ``RFR_batch`` on (prefill tokens,
@@ -31,10 +31,14 @@ __all__ = ["PackedForest", "OnlineRFR", "OnlineLinear", "L3Predictors", "relativ
 
 
 class PackedForest:
-    """A fitted ``RandomForestRegressor`` (or a single tree) packed for fast vectorized prediction."""
+    """A fitted ``RandomForestRegressor`` (or a single tree) for fast prediction of few rows: a plain-Python
+    traversal for up to :attr:`PY_ROWS` rows, the trees' compiled traversal summed in scikit-learn's order
+    otherwise (skipping ``predict``'s validation and thread pool), or every tree's nodes in flat arrays traversed
+    at once with numpy (:meth:`predict_numpy`). All three equal ``RandomForestRegressor.predict`` (tested)."""
 
     def __init__(self, forest):
         trees = [e.tree_ for e in getattr(forest, "estimators_", [forest])]
+        self._trees = trees
         offs = np.cumsum([0] + [t.node_count for t in trees])
         self.roots = offs[:-1].astype(np.int64)
         left, right, feat, thr, val = [], [], [], [], []
@@ -49,9 +53,39 @@ class PackedForest:
         self.feature, self.threshold = np.concatenate(feat), np.concatenate(thr)
         self.value = np.concatenate(val)
         self.depth = max(int(t.max_depth) for t in trees)
+        self._py = (self.left.tolist(), self.right.tolist(), self.feature.tolist(), self.threshold.tolist(),
+                    self.value.tolist(), self.roots.tolist())
+
+    #: rows up to which a plain Python traversal beats the vectorized one (numpy call overheads)
+    PY_ROWS = 8
+
+    def _predict_py(self, X) -> np.ndarray:
+        L, R, F, T, V, roots = self._py
+        out = np.empty(len(X))
+        for i, x in enumerate(X.astype(np.float64).tolist()):
+            s = 0.0
+            for node in roots:
+                while L[node] != node:
+                    node = L[node] if x[F[node]] <= T[node] else R[node]
+                s += V[node]
+            out[i] = s / len(roots)
+        return out
 
     def predict(self, X) -> np.ndarray:
         X = np.asarray(X, dtype=np.float32)            # sklearn compares float32 features to the thresholds
+        n = X.shape[0]
+        if n <= self.PY_ROWS:
+            return self._predict_py(X)
+        if self._trees is not None:                    # the trees' own compiled traversal, summed in order
+            X = np.ascontiguousarray(X)
+            acc = np.zeros(n)
+            for t in self._trees:
+                acc += t.predict(X).reshape(n, -1)[:, 0]
+            return acc / len(self._trees)
+        return self.predict_numpy(X)
+
+    def predict_numpy(self, X) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float32)
         n = X.shape[0]
         node = np.repeat(self.roots[:, None], n, axis=1)
         cols = np.arange(n)[None, :]
@@ -104,36 +138,52 @@ class _Online:
 class OnlineRFR(_Online):
     """Random-forest regressor retrained on its most recent ``window`` samples as they arrive."""
 
-    def __init__(self, n_features, *, n_estimators=16, max_depth=14, min_samples_leaf=1, seed=0,
+    def __init__(self, n_features, *, n_estimators=8, max_depth=10, min_samples_leaf=1, seed=0,
                  refit_at=(64, 256, 1024, 4096), window=4096):
         super().__init__(n_features, refit_at, window)
         self.params = dict(n_estimators=n_estimators, max_depth=max_depth, min_samples_leaf=min_samples_leaf,
                            random_state=seed, n_jobs=1)
         self.forest = None
         self.packed = None
+        self._memo = {}
 
     def _fit(self, X, y):
         from sklearn.ensemble import RandomForestRegressor
         self.forest = RandomForestRegressor(**self.params).fit(X, y)
         self.packed = PackedForest(self.forest)
+        self._memo = {}
 
     def predict(self, X) -> np.ndarray:
         if self.packed is None:
             raise RuntimeError("OnlineRFR.predict before the first fit (seed the predictors first)")
-        return self.packed.predict(np.asarray(X, dtype=np.float64).reshape(-1, self.n_features))
+        X = np.asarray(X, dtype=np.float64)
+        if len(X) == 1:                                  # single rows repeat often between refits: memoized
+            key = tuple(X[0].tolist())
+            v = self._memo.get(key)
+            if v is None:
+                if len(self._memo) > 200_000:
+                    self._memo.clear()
+                v = self._memo[key] = float(self.packed.predict(X)[0])
+            return np.array([v])
+        return self.packed.predict(X)
 
 
 class OnlineLinear(_Online):
-    """Least-squares linear model with intercept (scikit-learn ``LinearRegression``), retrained online."""
+    """Linear model with intercept (scikit-learn ``LinearRegression``), retrained online. Fitted by weighted least
+    squares with weights ``1 / y^2`` (``relative=True``, default): it minimizes the squared *relative* error, the
+    scheduler's and the paper's metric, so short PIM phases (a few decodes, start-up) are predicted as well as
+    long ones."""
 
-    def __init__(self, n_features, *, refit_at=(16, 64, 256, 1024, 4096), window=4096):
+    def __init__(self, n_features, *, refit_at=(16, 64, 256, 1024, 4096), window=4096, relative=True):
         super().__init__(n_features, refit_at, window)
         self.coef = None
         self.intercept = 0.0
+        self.relative = bool(relative)
 
     def _fit(self, X, y):
         from sklearn.linear_model import LinearRegression
-        m = LinearRegression().fit(X, y)
+        w = 1.0 / np.maximum(np.abs(y), 1e-12) ** 2 if self.relative else None
+        m = LinearRegression().fit(X, y, sample_weight=w)
         self.coef, self.intercept = np.asarray(m.coef_, dtype=np.float64), float(m.intercept_)
 
     def predict(self, X) -> np.ndarray:
@@ -145,7 +195,7 @@ class OnlineLinear(_Online):
 class L3Predictors:
     """The three models of eqs. 5-6 behind the interface :mod:`host.l3.scheduler` uses."""
 
-    def __init__(self, *, seed=0, n_estimators=16, max_depth=14, window=4096):
+    def __init__(self, *, seed=0, n_estimators=8, max_depth=10, window=4096):
         self.pim = OnlineLinear(3, window=window)
         self.rfr_p = OnlineRFR(2, n_estimators=n_estimators, max_depth=max_depth, seed=seed, window=window)
         self.rfr_batch = OnlineRFR(2, n_estimators=n_estimators, max_depth=max_depth, seed=seed + 1,
@@ -154,23 +204,30 @@ class L3Predictors:
     # --- the scheduler's interface -------------------------------------------------------------------------
     def t_pim(self, sum_fd, n_d, sum_cp_other):
         """Predicted T_PIM of a sub-batch (eq. 5); vectorized over ``sum_cp_other``."""
-        c = np.asarray(sum_cp_other, dtype=np.float64)
-        X = np.stack(np.broadcast_arrays(np.float64(sum_fd), np.float64(n_d), c), axis=-1).reshape(-1, 3)
-        out = np.maximum(self.pim.predict(X), 0.0)
-        return float(out[0]) if c.ndim == 0 else out.reshape(c.shape)
+        m = self.pim
+        if m.coef is None:
+            raise RuntimeError("OnlineLinear.predict before the first fit (seed the predictors first)")
+        a, b, k = m.coef
+        out = np.maximum(a * float(sum_fd) + b * float(n_d) + k * np.asarray(sum_cp_other, dtype=np.float64)
+                         + m.intercept, 0.0)
+        return float(out) if out.ndim == 0 else out
 
     def t_p(self, chunks, done) -> np.ndarray:
         """Predicted prefill-attention time of each prefill request (RFR_p), vectorized."""
         c = np.asarray(chunks, dtype=np.float64).ravel()
         if not len(c):
             return np.zeros(0)
-        return np.maximum(self.rfr_p.predict(np.stack([c, np.asarray(done, np.float64).ravel()], axis=1)), 0.0)
+        X = np.empty((len(c), 2))
+        X[:, 0], X[:, 1] = c, np.asarray(done, np.float64).ravel()
+        return np.maximum(self.rfr_p.predict(X), 0.0)
 
     def t_batch(self, prefill_tokens, n_d) -> np.ndarray:
         """Predicted batched-FC time of a sub-batch (RFR_batch) over ``sum c_p`` prefill tokens and ``n_d``
         decodes; vectorized over ``prefill_tokens``."""
         t = np.asarray(prefill_tokens, dtype=np.float64).ravel()
-        return np.maximum(self.rfr_batch.predict(np.stack([t, np.full(len(t), float(n_d))], axis=1)), 0.0)
+        X = np.empty((len(t), 2))
+        X[:, 0], X[:, 1] = t, float(n_d)
+        return np.maximum(self.rfr_batch.predict(X), 0.0)
 
     def t_gpu(self, chunks, done, n_d) -> float:
         chunks = np.asarray(chunks)

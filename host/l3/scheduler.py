@@ -49,6 +49,8 @@ __all__ = ["CHUNK_ALIGN", "PrefillItem", "SchedState", "SubBatch", "Plan", "bala
 
 #: [L3 5.3 step 4] "The chunk size is a multiple of 16, better aligning with the requirements of GPU tiling."
 CHUNK_ALIGN = 16
+#: chunk_size compares all candidates when there are at most this many, else bisects first.
+_SEARCH = 8
 
 
 def ridge_tokens(fp16_tflops: float, hbm_bw_gbps: float, dtype_bytes: int = 2) -> int:
@@ -76,17 +78,20 @@ class PrefillItem:
 @dataclass(frozen=True)
 class SchedState:
     """What the scheduler sees: the decode requests of this iteration (``decode_rids``, ``decode_context`` =
-    finished tokens f_d), the prefill queue in order (head first) and the host-memory room for new prefill KV,
-    in tokens (``free_tokens``; None: unlimited)."""
+    finished tokens f_d, optionally ``decode_class`` = their rankset classes), the prefill queue in order (head
+    first) and the host-memory room for new prefill KV, in tokens (``free_tokens``; None: unlimited)."""
 
     decode_rids: tuple = ()
     decode_context: tuple = ()
     prefills: tuple = ()
     free_tokens: int | None = None
+    decode_class: tuple | None = None
 
     def __post_init__(self):
         if len(self.decode_rids) != len(self.decode_context):
             raise ValueError("SchedState: decode_rids and decode_context differ in length")
+        if self.decode_class is not None and len(self.decode_class) != len(self.decode_rids):
+            raise ValueError("SchedState: decode_class and decode_rids differ in length")
 
 
 @dataclass
@@ -118,16 +123,27 @@ class Plan:
     chunked: list                                   # (sub-batch, rid, chunk) of each chunked request
 
 
-def balanced_split(context, counts_tiebreak: bool = True):
+def balanced_split(context, classes=None, counts_tiebreak: bool = True):
     """Split requests into two sub-batches with token totals as even as possible: longest first, each to the
-    sub-batch with the smaller total (ties: the one with fewer requests, then sub-batch 0). Returns two lists
-    of positions into ``context``."""
+    sub-batch with the smaller total (ties: the one with fewer requests, then sub-batch 0). Returns two lists of
+    positions into ``context``.
+
+    With ``classes`` (each request's rankset class, :mod:`host.l3.pim_side`), a sub-batch's decoding MHA lasts
+    as long as its most loaded class, so each request goes to the sub-batch whose load *in its class* is smaller
+    first, then by total (design refinement of step 2: with one class, or all classes distinct, it is the plain
+    rule)."""
     ctx = np.asarray(context, dtype=np.int64)
+    cls = np.zeros(len(ctx), np.int64) if classes is None else np.asarray(classes, dtype=np.int64)
     order = np.argsort(-ctx, kind="stable")
     tot, cnt = [0, 0], [0, 0]
+    load = {}
     out = ([], [])
     for j in order.tolist():
-        if tot[0] != tot[1]:
+        m = int(cls[j])
+        l0, l1 = load.get((0, m), 0), load.get((1, m), 0)
+        if classes is not None and l0 != l1:
+            s = 0 if l0 < l1 else 1
+        elif tot[0] != tot[1]:
             s = 0 if tot[0] < tot[1] else 1
         elif counts_tiebreak and cnt[0] != cnt[1]:
             s = 0 if cnt[0] < cnt[1] else 1
@@ -136,6 +152,7 @@ def balanced_split(context, counts_tiebreak: bool = True):
         out[s].append(j)
         tot[s] += int(ctx[j])
         cnt[s] += 1
+        load[(s, m)] = load.get((s, m), 0) + int(ctx[j])
     return out
 
 
@@ -162,14 +179,42 @@ def chunk_size(remaining, done, *, fixed_tp, tokens_before, n_d, target_fn, pred
     larger chunk."""
     hi = remaining if max_chunk is None else min(remaining, max_chunk)
     cand = _candidates(int(remaining), int(min_chunk), int(hi))
-    pos = cand > 0
-    tp = np.zeros(len(cand))
-    if pos.any():
-        tp[pos] = pred.t_p(cand[pos], np.full(int(pos.sum()), done))
-    g = fixed_tp + tp + pred.t_batch(tokens_before + cand, n_d)
-    p = np.broadcast_to(np.asarray(target_fn(cand), dtype=np.float64), g.shape)
-    err = np.abs(g - p)
-    best = len(err) - 1 - int(np.argmin(err[::-1]))
+
+    def err(cs):
+        pos = cs > 0
+        tp = np.zeros(len(cs))
+        if pos.any():
+            tp[pos] = pred.t_p(cs[pos], np.full(int(pos.sum()), done))
+        g = fixed_tp + tp + pred.t_batch(tokens_before + cs, n_d)
+        p = np.broadcast_to(np.asarray(target_fn(cs), dtype=np.float64), g.shape)
+        return np.abs(g - p), g, p
+
+    if len(cand) > _SEARCH:
+        # T_GPU - T_PIM grows with the chunk (nearly linearly): keep a bracket [lo, hi] around the first
+        # candidate past the line and shrink it by interpolation (bisection when that stalls), one row at a time
+        d = lambda j: float(np.subtract(*err(cand[j:j + 1])[1:])[0])
+        lo, hi = 0, len(cand) - 1
+        d_lo, d_hi = d(lo), d(hi)
+        if d_hi <= 0:
+            lo = hi
+        elif d_lo > 0:
+            hi = lo
+        bisect = False
+        while hi - lo > 1:
+            if bisect or d_hi == d_lo:
+                mid = (lo + hi) // 2
+            else:
+                mid = min(hi - 1, max(lo + 1, lo + int(round((hi - lo) * -d_lo / (d_hi - d_lo)))))
+            d_mid = d(mid)
+            width = hi - lo
+            if d_mid <= 0:
+                lo, d_lo = mid, d_mid
+            else:
+                hi, d_hi = mid, d_mid
+            bisect = not bisect and (hi - lo) > width // 2     # alternate when interpolation gains little
+        cand = cand[max(0, lo - 1):min(len(cand), hi + 2)]
+    e, g, p = err(cand)
+    best = len(e) - 1 - int(np.argmin(e[::-1]))
     return int(cand[best]), float(g[best]), float(p[best])
 
 
@@ -181,43 +226,63 @@ def fill_sub_batch(i, plan_sub, queue, used, *, pred, free_tokens, min_gpu_token
     """Step 3 for sub-batch ``i``: take prefills from ``queue`` (skipping positions in ``used``) into
     ``plan_sub[i]`` until ``T_GPU_i > T_PIM_{1-i}`` (and the sub-batch holds at least ``min_gpu_tokens`` GPU
     tokens, decodes included), the request that crosses the line chunked by :func:`chunk_size`; stops early when
-    host memory (``free_tokens``) runs out. Returns ``(free_tokens left, (rid, chunk) of the chunked request or
-    None)``."""
+    host memory (``free_tokens``) runs out. The whole-request prefixes are evaluated at once (one predictor call
+    per model). Returns ``(free_tokens left, (rid, chunk) of the chunked request or None)``."""
     sb, other = plan_sub[i], plan_sub[1 - i]
     n_d = len(sb.decode_rids)
     sfd_o, nd_o = other.sum_fd, len(other.decode_rids)
-    tp_sum = 0.0
+    avail = [(pos, it) for pos, it in enumerate(queue) if pos not in used]
     chunked = None
-    for pos, item in enumerate(queue):
-        if pos in used:
-            continue
-        room = item.remaining if free_tokens is None else min(item.remaining, free_tokens)
-        if room <= 0:
-            break
-        tokens = sb.sum_cp
-        tp_one = float(pred.t_p(np.array([item.remaining]), np.array([item.done]))[0])
-        whole_gpu = _t_gpu(pred, tp_sum + tp_one, tokens + item.remaining, n_d)
-        whole_pim = float(pred.t_pim(sfd_o, nd_o, tokens + item.remaining))
-        crosses = whole_gpu > whole_pim and tokens + item.remaining + n_d >= min_gpu_tokens
-        if not crosses and room == item.remaining:
-            take = item.remaining
-        else:
-            take, _, _ = chunk_size(item.remaining, item.done, fixed_tp=tp_sum, tokens_before=tokens, n_d=n_d,
-                                    target_fn=lambda c: pred.t_pim(sfd_o, nd_o, tokens + np.asarray(c)),
-                                    pred=pred, min_chunk=max(0, min_gpu_tokens - tokens - n_d), max_chunk=room)
-        if take > 0:
-            used.add(pos)
-            sb.prefill_rids.append(item.rid)
-            sb.chunks.append(int(take))
-            sb.done.append(int(item.done))
-            tp_sum += tp_one if take == item.remaining else \
-                float(pred.t_p(np.array([take]), np.array([item.done]))[0])
+    tp_sum = 0.0
+    if avail and (free_tokens is None or free_tokens > 0):
+        rem = np.array([it.remaining for _, it in avail], dtype=np.int64)
+        done = np.array([it.done for _, it in avail], dtype=np.int64)
+        cum = np.cumsum(rem)
+        tp_each = np.zeros(len(avail))
+        k, start, block = len(avail), 0, 2
+        while start < len(avail):                    # prefixes in growing blocks: most stops come early
+            end = min(len(avail), start + block)
+            tp_each[start:end] = pred.t_p(rem[start:end], done[start:end])
+            g = np.cumsum(tp_each[:end])[start:] + pred.t_batch(cum[start:end], n_d)
+            p = np.asarray(pred.t_pim(sfd_o, nd_o, cum[start:end]), dtype=np.float64)
+            stop = (g > p) & (cum[start:end] + n_d >= min_gpu_tokens)
             if free_tokens is not None:
-                free_tokens -= take
-            if take < item.remaining:
-                chunked = (item.rid, int(take))
-        if crosses or take < item.remaining:
-            break
+                stop |= cum[start:end] > free_tokens
+            hit = np.flatnonzero(stop)
+            if len(hit):
+                k = start + int(hit[0])
+                break
+            start, block = end, 2 * block
+        for j in range(k):                           # whole requests before the line
+            pos, it = avail[j]
+            used.add(pos)
+            sb.prefill_rids.append(it.rid)
+            sb.chunks.append(int(it.remaining))
+            sb.done.append(int(it.done))
+        tp_sum = float(tp_each[:k].sum())
+        tokens = int(cum[k - 1]) if k else 0
+        if free_tokens is not None:
+            free_tokens -= tokens
+        if k < len(avail):                           # the request at the line: chunk it (or leave it out)
+            pos, it = avail[k]
+            room = it.remaining if free_tokens is None else min(it.remaining, free_tokens)
+            take = 0
+            if room > 0:
+                take, _, _ = chunk_size(it.remaining, it.done, fixed_tp=tp_sum, tokens_before=tokens, n_d=n_d,
+                                        target_fn=lambda c: pred.t_pim(sfd_o, nd_o, tokens + np.asarray(c)),
+                                        pred=pred, min_chunk=max(0, min_gpu_tokens - tokens - n_d),
+                                        max_chunk=room)
+            if take > 0:
+                used.add(pos)
+                sb.prefill_rids.append(it.rid)
+                sb.chunks.append(int(take))
+                sb.done.append(int(it.done))
+                tp_sum += float(tp_each[k]) if take == it.remaining else \
+                    float(pred.t_p(np.array([take]), np.array([it.done]))[0])
+                if free_tokens is not None:
+                    free_tokens -= take
+                if take < it.remaining:
+                    chunked = (it.rid, int(take))
     sb.t_gpu = _t_gpu(pred, tp_sum, sb.sum_cp, n_d)
     return free_tokens, chunked
 
@@ -227,7 +292,7 @@ def schedule(state: SchedState, pred, *, min_gpu_tokens: int = 0, balance: bool 
     sub-batch 0 (a single batch) and admits no prefill by the rule (used by no ablation; for tests)."""
     sub = (SubBatch(), SubBatch())
     ctx = list(state.decode_context)
-    parts = balanced_split(ctx) if balance else (list(range(len(ctx))), [])
+    parts = balanced_split(ctx, state.decode_class) if balance else (list(range(len(ctx))), [])
     for s, part in enumerate(parts):
         for j in part:
             sub[s].decode_rids.append(state.decode_rids[j])

@@ -18,24 +18,26 @@ tokens / total execution time over 1,000 requests drawn at random (6.1 set-up fa
 
 **Real trace** (``trace``): arrival times and prompt / output lengths of the Azure LLM inference trace
 (conversation service, 2023; Splitwise, Patel et al. ISCA 2024), as processed by Vidur
-(data/vidur/processed_traces/splitwise_conv.csv); ``n`` consecutive requests from a seeded random start,
-arrival times shifted to start at 0.
+(data/vidur/processed_traces/splitwise_conv.csv), through :func:`host.workloads.trace_workload`: ``n``
+consecutive requests from a seeded random start, arrival times shifted to start at 0.
+
+Every trace is a :class:`host.workloads.Workload` (its ``params`` and ``notes`` go into config.json).
 """
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from host.serving import RequestTable
+from host.workloads import Workload, trace_workload
 
 __all__ = ["TraceStats", "TABLE4", "TRACES", "MAX_TOTAL_TOKENS", "lognormal_params", "generate", "real_trace",
-           "load_trace", "trace_stats", "REAL_TRACE_PATH"]
+           "load_trace", "trace_stats", "REAL_TRACE"]
 
 #: The rank PU buffer's token capacity at the PAPER geometry (256 KB / 2 B; L3 4.4, hdl.pim.config.max_tokens).
 MAX_TOTAL_TOKENS = 128 * 1024
 
-REAL_TRACE_PATH = Path(__file__).resolve().parents[2] / "data" / "vidur" / "processed_traces" / "splitwise_conv.csv"
+#: The real trace (host.workloads' ``splitwise-conv``).
+REAL_TRACE = "splitwise-conv"
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ def _draw(rng, mean, std, n):
     return np.maximum(1, np.rint(rng.lognormal(mu, sigma, n))).astype(np.int64)
 
 
-def generate(name: str, n: int = 1000, seed: int = 0, *, max_total: int = MAX_TOTAL_TOKENS) -> RequestTable:
+def generate(name: str, n: int = 1000, seed: int = 0, *, max_total: int = MAX_TOTAL_TOKENS) -> Workload:
     """``n`` requests of the Table 4 trace ``name`` (see the module docstring), all arriving at t = 0."""
     if name not in TABLE4:
         raise ValueError(f"unknown generated trace {name!r}; allowed: {sorted(TABLE4)}")
@@ -84,46 +86,37 @@ def generate(name: str, n: int = 1000, seed: int = 0, *, max_total: int = MAX_TO
     st = TABLE4[name]
     rng = np.random.default_rng(seed)
     pin, pout = _draw(rng, st.in_mean, st.in_std, n), _draw(rng, st.out_mean, st.out_std, n)
+    redrawn = 0
     for _ in range(1000):
         bad = pin + pout > max_total
         if not bad.any():
             break
         k = int(bad.sum())
+        redrawn += k
         pin[bad], pout[bad] = _draw(rng, st.in_mean, st.in_std, k), _draw(rng, st.out_mean, st.out_std, k)
     else:
         raise RuntimeError(f"{name}: could not draw lengths within {max_total} tokens")
-    return RequestTable(id=np.arange(n), arrival_s=np.zeros(n), prompt_tokens=pin, output_tokens=pout)
+    mu_i, s_i = lognormal_params(st.in_mean, st.in_std)
+    mu_o, s_o = lognormal_params(st.out_mean, st.out_std)
+    params = dict(generator="host.l3.traces.generate", name=name, n_requests=n, seed=seed, max_total=max_total,
+                  distribution="lognormal", arrivals="all at t = 0", table4=vars(st),
+                  prompt_mu=mu_i, prompt_sigma=s_i, output_mu=mu_o, output_sigma=s_o, redrawn=redrawn)
+    notes = [f"{st.name}: lengths generated from {st.source} (lognormal with its mean and std, rounded, >= 1; "
+             f"prompt + output <= {max_total}, {redrawn} redrawn); the trace itself is not available offline"]
+    return Workload(name, np.zeros(n), pin, pout, np.zeros(n, np.int64), params=params, notes=notes)
 
 
-def real_trace(n: int = 1000, seed: int = 0, *, path=REAL_TRACE_PATH, max_total: int = MAX_TOTAL_TOKENS
-               ) -> RequestTable:
-    """``n`` consecutive requests of the real trace (module docstring)."""
-    import pandas as pd
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"real trace {path} not found (data/vidur/processed_traces, copied by host-core)")
-    df = pd.read_csv(path)
-    cols = {c.lower(): c for c in df.columns}
-    need = {"arrived_at": None, "num_prefill_tokens": None, "num_decode_tokens": None}
-    for k in need:
-        if k not in cols:
-            raise ValueError(f"{path}: expected columns {sorted(need)}, got {list(df.columns)}")
-    arr = df[cols["arrived_at"]].to_numpy(np.float64)
-    pin = df[cols["num_prefill_tokens"]].to_numpy(np.int64)
-    pout = df[cols["num_decode_tokens"]].to_numpy(np.int64)
-    ok = (pin >= 1) & (pout >= 1) & (pin + pout <= max_total)
-    arr, pin, pout = arr[ok], pin[ok], pout[ok]
-    if len(arr) < n:
-        raise ValueError(f"{path}: {len(arr)} usable requests, {n} requested")
-    order = np.argsort(arr, kind="stable")
-    arr, pin, pout = arr[order], pin[order], pout[order]
-    start = int(np.random.default_rng(seed).integers(0, len(arr) - n + 1))
-    sl = slice(start, start + n)
-    return RequestTable(id=np.arange(n), arrival_s=arr[sl] - arr[start], prompt_tokens=pin[sl],
-                        output_tokens=pout[sl])
+def real_trace(n: int = 1000, seed: int = 0, *, max_total: int = MAX_TOTAL_TOKENS) -> Workload:
+    """``n`` consecutive requests of the real trace (module docstring); requests longer than ``max_total`` in
+    all would be an error (the conversation trace has none)."""
+    w = trace_workload(REAL_TRACE, n_requests=n, seed=seed)
+    if np.any(w.prompt_tokens + w.output_tokens > max_total):
+        raise ValueError(f"{REAL_TRACE}: a request exceeds {max_total} tokens (prompt + output)")
+    w.name = "trace"
+    return w
 
 
-def load_trace(name: str, n: int = 1000, seed: int = 0) -> RequestTable:
+def load_trace(name: str, n: int = 1000, seed: int = 0) -> Workload:
     """A trace by CLI name (:data:`TRACES`)."""
     if name == "trace":
         return real_trace(n, seed)
@@ -132,7 +125,7 @@ def load_trace(name: str, n: int = 1000, seed: int = 0) -> RequestTable:
     return generate(name, n, seed)
 
 
-def trace_stats(table: RequestTable) -> dict:
+def trace_stats(table) -> dict:
     """Achieved moments of a trace (to compare with Table 4)."""
     return {"requests": int(table.n), "in_mean": float(table.prompt_tokens.mean()),
             "in_std": float(table.prompt_tokens.std()), "out_mean": float(table.output_tokens.mean()),

@@ -14,7 +14,9 @@ def test_packed_forest_equals_sklearn():
     y = 1e-3 + X[:, 0] * 2e-6 + X[:, 0] * X[:, 1] * 1e-10
     rf = RandomForestRegressor(n_estimators=8, max_depth=10, random_state=0, n_jobs=1).fit(X, y)
     Xt = np.vstack([rng.uniform(-100, 9000, (300, 2)), X[:20]])
-    np.testing.assert_array_equal(PackedForest(rf).predict(Xt), rf.predict(Xt))
+    pf = PackedForest(rf)
+    np.testing.assert_array_equal(pf.predict(Xt), rf.predict(Xt))
+    np.testing.assert_array_equal(pf.predict_numpy(Xt), rf.predict(Xt))
 
 
 def test_online_refit_schedule():
@@ -101,3 +103,14 @@ def test_predictors_interface():
     assert pred.t_p([16, 32], [0, 0]).shape == (2,)
     assert pred.t_batch([0, 16, 64], 8).shape == (3,)
     assert pred.t_gpu([100, 200], [0, 50], 8) > 0
+
+
+def test_packed_forest_small_queries_equal_sklearn():
+    rng = np.random.default_rng(4)
+    X = rng.uniform(0, 5000, (300, 2))
+    y = np.sin(X[:, 0] / 700) + X[:, 1] * 1e-3
+    rf = RandomForestRegressor(n_estimators=5, max_depth=8, random_state=1, n_jobs=1).fit(X, y)
+    pf = PackedForest(rf)
+    for n in (1, 3, pf.PY_ROWS, pf.PY_ROWS + 1):   # the plain-Python and the vectorized paths
+        Xt = rng.uniform(0, 5000, (n, 2))
+        np.testing.assert_array_equal(pf.predict(Xt), rf.predict(Xt))

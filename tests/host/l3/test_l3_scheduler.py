@@ -201,3 +201,17 @@ def test_chunk_size_candidates():
     c, _, _ = chunk_size(1000, 0, fixed_tp=0.0, tokens_before=0, n_d=0, target_fn=lambda x: np.full(np.shape(x), 9.),
                          pred=pred, max_chunk=250)
     assert c == 240                              # memory room 250: the largest multiple of 16 below it
+
+
+def test_balanced_split_by_class():
+    # two classes: each sub-batch gets one long and one short request of each class
+    ctx = [9000, 8000, 1000, 500, 9000, 8000, 1000, 500]
+    cls = [0, 0, 0, 0, 1, 1, 1, 1]
+    a, b = balanced_split(ctx, cls)
+    for g in (a, b):
+        for m in (0, 1):
+            load = sum(ctx[j] for j in g if cls[j] == m)
+            assert load in (9500, 9000)
+    # all classes distinct: the plain rule (the paper's example)
+    a, b = balanced_split([2000, 3000, 4000, 5000], [0, 1, 2, 3])
+    assert sorted(sorted([2000, 3000, 4000, 5000][j] for j in g) for g in (a, b)) == [[2000, 5000], [3000, 4000]]
