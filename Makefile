@@ -8,7 +8,7 @@ SYNTH_STAMP := $(VENV)/.installed-synth
 # pytest workers: the machine (and CI) has 2 cores.
 JOBS   ?= 2
 
-.PHONY: demo test verilog lint cocotb synth fp-report bench-fp bench-dram bench-ndp bench-pim fuzz clean
+.PHONY: demo test verilog lint cocotb synth fp-report bench-fp bench-dram bench-ndp bench-pim bench-host fuzz clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ndpim needs Python >= 3.11: make PYTHON=python3.11 ...")'
@@ -53,6 +53,11 @@ bench-ndp: $(STAMP)
 # to 128K tokens, system bandwidth vs the 406 GB/s CPU bus, rankset compute preserved, accuracy vs float64.
 bench-pim: $(STAMP)
 	$(PY) -m sim.perf.pim_bench --rtl
+
+# Host model: serving-engine speed, GPU-model held-out error, and the PLoRA / L3 system grids when present
+# (plora_grid_s, l3_grid_s); writes build/bench/host.json.
+bench-host: $(STAMP)
+	$(PY) -m host.bench
 
 # Long CXL device fuzz campaign (Verilator, both cores): ~20-50 ms per case per core, so FUZZ_CASES=1000000
 # takes hours.

@@ -1,6 +1,16 @@
-"""The ``ndpim`` command line: Verilog generation, lint, synthesis statistics, FP reports and benchmarks."""
+"""The ``ndpim`` command line: Verilog generation, lint, synthesis statistics, FP reports and benchmarks, and the
+host model's command groups.
+
+Command groups are pluggable: besides the built-in groups (``gpu``: host/gpu/cli.py), ``main`` imports each
+module in ``PLUGINS`` that exists (``host.plora.cli``, ``host.l3.cli``) and calls its
+``add_parser(subparsers)``, which adds its own group (``ndpim plora ...``, ``ndpim l3 ...``) and sets
+``func`` on every parser it creates (``parser.set_defaults(func=...)``; ``func(args)`` returns an exit code or
+None). A helper adding a group therefore never edits this file. A plugin module that exists but fails to import
+is an error (it is not silently skipped).
+"""
 
 import argparse
+import importlib
 import sys
 import time
 from pathlib import Path
@@ -105,6 +115,23 @@ def cmd_bench_fp(args):
                   f"{rate:>12,.0f}", flush=True)
 
 
+# Modules that may add a command group: each defines add_parser(subparsers).
+BUILTIN_GROUPS = ("host.gpu.cli",)
+PLUGINS = ("host.plora.cli", "host.l3.cli")
+
+
+def _plugin_modules():
+    mods = [importlib.import_module(name) for name in BUILTIN_GROUPS]
+    for name in PLUGINS:
+        try:
+            mods.append(importlib.import_module(name))
+        except ModuleNotFoundError as exc:
+            # only "this plugin (or its package) does not exist" is skippable
+            if exc.name is None or not name.startswith(exc.name):
+                raise
+    return mods
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="ndpim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -135,6 +162,9 @@ def main(argv=None):
     p.add_argument("--verilator-vectors", type=int, default=500_000)
     p.add_argument("--top", action="append", help="only this unit (repeatable)")
     p.set_defaults(func=cmd_bench_fp)
+
+    for mod in _plugin_modules():
+        mod.add_parser(sub)
 
     args = parser.parse_args(argv)
     if getattr(args, "vectors", 1) is not None and getattr(args, "vectors", 1) < 1:

@@ -17,7 +17,21 @@ import numpy as np
 
 from host.gpu.profiles import DATA_DIR
 
-__all__ = ["AllReduceModel", "NETWORK_PROFILES"]
+__all__ = ["AllReduceModel", "NETWORK_PROFILES", "isotonic_increasing"]
+
+
+def isotonic_increasing(y) -> np.ndarray:
+    """Least-squares non-decreasing fit of the sequence ``y`` (pool-adjacent-violators)."""
+    vals, weights, counts = [], [], []
+    for v in np.asarray(y, dtype=np.float64):
+        vals.append(v), weights.append(1.0), counts.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            w = weights[-2] + weights[-1]
+            v = (vals[-2] * weights[-2] + vals[-1] * weights[-1]) / w
+            c = counts[-2] + counts[-1]
+            del vals[-1], weights[-1], counts[-1]
+            vals[-1], weights[-1], counts[-1] = v, w, c
+    return np.repeat(vals, counts)
 
 NETWORK_PROFILES = {"a100": DATA_DIR / "vidur" / "profiling" / "network" / "a100_dgx" / "all_reduce.csv",
                     "h100": DATA_DIR / "vidur" / "profiling" / "network" / "h100_dgx" / "all_reduce.csv"}
@@ -42,26 +56,28 @@ class AllReduceModel:
     @classmethod
     @lru_cache(maxsize=None)
     def for_gpu(cls, gpu: str) -> "AllReduceModel":
-        from sklearn.isotonic import IsotonicRegression
-        import pandas as pd
+        import csv
+        import statistics
         from host.models.hardware import NODES
         try:
             path = NETWORK_PROFILES[gpu]
         except KeyError:
             raise ValueError(f"no measured all-reduce profile for GPU {gpu!r}; available: "
                              f"{sorted(NETWORK_PROFILES)}") from None
-        df = pd.read_csv(path)
-        df = df[df["collective"] == "all_reduce"]
-        max_dpn = int(df["max_devices_per_node"].max())
+        with open(path, newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r["collective"] == "all_reduce"]
+        max_dpn = max(int(r["max_devices_per_node"]) for r in rows)
+        by_n = {}
+        for r in rows:
+            n = int(r["num_workers"])
+            if int(r["devices_per_node"]) == min(n, max_dpn):
+                by_n.setdefault(n, {}).setdefault(float(r["size"]), []).append(
+                    float(r["time_stats.all_reduce.median"]) * 1e-3)
         curves = {}
-        for n, g in df.groupby("num_workers"):
-            g = g[g["devices_per_node"] == min(int(n), max_dpn)]
-            if g.empty:
-                continue
-            g = g.groupby("size")["time_stats.all_reduce.median"].median().sort_index()
-            sizes = g.index.to_numpy(np.float64)
-            times = IsotonicRegression().fit_transform(np.log(sizes), g.to_numpy(np.float64) * 1e-3)
-            curves[int(n)] = (sizes, times)
+        for n, pts in by_n.items():
+            sizes = np.array(sorted(pts))
+            times = isotonic_increasing([statistics.median(pts[s]) for s in sizes])
+            curves[n] = (sizes, times)
         link = next(node.gpu_link.bw_gbps for node in NODES.values() if node.gpu.name == gpu)
         return cls(curves, link, name=f"{gpu} ({path.parent.name})")
 

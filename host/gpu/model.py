@@ -43,7 +43,7 @@ from host.models.llm import LLMConfig
 from host.gpu.profiles import DATA_DIR, ELT_OPS
 
 __all__ = ["GemmParams", "EltParams", "Calibration", "CALIBRATION_PATH", "load_calibration", "soft_roofline",
-           "OpTime", "IterationTime", "GPUModel"]
+           "OpTime", "IterationTime", "GPUModel", "get_gpu_model"]
 
 CALIBRATION_PATH = DATA_DIR / "gpu_calibration.json"
 
@@ -139,7 +139,8 @@ class GPUModel:
         self._allreduce = allreduce
         self._peak = self.gpu.fp16_tflops * 1e12
         self._bw = self.gpu.hbm_bw_gbps * 1e9
-        self._cache = {}
+        self._tables = {}
+        self._models = {}
 
     # --- operators (vectorized) ----------------------------------------------------------------------------
     def gemm(self, M, K, N, *, experts: int = 0, active: int = 0) -> OpTime:
@@ -211,45 +212,102 @@ class GPUModel:
         return self.allreduce.time(nbytes, n_workers)
 
     # --- a whole forward pass --------------------------------------------------------------------------------
-    def _dense_part(self, model: LLMConfig, tp: int, tokens: int, logits_tokens: int) -> tuple:
-        """Calibrated and floor per-op totals (all layers) of everything but attention; cached."""
-        key = (model, tp, tokens, logits_tokens)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
+    def dense_ops(self, model: LLMConfig, tp: int, tokens) -> dict:
+        """Everything of a forward pass but attention and the LM head, vectorized over ``tokens`` (an array of
+        token counts): op name -> (calibrated, floor) arrays, each summed over the layers."""
+        M = np.asarray(tokens, dtype=np.float64)
         L, H = model.n_layers, model.d_model
-        ops, floors = {}, {}
+        on = M > 0
+        out = {}
 
         def add(name, t: OpTime, times=1.0):
-            ops[name] = ops.get(name, 0.0) + float(t.calibrated_s) * times
-            floors[name] = floors.get(name, 0.0) + float(t.floor_s) * times
+            c = np.where(on, t.calibrated_s, 0.0) * times
+            f = np.where(on, t.floor_s, 0.0) * times
+            if name in out:
+                out[name] = (out[name][0] + c, out[name][1] + f)
+            else:
+                out[name] = (c, f)
 
         for lin in model.linears(tp):
             if lin.name.startswith("mlp") and model.is_moe:
-                add(lin.name, self.gemm(tokens, lin.k, lin.n, experts=model.n_experts,
-                                        active=model.n_active_experts), L)
+                add(lin.name, self.gemm(M, lin.k, lin.n, experts=model.n_experts, active=model.n_active_experts), L)
             else:
-                add(lin.name, self.gemm(tokens, lin.k, lin.n), L)
+                add(lin.name, self.gemm(M, lin.k, lin.n), L)
         if model.is_moe:
-            add("moe_router", self.gemm(tokens, H, model.n_experts), L)
+            add("moe_router", self.gemm(M, H, model.n_experts), L)
         q_dim, kv_dim, ff = model.q_dim / tp, max(model.kv_dim / tp, model.head_dim), model.ffn_width() / tp
         act = (6.0 if model.gated_mlp else 4.0) * ff * (model.n_active_experts if model.is_moe else 1)
-        add("input_layernorm", self.elementwise("input_layernorm", 4.0 * tokens * H), L)
-        add("attn_rope", self.elementwise("attn_rope", 4.0 * tokens * (q_dim + kv_dim)), L)
-        add("post_attention_layernorm", self.elementwise("post_attention_layernorm", 4.0 * tokens * H), L)
-        add("mlp_act", self.elementwise("mlp_act", act * tokens), L)
-        add("add", self.elementwise("add", 6.0 * tokens * H), L)
-        add("emb", self.elementwise("emb", 4.0 * tokens * H))
-        add("final_norm", self.elementwise("input_layernorm", 4.0 * tokens * H))
-        if logits_tokens:
-            add("lm_head", self.gemm(logits_tokens, H, model.vocab / tp))
+        add("input_layernorm", self.elementwise("input_layernorm", 4.0 * M * H), L)
+        add("attn_rope", self.elementwise("attn_rope", 4.0 * M * (q_dim + kv_dim)), L)
+        add("post_attention_layernorm", self.elementwise("post_attention_layernorm", 4.0 * M * H), L)
+        add("mlp_act", self.elementwise("mlp_act", act * M), L)
+        add("add", self.elementwise("add", 6.0 * M * H), L)
+        add("emb", self.elementwise("emb", 4.0 * M * H))
+        add("final_norm", self.elementwise("input_layernorm", 4.0 * M * H))
         if tp > 1:
-            add("all_reduce", self.all_reduce(2.0 * tokens * H, tp), 2 * L)
-        out = (ops, floors)
-        if len(self._cache) > 50_000:
-            self._cache.clear()
-        self._cache[key] = out
+            add("all_reduce", self.all_reduce(2.0 * M * H, tp), 2 * L)
         return out
+
+    def dense_time(self, model: LLMConfig, tp: int, tokens, logits_tokens=0):
+        """Calibrated time of everything but attention for ``tokens`` tokens with the LM head over
+        ``logits_tokens`` (vectorized; tabulated)."""
+        tab = self._dense_table(model, tp, int(np.max(tokens, initial=0)), int(np.max(logits_tokens, initial=0)))
+        out = tab["total"][np.asarray(tokens, dtype=np.int64)] + tab["lm"][np.asarray(logits_tokens, dtype=np.int64)]
+        return float(out) if np.ndim(out) == 0 else out
+
+    _TABLE_MAX = 1 << 16
+
+    def _dense_table(self, model: LLMConfig, tp: int, tokens: int, logits_tokens: int) -> dict | None:
+        """Per (model, tp): every dense op's time for 0..n-1 tokens (n doubling as needed, up to 65,536) and
+        the LM head's for 0..n-1 logits tokens. None when ``tokens`` exceeds the cap."""
+        key = (id(model), tp)
+        tab = self._tables.get(key)
+        need = max(tokens, logits_tokens) + 1
+        if tab is None or need > tab["n"]:
+            if need > self._TABLE_MAX:
+                return None
+            n = max(1024, need, 2 * tab["n"] if tab else 0)
+            n = min(1 << int(np.ceil(np.log2(n))), self._TABLE_MAX)
+            self._models[id(model)] = model  # keeps id(model) unique while tabulated
+            ops = self.dense_ops(model, tp, np.arange(n))
+            names = list(ops)
+            cal = np.array([ops[k][0] for k in names])
+            flo = np.array([ops[k][1] for k in names])
+            lm = self.gemm(np.arange(n), model.d_model, model.vocab / tp)
+            tab = {"n": n, "names": names, "cal": cal, "floor": flo, "total": cal.sum(axis=0),
+                   "total_floor": flo.sum(axis=0), "lm": np.asarray(lm.calibrated_s),
+                   "lm_floor": np.asarray(lm.floor_s)}
+            self._tables[key] = tab
+        return tab
+
+    def _dense_part(self, model: LLMConfig, tp: int, tokens: int, logits_tokens: int) -> tuple:
+        """(ops, floors, total, total floor) of everything but attention, LM head included."""
+        tab = self._dense_table(model, tp, tokens, logits_tokens)
+        if tab is not None:
+            ops = dict(zip(tab["names"], tab["cal"][:, tokens].tolist()))
+            floors = dict(zip(tab["names"], tab["floor"][:, tokens].tolist()))
+            total, floor = float(tab["total"][tokens]), float(tab["total_floor"][tokens])
+            if logits_tokens:
+                c, f = float(tab["lm"][logits_tokens]), float(tab["lm_floor"][logits_tokens])
+                ops["lm_head"], floors["lm_head"] = c, f
+                total, floor = total + c, floor + f
+            return ops, floors, total, floor
+        d = self.dense_ops(model, tp, np.array([tokens]))
+        ops = {k: float(v[0][0]) for k, v in d.items()}
+        floors = {k: float(v[1][0]) for k, v in d.items()}
+        if logits_tokens:
+            lm = self.gemm(float(logits_tokens), model.d_model, model.vocab / tp)
+            ops["lm_head"], floors["lm_head"] = float(lm.calibrated_s), float(lm.floor_s)
+        return ops, floors, sum(ops.values()), sum(floors.values())
+
+    def _scalar(self, flops: float, nbytes: float) -> tuple:
+        """(calibrated, floor) of one operator with scalar FLOPs and bytes (fast path)."""
+        g = self.cal.gemm
+        if flops <= 0 and nbytes <= 0:
+            return 0.0, 0.0
+        tm = nbytes / (self._bw * g.eff_mem)
+        tc = flops / (self._peak * g.eff_compute)
+        return g.t0_s + (tm ** g.p + tc ** g.p) ** (1.0 / g.p), max(flops / self._peak, nbytes / self._bw)
 
     def iteration(self, model: LLMConfig, *, tp: int | None = None, prefill_q=(), prefill_kv=(),
                   decode_requests: int = 0, decode_kv_tokens=0, logits_tokens: int | None = None,
@@ -262,26 +320,45 @@ class GPUModel:
         tokens that go through the LM head (default: decodes + prefill chunks).
         """
         tp = model.tp if tp is None else tp
-        q = np.asarray(prefill_q, dtype=np.int64)
-        kvp = np.asarray(prefill_kv, dtype=np.int64)
-        tokens = int(q.sum()) + int(decode_requests)
+        n_pre = len(prefill_q)
+        if n_pre:
+            q = np.asarray(prefill_q, dtype=np.float64)
+            q_sum = float(q.sum())
+        else:
+            q_sum = 0.0
+        tokens = int(q_sum) + int(decode_requests)
         if logits_tokens is None:
-            logits_tokens = int(decode_requests) + len(q)
-        ops, floors = self._dense_part(model, tp, tokens, int(logits_tokens))
-        ops, floors = dict(ops), dict(floors)
+            logits_tokens = int(decode_requests) + n_pre
+        ops, floors, total, floor = self._dense_part(model, tp, tokens, int(logits_tokens))
         heads = model.n_heads // tp
         kv_heads = max(model.n_kv_heads // tp, 1)
+        hd = model.head_dim
         L = model.n_layers
-        if len(q):
-            a = self.attention_prefill(q, kvp, heads=heads, kv_heads=kv_heads, head_dim=model.head_dim,
-                                       kv_dtype_bytes=kv_dtype_bytes)
-            ops["attn_prefill"], floors["attn_prefill"] = L * float(a.calibrated_s), L * float(a.floor_s)
+        if n_pre:
+            kv = np.asarray(prefill_kv, dtype=np.float64)
+            if kv.shape != q.shape or np.any(kv < q):
+                raise ValueError("iteration: prefill_q and prefill_kv must match and prefill_kv >= prefill_q")
+            flops = 4.0 * heads * hd * float(np.sum(q * (kv - (q - 1) / 2)))
+            nbytes = 4.0 * q_sum * heads * hd + 2.0 * kv_heads * hd * kv_dtype_bytes * float(kv.sum())
+            c, f = self._scalar(flops, nbytes)
+            ops["attn_prefill"], floors["attn_prefill"] = L * c, L * f
+            total, floor = total + L * c, floor + L * f
         if decode_requests:
-            a = self.attention_decode(decode_requests, decode_kv_tokens, heads=heads, kv_heads=kv_heads,
-                                      head_dim=model.head_dim, kv_dtype_bytes=kv_dtype_bytes)
-            ops["attn_decode"], floors["attn_decode"] = L * a.calibrated_s, L * a.floor_s
-        total = sum(ops.values())
-        floor = sum(floors.values())
+            if np.ndim(decode_kv_tokens) == 0:
+                kvt = float(decode_kv_tokens)
+                c, f = self._scalar(4.0 * heads * hd * kvt, 2.0 * kv_heads * hd * kv_dtype_bytes * kvt
+                                    + 4.0 * decode_requests * heads * hd)
+            else:
+                kvt = np.asarray(decode_kv_tokens, dtype=np.float64)
+                g = self.cal.gemm
+                flops = (4.0 * heads * hd) * kvt
+                nbytes = (2.0 * kv_heads * hd * kv_dtype_bytes) * kvt + 4.0 * decode_requests * heads * hd
+                tm = nbytes * (1.0 / (self._bw * g.eff_mem))
+                tc = flops * (1.0 / (self._peak * g.eff_compute))
+                c = g.t0_s + (tm ** g.p + tc ** g.p) ** (1.0 / g.p)
+                f = np.maximum(flops * (1.0 / self._peak), nbytes * (1.0 / self._bw))
+            ops["attn_decode"], floors["attn_decode"] = L * c, L * f
+            total, floor = total + L * c, floor + L * f
         return IterationTime(total_s=total, floor_s=floor, ops=ops, floor_ops=floors)
 
     def batch_time(self, model: LLMConfig, batch, *, tp: int | None = None, kv_dtype_bytes: float = 2.0,
@@ -289,12 +366,18 @@ class GPUModel:
         """:meth:`iteration` for a :class:`host.serving.Batch` (all of it on this GPU's TP group). With
         ``runs = k > 1`` (decode-only batch), an array over the ``k`` iterations of a fused run."""
         pre = batch.prefill
-        dec_kv = int(batch.kv_after[~pre].sum())
-        n_dec = int((~pre).sum())
+        if not pre.any():
+            n_dec = len(pre)
+            dec_kv = int(batch.context.sum()) + n_dec
+            if runs > 1:
+                dec_kv = dec_kv + n_dec * np.arange(runs)
+            return self.iteration(model, tp=tp, decode_requests=n_dec, decode_kv_tokens=dec_kv,
+                                  logits_tokens=n_dec, kv_dtype_bytes=kv_dtype_bytes)
         if runs > 1:
-            if pre.any():
-                raise ValueError("batch_time: runs > 1 needs a decode-only batch")
-            dec_kv = dec_kv + n_dec * np.arange(runs)
+            raise ValueError("batch_time: runs > 1 needs a decode-only batch")
+        dec = ~pre
+        n_dec = int(dec.sum())
+        dec_kv = int(batch.context[dec].sum()) + n_dec
         return self.iteration(model, tp=tp, prefill_q=batch.new_tokens[pre], prefill_kv=batch.kv_after[pre],
                               decode_requests=n_dec, decode_kv_tokens=dec_kv,
                               logits_tokens=n_dec + int(batch.completes_prefill.sum()),
@@ -311,3 +394,14 @@ class GPUModel:
             elif op in self.cal.elt:
                 out[op] = np.asarray(self.elementwise(op, shape[2]).calibrated_s)
         return out
+
+
+_SHARED = {}
+
+
+def get_gpu_model(gpu: str) -> GPUModel:
+    """One shared :class:`GPUModel` per GPU type and process, with the default calibration (its tables and
+    caches are reused by every system built in the process, e.g. across the runs of a sweep worker)."""
+    if gpu not in _SHARED:
+        _SHARED[gpu] = GPUModel(gpu)
+    return _SHARED[gpu]

@@ -11,7 +11,7 @@ duration, a breakdown (named component times in seconds; components may overlap,
 duration), and :class:`Span` s on named lanes for the Chrome trace.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 import numpy as np
 
@@ -34,8 +34,11 @@ class Batch:
     completes_prefill: np.ndarray
     sub_batch: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
+    validate: InitVar[bool] = True
 
-    def __post_init__(self):
+    def __post_init__(self, validate=True):
+        if not validate:  # trusted constructors (Batch.of, select) build consistent int64 / bool columns
+            return
         self.req = np.asarray(self.req, dtype=np.int64)
         n = len(self.req)
         self.new_tokens = np.asarray(self.new_tokens, dtype=np.int64)
@@ -59,26 +62,47 @@ class Batch:
                 raise ValueError(f"Batch.sub_batch has shape {self.sub_batch.shape}, expected ({n},)")
 
     @classmethod
-    def of(cls, table, decode_idx=(), prefill_idx=(), prefill_chunks=None, sub_batch=None, meta=None) -> "Batch":
+    def of(cls, table, decode_idx=(), prefill_idx=(), prefill_chunks=None, sub_batch=None, meta=None,
+           check: bool = True) -> "Batch":
         """Build a batch from decode requests and prefill requests (``prefill_chunks[j]`` tokens of the
-        ``j``-th prefill; default its whole remaining prefill), reading contexts from ``table``."""
+        ``j``-th prefill; default its whole remaining prefill), reading contexts from ``table``. ``check=False``
+        skips the duplicate-request check for callers whose indices are distinct by construction (the default
+        batcher)."""
         d = np.asarray(decode_idx, dtype=np.int64)
         p = np.asarray(prefill_idx, dtype=np.int64)
-        if np.any(table.in_prefill(d)):
+        nd, npf = len(d), len(p)
+        d_pre = table.prefilled[d]
+        d_len = table.prefill_len[d]
+        if nd and (d_pre < d_len).any():
             raise ValueError("Batch.of: a decode request still has prefill tokens left")
-        if np.any(~table.in_prefill(p)):
-            raise ValueError("Batch.of: a prefill request has no prefill tokens left")
+        if npf == 0:
+            if sub_batch is not None:
+                sub_batch = np.asarray(sub_batch, dtype=np.int8)
+            if check and nd > 1 and (np.diff(np.sort(d)) == 0).any():
+                raise ValueError("Batch: a request appears twice in one batch")
+            if sub_batch is not None and sub_batch.shape != d.shape:
+                raise ValueError(f"Batch.sub_batch has shape {sub_batch.shape}, expected ({nd},)")
+            return cls(req=d, new_tokens=np.ones(nd, np.int64), context=d_len + table.generated[d] - 1,
+                       prefill=np.zeros(nd, bool), completes_prefill=np.zeros(nd, bool), sub_batch=sub_batch,
+                       meta=dict(meta or {}), validate=False)
         left = table.prefill_len[p] - table.prefilled[p]
+        if (left <= 0).any():
+            raise ValueError("Batch.of: a prefill request has no prefill tokens left")
         chunks = left if prefill_chunks is None else np.asarray(prefill_chunks, dtype=np.int64)
         if chunks.shape != p.shape or np.any(chunks < 1) or np.any(chunks > left):
             raise ValueError(f"Batch.of: prefill chunks must be in [1, remaining prefill] ({left}), got {chunks}")
-        nd = len(d)
-        return cls(req=np.concatenate([d, p]),
-                   new_tokens=np.concatenate([np.ones(nd, np.int64), chunks]),
-                   context=np.concatenate([table.context(d), table.prefilled[p]]),
-                   prefill=np.concatenate([np.zeros(nd, bool), np.ones(len(p), bool)]),
+        req = np.concatenate([d, p])
+        if len(np.unique(req)) != len(req):
+            raise ValueError("Batch: a request appears twice in one batch")
+        if sub_batch is not None:
+            sub_batch = np.asarray(sub_batch, dtype=np.int8)
+            if sub_batch.shape != req.shape:
+                raise ValueError(f"Batch.sub_batch has shape {sub_batch.shape}, expected ({len(req)},)")
+        return cls(req=req, new_tokens=np.concatenate([np.ones(nd, np.int64), chunks.astype(np.int64)]),
+                   context=np.concatenate([d_len + table.generated[d] - 1, table.prefilled[p]]),
+                   prefill=np.concatenate([np.zeros(nd, bool), np.ones(npf, bool)]),
                    completes_prefill=np.concatenate([np.zeros(nd, bool), chunks == left]),
-                   sub_batch=sub_batch, meta=dict(meta or {}))
+                   sub_batch=sub_batch, meta=dict(meta or {}), validate=False)
 
     def __len__(self):
         return len(self.req)
@@ -102,6 +126,12 @@ class Batch:
     @property
     def is_decode_only(self) -> bool:
         return not self.prefill.any()
+
+    @property
+    def decode_kv_tokens(self) -> int:
+        """KV tokens the decode entries attend over, in total (their contexts + 1)."""
+        dec = ~self.prefill
+        return int(self.context[dec].sum()) + int(dec.sum())
 
     @property
     def kv_after(self) -> np.ndarray:
@@ -168,5 +198,5 @@ class RunResult:
         self.durations_s = np.asarray(self.durations_s, dtype=np.float64)
         if self.durations_s.ndim != 1 or len(self.durations_s) < 1:
             raise ValueError("RunResult.durations_s must be a non-empty 1-D array")
-        if not np.all(np.isfinite(self.durations_s)) or self.durations_s.min() <= 0:
+        if not np.isfinite(self.durations_s).all() or self.durations_s.min() <= 0:
             raise ValueError("RunResult.durations_s must be finite and > 0")

@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from host.serving.batch import Batch, IterationResult, RunResult, Span
-from host.serving.metrics import GapHistogram, request_metrics, summarize
+from host.serving.metrics import TokenGaps, request_metrics, summarize
 from host.serving.request import Request, RequestTable, WAITING, RUNNING, FINISHED
 from host.serving.system import SchedulerView, System
 
@@ -43,7 +43,8 @@ class EngineConfig:
     ``fuse_decode``: offer stretches of identical decode iterations to ``System.price_decode_run``.
     ``max_time_s``: stop after the iteration that crosses this time (unfinished requests stay unfinished).
     ``record_iterations``: keep per-iteration rows. ``trace``: keep spans for the Chrome trace, at most
-    ``trace_max_events`` of them (later ones are counted, not kept).
+    ``trace_max_events`` of them (later ones are counted, not kept). ``progress``: a tqdm bar of finished
+    requests, shown when the run lasts more than 2 s.
     """
 
     fuse_decode: bool = True
@@ -52,6 +53,7 @@ class EngineConfig:
     record_iterations: bool = True
     trace: bool = True
     trace_max_events: int = 200_000
+    progress: bool = False
 
     def __post_init__(self):
         if not self.max_time_s > 0:
@@ -76,32 +78,42 @@ def as_table(requests) -> RequestTable:
 
 
 class _IterationLog:
-    """Columnar per-iteration rows; fused stretches append whole arrays."""
+    """Columnar per-iteration rows, kept as chunks (a scalar per single iteration, arrays for fused stretches)
+    and assembled once at the end."""
 
     def __init__(self):
-        self.cols = {k: [] for k in _FIXED}
-        self.extra = {}  # name -> list of (first row, values)
+        self.chunks = []   # (k, fixed tuple, extra dict)
         self.rows = 0
 
-    def append(self, k, fixed: dict, extra: dict):
-        for name in _FIXED:
-            v = fixed[name]
-            if k == 1 and np.ndim(v) == 0:
-                self.cols[name].append(v)
-            else:
-                self.cols[name].extend(np.broadcast_to(v, (k,)).tolist())
-        for name, v in extra.items():
-            if name in fixed:
-                raise ValueError(f"iteration record {name!r} collides with an engine column")
-            self.extra.setdefault(name, []).append((self.rows, np.broadcast_to(np.asarray(v, float), (k,))))
+    def append(self, k, fixed: tuple, extra: dict):
+        self.chunks.append((k, fixed, extra))
         self.rows += k
 
     def columns(self) -> dict:
-        out = {k: np.asarray(v) for k, v in self.cols.items()}
-        for name, parts in self.extra.items():
-            col = np.full(self.rows, np.nan)
-            for first, vals in parts:
-                col[first:first + len(vals)] = vals
+        n = self.rows
+        out = {}
+        for j, name in enumerate(_FIXED):
+            col = np.empty(n, dtype=np.float64 if name in ("start_s", "duration_s") else np.int64)
+            r = 0
+            for k, fixed, _ in self.chunks:
+                col[r:r + k] = fixed[j]
+                r += k
+            out[name] = col
+        names = []
+        for _, _, extra in self.chunks:
+            for name in extra:
+                if name not in names:
+                    if name in out:
+                        raise ValueError(f"iteration record {name!r} collides with an engine column")
+                    names.append(name)
+        for name in names:
+            col = np.full(n, np.nan)
+            r = 0
+            for k, _, extra in self.chunks:
+                v = extra.get(name)
+                if v is not None:
+                    col[r:r + k] = v
+                r += k
             out[name] = col
         return out
 
@@ -116,7 +128,7 @@ class RunOutput:
     iterations: dict
     spans: list
     dropped_spans: int
-    gaps: GapHistogram
+    gaps: TokenGaps
     summary: dict
     config: dict
     wall_s: float
@@ -157,20 +169,28 @@ class Engine:
         self._log = _IterationLog() if cfg.record_iterations else None
         self._n_req_per_iter, self._n_tok_per_iter = [], []
         self._spans, self._dropped = [], 0
-        self._gaps = GapHistogram()
+        self._gaps = TokenGaps()
+        self._iter_rep = []
         self._finished = 0
         ptr = 0
+        arr_list = arr_sorted.tolist()
+        next_arr = arr_list[0] if n else float("inf")
         t = float(arr_sorted[0]) if n else 0.0
         iters = 0
+        self._bar = None
+        if cfg.progress:
+            from tqdm import tqdm
+            self._bar = tqdm(total=n, desc=f"{system.name}: requests", delay=2.0, leave=False, dynamic_ncols=True)
         while self._finished < n:
             if t > cfg.max_time_s or iters >= cfg.max_iterations:
                 break
-            j = int(np.searchsorted(arr_sorted, t, side="right"))
-            if j > ptr:
+            if ptr < n and next_arr <= t:
+                j = int(np.searchsorted(arr_sorted, t, side="right"))
                 new = order[ptr:j]
                 table.state[new] = WAITING
                 view.waiting.extend(new.tolist())
                 ptr = j
+                next_arr = arr_list[ptr] if ptr < n else float("inf")
             view.now = t
             system.before_batch(view, t)
             batch = system.form_batch(view, t)
@@ -179,15 +199,15 @@ class Engine:
                     raise RuntimeError(f"{system.name}: form_batch returned no batch at t={t:.6f} s while "
                                        f"{len(view.running)} requests are running")
                 if ptr < n:
-                    t = max(t, float(arr_sorted[ptr]))
+                    t = max(t, next_arr)
                     continue
                 head = view.waiting[0]
                 why = system.admission_error(head) or "the system admitted nothing and nothing else can change"
                 raise RuntimeError(f"{system.name}: request {table.id[head]} (prompt {table.prompt_tokens[head]}, "
                                    f"output {table.output_tokens[head]} tokens) can never be admitted: {why}")
-            if np.any(table.state[batch.req] != RUNNING):
+            if (table.state[batch.req] != RUNNING).any():
                 raise RuntimeError(f"{system.name}: the batch holds requests that were not admitted")
-            next_arrival = float(arr_sorted[ptr]) if ptr < n else float("inf")
+            next_arrival = next_arr
             done = None
             if cfg.fuse_decode and batch.is_decode_only:
                 max_iters = int(table.remaining_output(batch.req).min())
@@ -210,7 +230,10 @@ class Engine:
                 done = self._apply_iteration(batch, res, t)
                 iters += 1
                 t = t + res.duration_s
-        summary = summarize(table, np.asarray(self._n_req_per_iter), np.asarray(self._n_tok_per_iter), self._gaps)
+        if self._bar is not None:
+            self._bar.close()
+        summary = summarize(table, self._n_req_per_iter, self._n_tok_per_iter, self._gaps, self._iter_rep)
+        summary["engine_steps"] = len(self._iter_rep)
         summary["system"] = system.name
         summary["trace_dropped_events"] = self._dropped
         extra = system.summary()
@@ -239,8 +262,9 @@ class Engine:
                 continue
             spans.append(s if s.start_s + s.dur_s <= t_cut else Span(s.lane, s.name, s.start_s, t_cut - s.start_s,
                                                                       s.args))
-        return RunResult(res.durations_s[:k], {n: np.asarray(v)[:k] for n, v in res.breakdown.items()}, spans,
-                         {n: np.asarray(v)[:k] for n, v in res.record.items()})
+        cut = lambda v: v[:k] if isinstance(v, np.ndarray) and v.ndim else v
+        return RunResult(res.durations_s[:k], {n: cut(v) for n, v in res.breakdown.items()}, spans,
+                         {n: cut(v) for n, v in res.record.items()})
 
     def _add_spans(self, t0: float, spans, batch: Batch, dur: float, k: int):
         if not self.config.trace:
@@ -263,6 +287,8 @@ class Engine:
             self._table.state[done] = FINISHED
             self._view._remove_finished(done)
             self._finished += len(done)
+            if self._bar is not None:
+                self._bar.update(len(done))
             self._system.on_finish(done, t_end)
 
     def _apply_iteration(self, batch: Batch, res: IterationResult, t: float) -> np.ndarray:
@@ -294,12 +320,11 @@ class Engine:
         n_pre = int(pre.sum())
         self._n_req_per_iter.append(len(batch))
         self._n_tok_per_iter.append(batch.num_tokens)
+        self._iter_rep.append(1)
         if self._log is not None:
-            fixed = dict(start_s=t, duration_s=dur, n_requests=len(batch), n_prefill=n_pre,
-                         n_decode=len(batch) - n_pre, prefill_tokens=batch.num_prefill_tokens,
-                         num_tokens=batch.num_tokens, kv_tokens=int(batch.kv_after.sum()), fused=1,
-                         finished=len(done), waiting=len(view.waiting), running=len(view.running))
-            self._log.append(1, fixed, {**res.breakdown, **res.record})
+            fixed = (t, dur, len(batch), n_pre, len(batch) - n_pre, batch.num_prefill_tokens, batch.num_tokens,
+                     int(batch.kv_after.sum()), 1, len(done), len(view.waiting), view.n_running)
+            self._log.append(1, fixed, {**res.breakdown, **res.record} if res.record else res.breakdown)
         self._add_spans(t, res.spans, batch, dur, 1)
         self._system.on_iteration_end(batch, res, t_end)
         self._finish(done, t_end)
@@ -313,29 +338,24 @@ class Engine:
         ends = t + np.cumsum(d)
         self._gaps.add(ends[0] - table.last_token_s[idx])
         if k > 1:
-            b = np.clip(np.searchsorted(GapHistogram.EDGES, d[1:], side="right") - 1, 0,
-                        len(self._gaps.counts) - 1)
-            np.add.at(self._gaps.counts, b, len(idx))
-            self._gaps.count += (k - 1) * len(idx)
-            self._gaps.total += float(d[1:].sum()) * len(idx)
-            self._gaps.max = max(self._gaps.max, float(d[1:].max()))
+            self._gaps.add(d[1:], len(idx))
         table.generated[idx] += k
         table.last_token_s[idx] = ends[-1]
         fin = table.generated[idx] >= table.output_tokens[idx]
         done = idx[fin]
         table.finish_s[done] = ends[-1]
         n = len(batch)
-        self._n_req_per_iter.extend([n] * k)
-        self._n_tok_per_iter.extend([n] * k)
+        self._n_req_per_iter.append(n)
+        self._n_tok_per_iter.append(n)
+        self._iter_rep.append(k)
         if self._log is not None:
             kv0 = int(batch.kv_after.sum())
             fin_col = np.zeros(k, np.int64)
             fin_col[-1] = len(done)
             view = self._view
-            fixed = dict(start_s=ends - d, duration_s=d, n_requests=n, n_prefill=0, n_decode=n, prefill_tokens=0,
-                         num_tokens=n, kv_tokens=kv0 + n * np.arange(k), fused=k, finished=fin_col,
-                         waiting=len(view.waiting), running=len(view.running))
-            self._log.append(k, fixed, {**res.breakdown, **res.record})
+            fixed = (ends - d, d, n, 0, n, 0, n, kv0 + n * np.arange(k), k, fin_col, len(view.waiting),
+                     view.n_running)
+            self._log.append(k, fixed, {**res.breakdown, **res.record} if res.record else res.breakdown)
         self._add_spans(t, res.spans, batch, float(d.sum()), k)
         self._system.on_iteration_end(batch, res, float(ends[-1]))
         self._finish(done, float(ends[-1]))

@@ -30,6 +30,8 @@ from host.serving.request import RequestTable, WAITING, RUNNING
 
 __all__ = ["System", "SchedulerView", "ContinuousBatcher", "KVBudget", "LinearCostSystem"]
 
+_NO_LIMIT = int(np.iinfo(np.int64).max)
+
 
 class SchedulerView:
     """The engine's queues as a batcher sees them (engine-owned; a batcher mutates them only through
@@ -44,17 +46,20 @@ class SchedulerView:
         self.table = table
         self.system = system
         self.waiting: deque = deque()
-        self._running: list = []
         self._running_arr = np.zeros(0, np.int64)
-        self._dirty = False
+        self._pending: list = []  # admitted since the array was last built
         self.now = 0.0
 
     @property
     def running(self) -> np.ndarray:
-        if self._dirty:
-            self._running_arr = np.asarray(self._running, dtype=np.int64)
-            self._dirty = False
+        if self._pending:
+            self._running_arr = np.concatenate([self._running_arr, np.asarray(self._pending, dtype=np.int64)])
+            self._pending = []
         return self._running_arr
+
+    @property
+    def n_running(self) -> int:
+        return len(self._running_arr) + len(self._pending)
 
     def admit(self, idx: int) -> None:
         """Move waiting request ``idx`` to running (records its first admission time, calls
@@ -66,8 +71,7 @@ class SchedulerView:
         t.state[idx] = RUNNING
         if np.isnan(t.admitted_s[idx]):
             t.admitted_s[idx] = self.now
-        self._running.append(int(idx))
-        self._dirty = True
+        self._pending.append(int(idx))
         self.system.on_admit(np.array([idx], np.int64), self.now)
 
     def preempt(self, idx: int) -> None:
@@ -76,8 +80,8 @@ class SchedulerView:
         t = self.table
         if t.state[idx] != RUNNING:
             raise ValueError(f"preempt: request {t.id[idx]} is not running")
-        self._running.remove(int(idx))
-        self._dirty = True
+        run = self.running
+        self._running_arr = run[run != idx]
         t.state[idx] = WAITING
         t.prefill_len[idx] = t.prompt_tokens[idx] + t.generated[idx]
         t.prefilled[idx] = 0
@@ -86,10 +90,10 @@ class SchedulerView:
         self.system.on_preempt(np.array([idx], np.int64), self.now)
 
     def _remove_finished(self, idx: np.ndarray) -> None:
+        """Drop requests the engine marked FINISHED."""
         if len(idx):
-            gone = set(idx.tolist())
-            self._running = [i for i in self._running if i not in gone]
-            self._dirty = True
+            run = self.running
+            self._running_arr = run[self.table.state[run] == RUNNING]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +131,7 @@ class ContinuousBatcher:
         running = view.running
         in_pre = table.in_prefill(running)
         decodes = running[~in_pre]
-        budget = self.max_tokens if self.max_tokens is not None else np.iinfo(np.int64).max
+        budget = self.max_tokens if self.max_tokens is not None else _NO_LIMIT
         if self.policy == "mixed":
             decodes = decodes[:budget]
             budget -= len(decodes)
@@ -162,7 +166,7 @@ class ContinuousBatcher:
             return Batch.of(table, [], pre_idx, pre_chunks)
         if not pre_idx and not len(decodes):
             return None
-        return Batch.of(table, decodes, pre_idx, pre_chunks)
+        return Batch.of(table, decodes, pre_idx, pre_chunks or None, check=False)
 
     def _take(self, left: int, budget: int, batch_nonempty: bool) -> int:
         """Tokens of a prefill with ``left`` tokens to take under ``budget`` (0: not this iteration)."""
@@ -316,7 +320,7 @@ class KVBudget:
         """Paged: how many more decode iterations requests ``idx`` can all run before one needs a block that
         does not fit (reserve: unbounded)."""
         if self.policy == "reserve" or len(idx) == 0:
-            return np.iinfo(np.int64).max
+            return _NO_LIMIT
         t = self.table
         kv_next = t.context(idx) + 1
         slack = self.held_tokens[idx] - kv_next  # tokens each can still add without a new block

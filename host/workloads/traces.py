@@ -14,11 +14,14 @@ The LMSYS Chatbot Arena trace (PLoRA's real workload, VII-A) is not available of
 says so in its notes and uses ``splitwise-conv`` (a chat service, like Chatbot Arena) instead.
 """
 
+from pathlib import Path
+
 import numpy as np
 
-from host.gpu.profiles import DATA_DIR
 from host.workloads.base import Workload
 from host.workloads.synthetic import adapter_ranks, all_at_once, gamma_arrivals, powerlaw_adapters
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"  # the project's data/ (data/README.md)
 
 __all__ = ["TRACES", "trace_workload", "lmsys_substitute", "LMSYS_NOTE"]
 

@@ -130,3 +130,56 @@ def test_bad_input():
         IterationResult(0.0)
     with pytest.raises(ValueError, match="unique"):
         RequestTable(id=[1, 1], arrival_s=[0, 0], prompt_tokens=[1, 1], output_tokens=[1, 1])
+
+
+def test_token_gaps_exact_and_mergeable():
+    from host.serving import TokenGaps
+    a, b = TokenGaps(), TokenGaps()
+    a.add([1.0, 2.0, 3.0])
+    b.add([10.0], weight=7)
+    m = TokenGaps.merge([a, b])
+    assert m.count == 10 and m.max == 10.0
+    assert m.mean() == pytest.approx((6 + 70) / 10)
+    assert m.percentile(30) == 3.0 and m.percentile(31) == 10.0 and m.percentile(0) == 1.0
+    a += b
+    assert a.count == 10
+
+
+def test_batcher_policies():
+    w = _workload(40, seed=3)
+    pf = run(w, LinearCostSystem(batcher=ContinuousBatcher(policy="prefill-first")))
+    it = pf.iterations
+    assert np.all((it["n_prefill"] == 0) | (it["n_decode"] == 0))  # never mixed
+    mixed = run(w, LinearCostSystem(batcher=ContinuousBatcher(max_tokens=64, chunk_prefill=True)))
+    it = mixed.iterations
+    assert np.any((it["n_prefill"] > 0) & (it["n_decode"] > 0))
+    assert it["num_tokens"].max() <= 64
+    capped = run(w, LinearCostSystem(batcher=ContinuousBatcher(max_requests=3)))
+    assert capped.summary["max_batch"] == 3
+
+
+def test_reproducible_and_progress_bar():
+    w = _workload(30, seed=9)
+    a = run(w, LinearCostSystem(kv_capacity_tokens=800, kv_policy="paged", block_tokens=8))
+    b = run(w, LinearCostSystem(kv_capacity_tokens=800, kv_policy="paged", block_tokens=8),
+            EngineConfig(progress=True))
+    assert a.summary == b.summary
+    for k, v in a.iterations.items():
+        np.testing.assert_array_equal(v, b.iterations[k])
+
+
+def test_first_api_gap_histogram_still_merges_run_outputs():
+    # the first API version's pattern (merging data-parallel replicas into a GapHistogram) keeps working
+    from host.serving import GapHistogram, summarize
+    outs = [run(_workload(20, seed=s), LinearCostSystem()) for s in (1, 2)]
+    gaps = GapHistogram()
+    for o in outs:
+        gaps.counts += o.gaps.counts
+        gaps.count += o.gaps.count
+        gaps.total += o.gaps.total
+        gaps.max = max(gaps.max, o.gaps.max)
+    exact = outs[0].gaps.merge([o.gaps for o in outs])
+    assert gaps.count == exact.count and gaps.mean() == pytest.approx(exact.mean())
+    assert gaps.percentile(99) == pytest.approx(exact.percentile(99), rel=0.005)
+    s = summarize(outs[0].table, np.zeros(0), np.zeros(0), gaps)
+    assert s["tbt_ms_mean"] == pytest.approx(1e3 * exact.mean())
