@@ -5,28 +5,23 @@ layers) on the replica's TP group:
 
 * :meth:`GPUSide.fc`: the batched operators of ``tokens`` tokens: QKV / O / FFN GEMMs, norms, rotary, activation,
   residual, embedding, final norm, the LM head over ``logits`` tokens and the two all-reduces per layer (TP > 1,
-  the measured DGX NCCL profile). This is ``GPUModel.iteration`` without attention, evaluated vectorized over
-  the token count from the model's public operator functions and tabulated once per replica (``iteration``
-  costs ~1 ms per call; a run asks tens of thousands of times). Held equal to ``GPUModel.iteration`` in
-  ``tests/host/l3/test_l3_gpu_side.py``;
+  the measured DGX NCCL profile): ``GPUModel.dense_time`` (tabulated up to 65,536 tokens; ``dense_ops`` beyond),
+  i.e. ``GPUModel.iteration`` without attention (held equal in ``tests/host/l3/test_l3_gpu_side.py``);
 * :meth:`GPUSide.prefill_attn`: prefill attention of chunks (one varlen kernel: ``GPUModel.attention_prefill``);
 * :meth:`GPUSide.decode_attn`: decode attention on the GPU over KV in HBM (``GPUModel.attention_decode``), for
   the GPU-only baseline and NEO's GPU-resident requests; vectorized over the KV token total (fused runs).
 """
 
-from functools import lru_cache
-
 import numpy as np
 
-from host.gpu import GPUModel
+from host.gpu.model import GPUModel, get_gpu_model
 
 __all__ = ["GPUSide", "gpu_model"]
 
 
-@lru_cache(maxsize=4)
 def gpu_model(gpu_name: str) -> GPUModel:
-    """One calibrated GPU model per GPU type and process (loading the calibration and NCCL profile is slow)."""
-    return GPUModel(gpu_name)
+    """The process-wide GPU model of ``gpu_name`` (host-core's shared instance: tables built once)."""
+    return get_gpu_model(gpu_name)
 
 
 class GPUSide:
@@ -41,42 +36,17 @@ class GPUSide:
         self.heads = m.n_heads // self.tp
         self.kv_heads = max(m.n_kv_heads // self.tp, 1)
         self.n_layers = m.n_layers
-        self._table = np.zeros(0)
-        self._grow(4096)
+        self._cap = getattr(self.g, "_TABLE_MAX", 1 << 16) - 1
 
     # ---- batched operators ----------------------------------------------------------------------------------
-    def _dense(self, tokens: np.ndarray) -> np.ndarray:
-        """All-layer time of everything but attention and the LM head, for each token count (vectorized
-        version of ``GPUModel._dense_part``)."""
-        m, tp, g = self.model, self.tp, self.g
-        L, H = m.n_layers, m.d_model
-        T = tokens.astype(np.float64)
-        t = np.zeros_like(T)
-        for lin in m.linears(tp):
-            t += L * np.asarray(g.gemm(T, lin.k, lin.n).calibrated_s)
-        q_dim, kv_dim, ff = m.q_dim / tp, max(m.kv_dim / tp, m.head_dim), m.ffn_width() / tp
-        act = (6.0 if m.gated_mlp else 4.0) * ff
-        elt = lambda op, b: np.asarray(g.elementwise(op, b).calibrated_s)
-        t += L * (elt("input_layernorm", 4.0 * T * H) + elt("attn_rope", 4.0 * T * (q_dim + kv_dim))
-                  + elt("post_attention_layernorm", 4.0 * T * H) + elt("mlp_act", act * T) + elt("add", 6.0 * T * H))
-        t += elt("emb", 4.0 * T * H) + elt("input_layernorm", 4.0 * T * H)
-        if tp > 1:
-            t += 2 * L * np.asarray(g.all_reduce(2.0 * T * H, tp).calibrated_s)
-        return np.where(T > 0, t, 0.0)
-
-    def _grow(self, n):
-        n = max(int(n), 2 * len(self._table))
-        self._table = self._dense(np.arange(n + 1))
-
-    def fc(self, tokens, logits=None):
-        """Batched operators over ``tokens`` tokens (vectorized), with the LM head over ``logits`` tokens
-        (default: none)."""
+    def fc(self, tokens, logits=0):
+        """Batched operators over ``tokens`` tokens with the LM head over ``logits`` tokens (vectorized)."""
         tok = np.asarray(tokens, dtype=np.int64)
-        if tok.size and tok.max() >= len(self._table):
-            self._grow(int(tok.max()) + 1)
-        out = self._table[tok]
-        if logits is not None:
-            out = out + self.lm_head(logits)
+        lg = np.broadcast_to(np.asarray(logits, dtype=np.int64), tok.shape)
+        if max(int(tok.max(initial=0)), int(lg.max(initial=0))) <= self._cap:
+            return self.g.dense_time(self.model, self.tp, tok, lg)
+        ops = self.g.dense_ops(self.model, self.tp, tok)
+        out = sum(c for c, _ in ops.values()) + self.lm_head(lg)
         return float(out) if np.ndim(out) == 0 else out
 
     def lm_head(self, logits):

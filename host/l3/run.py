@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from host.serving import (Engine, EngineConfig, GapHistogram, RequestTable, RunOutput, summarize)
+from host.serving import (Engine, EngineConfig, RequestTable, RunOutput, summarize)
+from host.serving.metrics import TokenGaps
 from host.l3.config import l3_setup
 from host.l3.systems import SYSTEMS, make_system, hbm_kv_capacity_bytes, BLOCK_TOKENS
 from host.l3.traces import load_trace
@@ -82,13 +83,7 @@ def merge_outputs(outs: list, name: str) -> RunOutput:
                      "last_token_s", "finish_s", "preemptions"):
         setattr(t, c, getattr(t, c)[order])
     t.extra = {k: v[order] for k, v in t.extra.items()}
-    gaps = GapHistogram()
-    for o in outs:
-        g = o.gaps
-        gaps.counts += g.counts
-        gaps.count += g.count
-        gaps.total += g.total
-        gaps.max = max(gaps.max, g.max)
+    gaps = TokenGaps.merge([o.gaps for o in outs])
     s = summarize(t, np.zeros(0), np.zeros(0), gaps)
     rs = [o.summary for o in outs]
     s["iterations"] = int(sum(r["iterations"] for r in rs))
@@ -112,13 +107,6 @@ def merge_outputs(outs: list, name: str) -> RunOutput:
         if all(isinstance(v, (int, float, np.integer, np.floating)) for v in vals):
             s[k] = float(np.nansum(vals)) if k.endswith(("_tokens", "_outs", "_samples", "fits")) or \
                 k.startswith("kv_") else float(np.nanmean(vals))
-    iters = {}
-    for r, o in enumerate(outs):
-        n = len(next(iter(o.iterations.values()))) if o.iterations else 0
-        for k, v in o.iterations.items():
-            iters.setdefault(k, []).append(np.asarray(v))
-        if n:
-            iters.setdefault("replica", []).append(np.full(n, r))
     keys = set().union(*[o.iterations.keys() for o in outs]) if outs[0].iterations else set()
     iterations = {}
     if keys:

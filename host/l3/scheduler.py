@@ -32,12 +32,15 @@ The times come from a predictor object (:class:`host.l3.predictors.L3Predictors`
 three methods): ``t_pim(sum_fd, n_d, sum_cp_other)``, ``t_p(c, f)`` (per prefill request, vectorized) and
 ``t_batch(sum_cp, n_d)`` (vectorized over ``sum_cp``, the prefill tokens of the sub-batch).
 
-Design choice (not in the paper), ``min_gpu_tokens``: when the PIM phase is short (few or short decodes, e.g. at
-start-up) the literal rule admits a single 16-token chunk per sub-batch, although the GPU's FC time is flat in
-the token count below its roofline ridge (weights dominate: adding tokens costs almost nothing). A sub-batch
-therefore always takes prefill tokens up to ``min_gpu_tokens`` GPU tokens (decodes included) before the stop
-rule applies; the default is the GPU's ridge point in tokens (:func:`ridge_tokens`: 160 on an A100).
-``min_gpu_tokens = 0`` is the paper's rule as written.
+Design choice (not in the paper), ``min_gpu_tokens``: when the PIM phase is short (few or short decodes: at
+start-up, or with long prompts and short outputs as in LongBench) the literal rule admits a single 16-token chunk
+per sub-batch, although the GPU's FC time is nearly flat in the token count for small batches (weights dominate)
+and L3 2.4 wants the batched FC "maximized to fully utilize the GPU's computational capacity". A sub-batch
+therefore always takes prefill tokens up to ``min_gpu_tokens`` GPU tokens (decodes included), while prefills
+wait, before the stop rule applies. The systems use the GPU's efficiency knee (:func:`efficiency_knee_tokens`:
+the fewest tokens whose FC time per token is within 10 % of its large-batch value; 800-1,500 tokens for the three
+deployments on A100s); :func:`ridge_tokens` (the roofline ridge, 160 on an A100) is the lower alternative and
+``min_gpu_tokens = 0`` the paper's rule as written.
 """
 
 from dataclasses import dataclass, field
@@ -45,12 +48,26 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["CHUNK_ALIGN", "PrefillItem", "SchedState", "SubBatch", "Plan", "balanced_split", "chunk_size",
-           "fill_sub_batch", "schedule", "ridge_tokens", "verify_plan"]
+           "fill_sub_batch", "schedule", "ridge_tokens", "verify_plan",
+           "efficiency_knee_tokens", "KNEE_SLACK"]
 
 #: [L3 5.3 step 4] "The chunk size is a multiple of 16, better aligning with the requirements of GPU tiling."
 CHUNK_ALIGN = 16
 #: chunk_size compares all candidates when there are at most this many, else bisects first.
 _SEARCH = 8
+
+
+#: Efficiency knee: the FC time per token within this fraction of its large-batch value (design constant).
+KNEE_SLACK = 0.10
+
+
+def efficiency_knee_tokens(fc, *, slack: float = KNEE_SLACK, large: int = 16384) -> int:
+    """The fewest tokens (a multiple of 16) whose batched-FC time per token, ``fc(t) / t`` for the vectorized
+    ``fc(tokens)``, is within ``slack`` of ``fc(large) / large``."""
+    t = np.arange(CHUNK_ALIGN, large + 1, CHUNK_ALIGN)
+    per = np.asarray(fc(t), dtype=np.float64) / t
+    ok = per <= (1 + slack) * float(np.asarray(fc(np.array([large])))[0]) / large
+    return int(t[int(np.argmax(ok))]) if ok.any() else large
 
 
 def ridge_tokens(fp16_tflops: float, hbm_bw_gbps: float, dtype_bytes: int = 2) -> int:

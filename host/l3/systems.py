@@ -24,7 +24,7 @@ the *true* times of the GPU model (:class:`host.l3.gpu_side.GPUSide`) and the DI
 * :class:`HBMPIMSystem` (``hbm-pim``, NeuPIMs / AttAcc style): KV in HBM (same capacity as GPU-only), decode
   attention on HBM-PIM at 16x the HBM bandwidth (L3 Table 2: 260.8 TB/s for 8 GPUs), double-buffered banks so
   the GPU and the PIM run concurrently (6.1), prefill-prioritized, decodes in two sub-batches interleaved
-  (``max(FC_0, PIM_1) + max(FC_1, PIM_0)``).
+  (``max(FC_0, PIM_1) + max(FC_1, PIM_0)``) or in one batch when that is faster.
 * :class:`RPIMSystem` (``r-pim``, Hermes style): KV in host DIMMs, rank-level PUs only (each rank streams its KV at
   the DDR4-3200 DQ rate: 4x the CPU's bandwidth with 4 ranks per channel, L3 2.2), prefill-prioritized, one batch:
   GPU and PIM in series; the prefill KV transfer is hidden by concurrent computation (6.1).
@@ -44,7 +44,7 @@ from host.l3.gpu_side import GPUSide
 from host.l3.pim_side import PIMSide, RanksetPlacement
 from host.l3.pim_timing import pim_timing, rankset_model
 from host.l3.predictors import L3Predictors, ProfiledBatches
-from host.l3.scheduler import PrefillItem, SchedState, balanced_split, ridge_tokens, schedule
+from host.l3.scheduler import PrefillItem, SchedState, balanced_split, efficiency_knee_tokens, schedule
 
 __all__ = ["PREFILL_TOKENS", "GPU_MEMORY_UTILIZATION", "BLOCK_TOKENS", "FUSE_CAP", "L3System", "GPUOnlySystem",
            "HBMPIMSystem", "RPIMSystem", "CPUOffloadSystem", "SYSTEMS", "make_system", "hbm_kv_capacity_bytes",
@@ -165,18 +165,18 @@ class _Common(System):
 
 class L3System(_Common):
     """L3 (see the module docstring). ``comm`` / ``sched`` switch the 5.1 / 5.2 optimisations; ``min_gpu_tokens``
-    is the scheduler's token floor (default: the GPU's roofline ridge, :func:`host.l3.scheduler.ridge_tokens`;
-    0 = the paper's rule as written); ``max_candidates`` bounds the prefill queue the scheduler looks at."""
+    is the scheduler's token floor (default: the GPU's efficiency knee,
+    :func:`host.l3.scheduler.efficiency_knee_tokens`; 0 = the paper's rule as written); ``max_candidates`` bounds
+    the prefill queue the scheduler looks at."""
 
     def __init__(self, setup, *, comm=True, sched=True, min_gpu_tokens=None, replica=0, seed=0,
-                 predictor_kw=None, max_candidates=32, profile_batches=96, kv_policy=KV_POLICY):
+                 predictor_kw=None, max_candidates=32, profile_batches=384, kv_policy=KV_POLICY):
         batcher = None if sched else ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS)
         super().__init__(setup, batcher=batcher, replica=replica, seed=seed, kv_policy=kv_policy)
         self.comm, self.sched = bool(comm), bool(sched)
         self.name = {(True, True): "l3", (False, True): "l3-no-comm", (True, False): "l3-no-sched",
                      (False, False): "l3-base"}[(self.comm, self.sched)]
-        gpu = setup.node.gpu
-        self.min_gpu_tokens = ridge_tokens(gpu.fp16_tflops, gpu.hbm_bw_gbps, setup.model.dtype_bytes) \
+        self.min_gpu_tokens = efficiency_knee_tokens(lambda t: self.gpu.fc(t, 0)) \
             if min_gpu_tokens is None else int(min_gpu_tokens)
         self.pim = PIMSide(setup, comm=self.comm)
         self.predictor_kw = dict(predictor_kw or {})
@@ -214,17 +214,21 @@ class L3System(_Common):
 
     # ---- start-up profile: random sub-batches priced by the true models --------------------------------------
     def _startup_profile(self) -> ProfiledBatches:
+        """Random sub-batches priced by the true models, spread log-uniformly over the sizes a run meets (the
+        start-up profiling pass; design choice, docs/l3_host.md)."""
         rng = np.random.default_rng(self.seed + 7919)
         R, parts = self.setup.host.ranksets, []
+        logu = lambda lo, hi, n: np.exp(rng.uniform(np.log(lo), np.log(hi), n))
         for _ in range(self.profile_batches):
-            nd = int(rng.integers(0, 257))
-            L = rng.integers(1, 32769, nd)
+            nd = 0 if rng.random() < 0.15 else int(logu(1, 513, 1)[0])
+            L = np.rint(logu(16, 65536, nd)).astype(np.int64)
             cls = rng.integers(0, R, nd)
             npre = int(rng.integers(0, 4))
-            c = rng.integers(1, 257, npre) * 16
-            f = rng.integers(0, 8193, npre)
-            oc = rng.integers(0, 4097, int(rng.integers(0, 3)))
-            parts.append(self._profile(L - 1, L, cls, c, f, oc, rng.integers(0, R, len(oc))))
+            c = np.maximum(1, np.rint(logu(1, 513, npre))).astype(np.int64) * 16
+            f = np.where(rng.random(npre) < 0.4, 0, np.rint(logu(16, 32768, npre))).astype(np.int64)
+            no = int(rng.integers(0, 3))
+            oc = np.maximum(1, np.rint(logu(1, 513, no))).astype(np.int64) * 16
+            parts.append(self._profile(L - 1, L, cls, c, f, oc, rng.integers(0, R, no)))
         return ProfiledBatches.concat(parts)
 
     def _profile(self, ctx, L, cls, c, f, other_c, other_cls, g_true=None, p_true=None, fc=None
@@ -531,22 +535,31 @@ class HBMPIMSystem(_HBMKV):
         self.pim_lanes = [f"HBM-PIM {g[4:]}" for g in self.gpu_lanes]
 
     def pim_time(self, L):
-        """All-layer HBM-PIM attention time of decodes over ``L`` tokens: KV bytes at the internal bandwidth,
-        derated by the all-bank kernel's utilization at that length (the DIMM-PIM model's ideal / actual cycles:
-        the same row-streaming structure; assumption, docs/l3_host.md)."""
+        """All-layer HBM-PIM attention time of decodes over ``L`` tokens (last axis; vectorized over leading
+        axes): KV bytes at the internal bandwidth, derated by the all-bank kernel's utilization at that length (the
+        DIMM-PIM model's ideal / actual cycles: the same row-streaming structure; assumption, docs/l3_host.md)."""
         L = np.asarray(L, dtype=np.int64)
-        if not L.size:
-            return 0.0
+        if L.shape[-1] == 0:
+            return np.zeros(L.shape[:-1]) if L.ndim > 1 else 0.0
         t = self.timing
         util = t.rd_ab(L) * t.model.tm.tCCD_L / t.head_cycles(L)
-        return self.setup.model.n_layers * float(np.sum(L * self.kv_tok_layer / util)) / self.pim_Bps
+        out = self.setup.model.n_layers * np.sum(L * self.kv_tok_layer / util, axis=-1) / self.pim_Bps
+        return float(out) if np.ndim(out) == 0 else out
 
     def _decode_iteration(self, L, ctx_split=None):
+        """(duration, GPU busy, PIM busy) of a decode iteration: the better of two interleaved sub-batches
+        (``max(FC_0, PIM_1) + max(FC_1, PIM_0)``, NeuPIMs) and one batch in series (``FC + PIM``; two sub-batches
+        read the weights twice, which loses when the FC dominates)."""
+        n = len(L)
+        f_all, p_all = float(self.gpu.fc(n, n)), self.pim_time(L)
         a, b = balanced_split(L) if ctx_split is None else ctx_split
         n0, n1 = len(a), len(b)
         f0, f1 = float(self.gpu.fc(n0, n0)), float(self.gpu.fc(n1, n1))
         p0, p1 = self.pim_time(L[a]), self.pim_time(L[b])
-        return max(f0, p1) + max(f1, p0), f0 + f1, p0 + p1
+        split = max(f0, p1) + max(f1, p0)
+        if split < f_all + p_all:
+            return split, f0 + f1, p0 + p1
+        return f_all + p_all, f_all, p_all
 
     def price(self, batch, now):
         pre = batch.prefill
@@ -567,9 +580,18 @@ class HBMPIMSystem(_HBMKV):
         k = int(min(max_iters, self.kv.headroom_iters(batch.req) + 1, FUSE_CAP))
         if k < 2:
             return None
-        split = balanced_split(batch.kv_after)
+        L = batch.kv_after
+        a, b = balanced_split(L)
         pts = np.unique(np.append(np.arange(0, k, 16), k - 1))
-        vals = np.array([self._decode_iteration(batch.kv_after + i, split) for i in pts])
+        n, n0, n1 = len(L), len(a), len(b)
+        f_all, f0, f1 = (float(self.gpu.fc(x, x)) for x in (n, n0, n1))
+        grow = pts[:, None]
+        p_all = self.pim_time(L[None, :] + grow)
+        p0, p1 = self.pim_time(L[a][None, :] + grow), self.pim_time(L[b][None, :] + grow)
+        split = np.maximum(f0, p1) + np.maximum(f1, p0)
+        use = split < f_all + p_all
+        vals = np.stack([np.where(use, split, f_all + p_all), np.where(use, f0 + f1, f_all),
+                         np.where(use, p0 + p1, p_all)], axis=1)
         d, g, p = (np.interp(np.arange(k), pts, vals[:, j]) for j in range(3))
         self._account(d, g, p)
         sp = self._gpu_spans(f"decode x{k}", 0.0, float(g.sum())) + \
