@@ -53,21 +53,25 @@ class PackedForest:
         self.feature, self.threshold = np.concatenate(feat), np.concatenate(thr)
         self.value = np.concatenate(val)
         self.depth = max(int(t.max_depth) for t in trees)
-        self._py = (self.left.tolist(), self.right.tolist(), self.feature.tolist(), self.threshold.tolist(),
-                    self.value.tolist(), self.roots.tolist())
+        leaf = self.left == np.arange(len(self.left))
+        self._nodes = [(f, v, -1, -1) if lf else (f, t, l, r) for f, t, v, l, r, lf in
+                       zip(self.feature.tolist(), self.threshold.tolist(), self.value.tolist(), self.left.tolist(),
+                           self.right.tolist(), leaf.tolist())]
+        self._roots = self.roots.tolist()
 
     #: rows up to which a plain Python traversal beats the vectorized one (numpy call overheads)
     PY_ROWS = 8
 
     def _predict_py(self, X) -> np.ndarray:
-        L, R, F, T, V, roots = self._py
+        nodes, roots = self._nodes, self._roots
         out = np.empty(len(X))
         for i, x in enumerate(X.astype(np.float64).tolist()):
             s = 0.0
-            for node in roots:
-                while L[node] != node:
-                    node = L[node] if x[F[node]] <= T[node] else R[node]
-                s += V[node]
+            for n in roots:
+                f, t, l, r = nodes[n]
+                while l >= 0:
+                    f, t, l, r = nodes[l if x[f] <= t else r]
+                s += t
             out[i] = s / len(roots)
         return out
 

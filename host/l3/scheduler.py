@@ -186,26 +186,39 @@ def _candidates(remaining: int, lo: int, hi: int) -> np.ndarray:
     return c
 
 
-def chunk_size(remaining, done, *, fixed_tp, tokens_before, n_d, target_fn, pred, min_chunk=0, max_chunk=None):
+def chunk_size(remaining, done, *, fixed_tp, tokens_before, n_d, target_fn, pred, min_chunk=0, max_chunk=None,
+               known=None):
     """Step 4: the chunk of the last prefill of a sub-batch that brings ``T_GPU`` closest to the other
     sub-batch's ``T_PIM``. ``fixed_tp``: summed ``t_p`` of the sub-batch's other prefills; ``tokens_before``: their
     prefill tokens; ``n_d``: the sub-batch's decodes; ``target_fn(c)``: ``T_PIM`` of the other sub-batch when this
     request contributes ``c`` tokens (vectorized: the prefill KV offload grows with c). Candidates
     (:func:`_candidates`): 0 (leave it out), multiples of 16 below the remainder, the remainder; at least
-    ``min_chunk``, at most ``max_chunk`` (memory room). Returns ``(chunk, T_GPU, T_PIM)``; ties go to the
-    larger chunk."""
+    ``min_chunk``, at most ``max_chunk`` (memory room); ``known``: {chunk: (T_GPU, T_PIM)} already evaluated.
+    Returns ``(chunk, T_GPU, T_PIM)``; ties go to the larger chunk."""
     hi = remaining if max_chunk is None else min(remaining, max_chunk)
     cand = _candidates(int(remaining), int(min_chunk), int(hi))
 
+    memo = {}
+
     def err(cs):
-        pos = cs > 0
-        tp = np.zeros(len(cs))
-        if pos.any():
-            tp[pos] = pred.t_p(cs[pos], np.full(int(pos.sum()), done))
-        g = fixed_tp + tp + pred.t_batch(tokens_before + cs, n_d)
-        p = np.broadcast_to(np.asarray(target_fn(cs), dtype=np.float64), g.shape)
+        """(|T_GPU - T_PIM|, T_GPU, T_PIM) at candidate chunks ``cs`` (evaluated once each)."""
+        new = [c for c in cs.tolist() if c not in memo]
+        if new:
+            nc = np.array(new, dtype=np.int64)
+            pos = nc > 0
+            tp = np.zeros(len(nc))
+            if pos.any():
+                tp[pos] = pred.t_p(nc[pos], np.full(int(pos.sum()), done))
+            g = fixed_tp + tp + pred.t_batch(tokens_before + nc, n_d)
+            p = np.broadcast_to(np.asarray(target_fn(nc), dtype=np.float64), g.shape)
+            for c, gg, pp in zip(new, g.tolist(), p.tolist()):
+                memo[c] = (gg, pp)
+        g = np.array([memo[c][0] for c in cs.tolist()])
+        p = np.array([memo[c][1] for c in cs.tolist()])
         return np.abs(g - p), g, p
 
+    if known is not None:
+        memo.update(known)
     if len(cand) > _SEARCH:
         # T_GPU - T_PIM grows with the chunk (nearly linearly): keep a bracket [lo, hi] around the first
         # candidate past the line and shrink it by interpolation (bisection when that stalls), one row at a time
@@ -256,18 +269,20 @@ def fill_sub_batch(i, plan_sub, queue, used, *, pred, free_tokens, min_gpu_token
         done = np.array([it.done for _, it in avail], dtype=np.int64)
         cum = np.cumsum(rem)
         tp_each = np.zeros(len(avail))
-        k, start, block = len(avail), 0, 2
+        k, start, block, known = len(avail), 0, 2, None
         while start < len(avail):                    # prefixes in growing blocks: most stops come early
             end = min(len(avail), start + block)
             tp_each[start:end] = pred.t_p(rem[start:end], done[start:end])
             g = np.cumsum(tp_each[:end])[start:] + pred.t_batch(cum[start:end], n_d)
             p = np.asarray(pred.t_pim(sfd_o, nd_o, cum[start:end]), dtype=np.float64)
+            g_blk, p_blk = g, p
             stop = (g > p) & (cum[start:end] + n_d >= min_gpu_tokens)
             if free_tokens is not None:
                 stop |= cum[start:end] > free_tokens
             hit = np.flatnonzero(stop)
             if len(hit):
                 k = start + int(hit[0])
+                known = {int(rem[k]): (float(g_blk[hit[0]]), float(p_blk[hit[0]]))}
                 break
             start, block = end, 2 * block
         for j in range(k):                           # whole requests before the line
@@ -288,7 +303,7 @@ def fill_sub_batch(i, plan_sub, queue, used, *, pred, free_tokens, min_gpu_token
                 take, _, _ = chunk_size(it.remaining, it.done, fixed_tp=tp_sum, tokens_before=tokens, n_d=n_d,
                                         target_fn=lambda c: pred.t_pim(sfd_o, nd_o, tokens + np.asarray(c)),
                                         pred=pred, min_chunk=max(0, min_gpu_tokens - tokens - n_d),
-                                        max_chunk=room)
+                                        max_chunk=room, known=known if room == it.remaining else None)
             if take > 0:
                 used.add(pos)
                 sb.prefill_rids.append(it.rid)

@@ -350,8 +350,11 @@ class L3System(_Common):
             buf["pim"].append((float(s[i]["ctx"].sum()), nd, float(o["c"].sum()), P[i]))
             buf["batch"].append((float(c.sum()), nd, fcs[i], G[i]))
             if len(c):
-                for cc, ff, tt in zip(c.tolist(), s[i]["f"].tolist(),
-                                      self.gpu.prefill_attn_each(c, s[i]["kv"]).tolist()):
+                if len(c) == 1:     # T_GPU = FC + its attention (+ the synchronous offload without 5.1)
+                    each = [G[i] - fcs[i] - (0.0 if self.comm else self.pim.sync_offload(c))]
+                else:
+                    each = self.gpu.prefill_attn_each(c, s[i]["kv"]).tolist()
+                for cc, ff, tt in zip(c.tolist(), s[i]["f"].tolist(), each):
                     buf["p"].append((cc, ff, tt, row))
             if pred:
                 for key, true, est in (("pim", P[i], pred[i][1]), ("gpu", G[i], pred[i][0])):
