@@ -105,8 +105,14 @@ def merge_outputs(outs: list, name: str) -> RunOutput:
             continue
         vals = [r.get(k) for r in rs]
         if all(isinstance(v, (int, float, np.integer, np.floating)) for v in vals):
-            s[k] = float(np.nansum(vals)) if k.endswith(("_tokens", "_outs", "_samples", "fits")) or \
-                k.startswith("kv_") else float(np.nanmean(vals))
+            v = np.asarray(vals, dtype=np.float64)
+            fin = v[np.isfinite(v)]
+            if not len(fin):
+                s[k] = float("nan")
+            elif k.endswith(("_tokens", "_outs", "_samples", "fits")) or k.startswith("kv_"):
+                s[k] = float(fin.sum())
+            else:
+                s[k] = float(fin.mean())
     keys = set().union(*[o.iterations.keys() for o in outs]) if outs[0].iterations else set()
     iterations = {}
     if keys:
