@@ -8,9 +8,10 @@
   decodes) -> the batched FC time (linear layers, all-reduce) of the sub-batch.
 
 Online training (5.3 "runtime profiling"): every priced iteration reports its sub-batches' *true* times
-(:meth:`L3Predictors.observe`); the models refit on the most recent ``window`` samples whenever their data set
-has grown to the next size of ``refit_at`` (then every ``window`` new samples), so they track the run as it
-evolves. Before the first fit the system seeds them with a start-up profile of random sub-batches priced by the
+(:meth:`L3Predictors.observe`); the models refit on their most recent ``window`` samples whenever their data
+set has grown to the next size of ``refit_at``, then every ``refit_every`` new samples, so they track the run as
+it evolves (the linear model, cheap to fit: the last 1,024 samples every 64; the forests: the last 4,096 samples
+at 64, 256, 1,024, 4,096, then every 4,096). Before the first fit the system seeds them with a start-up profile of random sub-batches priced by the
 same true models (:meth:`L3Predictors.seed`; a design choice: the paper does not say what the scheduler uses
 before "a sufficient amount of data has been collected").
 
@@ -102,10 +103,11 @@ class PackedForest:
 class _Online:
     """Shared sample store and refit schedule."""
 
-    def __init__(self, n_features, refit_at, window):
+    def __init__(self, n_features, refit_at, window, refit_every=None):
         self.n_features = n_features
         self.refit_at = tuple(refit_at)
         self.window = int(window)
+        self.refit_every = int(refit_every or window)
         self.X = np.zeros((0, n_features))
         self.y = np.zeros(0)
         self.seen = 0               # samples ever added
@@ -127,7 +129,7 @@ class _Online:
         if self.fits == 0:
             return self.seen >= self.refit_at[0]
         nxt = [s for s in self.refit_at if s > self.fitted_at]
-        return self.seen >= (nxt[0] if nxt else self.fitted_at + self.window)
+        return self.seen >= (nxt[0] if nxt else self.fitted_at + self.refit_every)
 
     @property
     def ready(self) -> bool:
@@ -178,8 +180,8 @@ class OnlineLinear(_Online):
     scheduler's and the paper's metric, so short PIM phases (a few decodes, start-up) are predicted as well as
     long ones."""
 
-    def __init__(self, n_features, *, refit_at=(16, 64, 256, 1024, 4096), window=4096, relative=True):
-        super().__init__(n_features, refit_at, window)
+    def __init__(self, n_features, *, refit_at=(16, 64, 256), window=1024, refit_every=64, relative=True):
+        super().__init__(n_features, refit_at, window, refit_every)
         self.coef = None
         self.intercept = 0.0
         self.relative = bool(relative)
@@ -200,7 +202,7 @@ class L3Predictors:
     """The three models of eqs. 5-6 behind the interface :mod:`host.l3.scheduler` uses."""
 
     def __init__(self, *, seed=0, n_estimators=8, max_depth=10, window=4096):
-        self.pim = OnlineLinear(3, window=window)
+        self.pim = OnlineLinear(3)
         self.rfr_p = OnlineRFR(2, n_estimators=n_estimators, max_depth=max_depth, seed=seed, window=window)
         self.rfr_batch = OnlineRFR(2, n_estimators=n_estimators, max_depth=max_depth, seed=seed + 1,
                                    window=window)

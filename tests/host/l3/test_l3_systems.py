@@ -127,7 +127,9 @@ def test_run_directory(tmp_path):
 
 def test_predictors_on_profiled_batches_of_a_run():
     from host.l3.predictors import holdout_error
-    r = run_l3("gpt-89b", "dolphin", "l3", n_requests=60, engine=FAST_ENGINE, system_kw={"profile_batches": 96})
+    # small host memory: requests come and go, so many iterations are scheduled
+    r = run_l3("gpt-89b", "dolphin", "l3", n_requests=80, host_memory_gb=128, engine=FAST_ENGINE,
+               system_kw={"profile_batches": 96})
     pb = r.systems[0].profiled_batches()
     assert len(pb) >= 40                              # every scheduled iteration profiles its sub-batches
     res = holdout_error(pb, seed=0)
