@@ -253,7 +253,7 @@ def plot_predictor(rows, path):
 # ---- all --------------------------------------------------------------------------------------------------------
 
 def make_figures(out_dir, *, n_requests=1000, seed=0, only=FIGURES, executor=None, jobs=None,
-                 scaling_models=("gpt-175b",), scaling_trace="openr1", log=print) -> dict:
+                 scaling_models=MODELS, scaling_trace="openr1", log=print) -> dict:
     """Run what ``only`` needs and write ``<name>.csv`` and ``<name>.png`` for each figure into ``out_dir``;
     returns {figure: [paths]} and writes figures.json (the tables)."""
     from host.sweep import LocalExecutor

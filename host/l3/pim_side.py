@@ -16,8 +16,8 @@ offload of the concurrent GPU sub-batch's prefill KV, and the decodes' Q/K/V in 
 * ``t_in`` / ``t_out``: Q, K, V (``3 N_h D_h`` FP16 per decode) from the GPUs to host memory and the outputs
   (``N_h D_h``) back, over the replica's PCIe uplinks, one round trip each (critical path, 5.1);
 * compute of class ``m``: ``fixed_cycles + heads_per_rank x sum of head_cycles(L)`` over its decodes
-  (:mod:`host.l3.pim_timing`), divided by the command-bus rate the ranks keep (:class:`RanksetModel`: all ranks
-  computing, or one rankset receiving writes);
+  (:mod:`host.l3.pim_timing`), divided by the command-bus rate the ranks keep (:class:`RanksetModel`, for the
+  ranksets busy in this phase, one of them possibly receiving writes);
 * writes into class ``m``: the K and V of that layer of the prefill chunks stored there, at the lower of the PCIe
   bandwidth and the rankset's write bandwidth (channels x ``rankset_sim``'s 24.96 GB/s); the receiving rankset
   does not compute meanwhile (5.1: only one rankset is in communication mode).
@@ -117,8 +117,10 @@ class PIMSide:
         vec = m.n_heads * m.head_dim * m.dtype_bytes           # one FP16 vector per head
         self.qkv_bytes, self.out_bytes = 3 * vec, vec             # per decode request per layer
         self.kv_layer_bytes = 2 * m.n_kv_heads * m.head_dim * m.dtype_bytes   # K and V of one token, one layer
-        self.rate_all = self.rs.compute_rate(self.R)
-        self.rate_w = self.rs.compute_rate(self.R, writer=True) if self.R > 1 else 0.0
+        # compute rate a computing rank keeps with k ranks of its channel busy (k = 1 .. R), without / with one
+        # of them receiving writes: the command bus is shared by the ranks that issue commands
+        self._rate = [1.0] + [self.rs.compute_rate(k) for k in range(1, self.R + 1)]
+        self._rate_w = [1.0, 1.0] + [self.rs.compute_rate(k, writer=True) for k in range(2, self.R + 1)]
         self.tck = self.timing.tck_s
         self.fixed = self.timing.fixed_cycles
 
@@ -158,14 +160,16 @@ class PIMSide:
         number of decodes."""
         t_in, t_out = float(self.transfer_in(n_dec)), float(self.transfer_out(n_dec))
         w_tot = float(np.sum(writes))
+        cyc = np.asarray(cycles)
+        busy_cls = int(np.count_nonzero((cyc > 0) | (np.asarray(writes) > 0)))
         if self.comm:
-            rate = self.rate_w if (w_tot > 0 and self.R > 1) else self.rate_all
-            comp = np.asarray(cycles) * self.tck / rate
+            rate = self._rate_w[busy_cls] if w_tot > 0 else self._rate[busy_cls]
+            comp = cyc * self.tck / rate
             per = comp + writes
             busy = float(per.max()) if per.size else 0.0
             body = max(busy, w_tot)
         else:
-            comp = np.asarray(cycles) * self.tck / self.rate_all
+            comp = cyc * self.tck / self._rate[int(np.count_nonzero(cyc > 0))]
             busy = float(comp.max()) + w_tot if comp.size else w_tot
             body = busy
         total = t_in + body + t_out if (n_dec or w_tot) else 0.0
@@ -193,7 +197,7 @@ class PIMSide:
             sel = cls == c
             if sel.any():
                 per[:, c] = hc[:, sel].sum(axis=1) * self.hpr + self.fixed
-        comp_s = per.max(axis=1) * self.tck / self.rate_all
+        comp_s = per.max(axis=1) * self.tck / self._rate[len(np.unique(cls))]
         busy = np.interp(np.arange(k), pts, comp_s)
         total = busy + float(self.transfer_in(n)) + float(self.transfer_out(n))
         return self.n_layers * total, self.n_layers * busy

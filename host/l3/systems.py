@@ -617,8 +617,8 @@ class RPIMSystem(_Common):
         # one rank PU streams its rank at the DQ rate (measured stream efficiency of rankset_sim's writer), less
         # refresh; the channel's command bus carries one RD per burst of every streaming rank
         demand = 1.0 / tm.tCCD_S + 2.0 / (org.banks_per_group * org.bursts_per_row)
-        bus = min(1.0, 1.0 / (setup.host.ranksets * demand))
-        self.rank_Bps = rs.channel_write_gbps * 1e9 * (1 - tm.tRFC / tm.tREFI) * bus
+        self._bus = [1.0] + [min(1.0, 1.0 / (k * demand)) for k in range(1, setup.host.ranksets + 1)]
+        self.rank_Bps = rs.channel_write_gbps * 1e9 * (1 - tm.tRFC / tm.tREFI)
         m = setup.model
         self.head_tok_bytes = 2 * m.head_dim * m.dtype_bytes          # K and V of one head, one token
 
@@ -647,7 +647,8 @@ class RPIMSystem(_Common):
         if not L.size:
             return 0.0
         per = np.bincount(np.asarray(cls), weights=L, minlength=self.pim.R) * self.setup.heads_per_rank
-        return float(per.max()) * self.head_tok_bytes / self.rank_Bps
+        bus = self._bus[int(np.count_nonzero(per))]
+        return float(per.max()) * self.head_tok_bytes / (self.rank_Bps * bus)
 
     def price(self, batch, now):
         nl = self.pim.n_layers
@@ -683,7 +684,8 @@ class RPIMSystem(_Common):
         cnt = np.bincount(cls, minlength=self.pim.R)
         i = np.arange(k)
         busiest = (per[None, :] + cnt[None, :] * i[:, None]).max(axis=1)
-        pim = nl * busiest * self.setup.heads_per_rank * self.head_tok_bytes / self.rank_Bps
+        bus = self._bus[int(np.count_nonzero(cnt))]
+        pim = nl * busiest * self.setup.heads_per_rank * self.head_tok_bytes / (self.rank_Bps * bus)
         io = nl * float(self.pim.transfer_in(nd) + self.pim.transfer_out(nd))
         d = g + pim + io
         self._account(d, g * np.ones(k), pim)

@@ -82,3 +82,13 @@ def test_transfers_and_sync_offload():
     assert float(pim.transfer_in(10)) == pytest.approx(10 * 3 * vec / bw + s.host_link.rtt_ns * 1e-9)
     assert float(pim.transfer_in(0)) == 0.0
     assert pim.sync_offload([100]) == pytest.approx(96 * 100 * 2 * 96 * 128 * 2 / pim.write_Bps)
+
+
+def test_command_bus_rate_counts_the_busy_ranksets():
+    s16 = l3_setup("gpt-175b", ranksets=16)
+    pim = PIMSide(s16)
+    L = np.full(2, 8001)
+    few = pim.phase(L, [0, 1])                                    # two busy ranksets of 16: the bus is not full
+    assert few.compute.max() == pytest.approx(pim.class_cycles(L, [0, 1]).max() * pim.tck)
+    many = pim.phase(np.full(16, 8001), np.arange(16))            # all 16 busy: 16 x 0.121 commands per cycle
+    assert many.compute.max() > 1.9 * few.compute.max()
