@@ -124,11 +124,18 @@ def plot_ablation(rows, path):
 
 
 def scalability_table(rows) -> list:
+    """Rows with ``normalized`` = throughput / the base's (512 GB, 2 ranksets); where the base runs out of memory
+    (a request longer than the replica's share of 512 GB), / the first point of the Bw-Cap series that does not
+    (``norm_to`` names it)."""
     out = []
     for r in rows:
-        base = next((b for b in rows if b["model"] == r["model"] and b["variant"] == "Bw-only"
-                     and b["ranksets"] == 2), None)
-        out.append({**r, "normalized": r["throughput_tok_s"] / base["throughput_tok_s"] if base else float("nan")})
+        series = [b for b in rows if b["model"] == r["model"] and b["variant"] == "Bw-Cap"]
+        ok = [b for b in series if b.get("throughput_tok_s") is not None and np.isfinite(b["throughput_tok_s"])]
+        base = ok[0] if ok else None
+        norm = r["throughput_tok_s"] / base["throughput_tok_s"] if base and r.get("throughput_tok_s") is not None \
+            else float("nan")
+        out.append({**r, "normalized": norm,
+                    "norm_to": f"{base['ranksets']} ranksets, {base['host_memory_gb']:g} GB" if base else None})
     return out
 
 

@@ -31,6 +31,9 @@ __all__ = ["run_l3", "split_replicas", "merge_outputs", "oom_reason", "RUN_KEYS"
 #: Keys every summary.json of an L3 run carries (issue 13, item 7).
 RUN_KEYS = ("throughput_tok_s", "tbt_ms_mean", "mean_batch", "gpu_bubble_frac", "pim_bubble_frac")
 
+#: System summary keys that add up over replicas (the others are averaged).
+_SUMMED = {"swap_outs", "pred_pim_samples", "pred_rfr_p_samples", "pred_rfr_batch_samples", "pred_fits"}
+
 #: Engine options for sweeps: no per-iteration rows, no trace.
 FAST_ENGINE = EngineConfig(record_iterations=False, trace=False)
 
@@ -109,7 +112,7 @@ def merge_outputs(outs: list, name: str) -> RunOutput:
             fin = v[np.isfinite(v)]
             if not len(fin):
                 s[k] = float("nan")
-            elif k.endswith(("_tokens", "_outs", "_samples", "fits")) or k.startswith("kv_"):
+            elif k in _SUMMED or k.startswith(("kv_", "host_kv_")):
                 s[k] = float(fin.sum())
             else:
                 s[k] = float(fin.mean())

@@ -50,7 +50,7 @@ class Point:
 def run_point(p: Point) -> dict:
     """Run one point (no per-iteration rows, no trace) and return its identity and summary figures."""
     from host.l3.run import run_l3, FAST_ENGINE
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     r = run_l3(p.model, p.trace, p.system, ranksets=p.ranksets, host_memory_gb=p.host_memory_gb, seed=p.seed,
                n_requests=p.n_requests, engine=FAST_ENGINE)
     row = asdict(p)
@@ -58,6 +58,7 @@ def run_point(p: Point) -> dict:
         v = r.summary.get(k)
         row[k] = v if not isinstance(v, (np.floating, np.integer)) else v.item()
     row["wall_s"] = time.perf_counter() - t0
+    row["cpu_s"] = time.process_time() - c0
     return row
 
 
