@@ -1,0 +1,66 @@
+"""The host's closed-form DIMM-PIM timing against the performance model sim/perf/pim.py (PAPER geometry)."""
+
+import numpy as np
+import pytest
+
+from hdl.pim.config import PAPER
+from sim.perf.pim import PIMPerfModel, rankset_sim
+from host.l3.pim_timing import PIMTiming, RanksetModel, pim_perf_model, pim_timing, rankset_model
+
+LENGTHS = [1, 2, 15, 16, 17, 63, 64, 100, 511, 512, 513, 2048, 6000, 16383, 16384, 25000, 40000, 65535, 65536,
+           65537, 100000, 131071, 131072]
+
+
+def test_reads_the_model_through_one_function():
+    m = pim_perf_model()
+    assert m.config is PAPER and m.refresh == "auto" and m.overlap
+    assert pim_timing().fixed_cycles == m.fixed_cycles
+
+
+@pytest.mark.parametrize("fixed", [0, 400])
+def test_steady_equals_model(fixed):
+    model = PIMPerfModel(PAPER, fixed_cycles=fixed)
+    t = PIMTiming(model)
+    got = t.steady_cycles(np.array(LENGTHS))
+    want = np.array([model.steady_head_cycles(L) for L in LENGTHS])
+    np.testing.assert_array_equal(got, want)
+    # a broken closed form (row cost without tRTP) is caught by the same comparison
+    t._base -= 1
+    assert np.any(t.steady_cycles(np.array(LENGTHS)) != want)
+
+
+def test_refresh_included_matches_heads_period():
+    t = pim_timing()
+    rng = np.random.default_rng(3)
+    Ls = rng.integers(1, PAPER.max_tokens + 1, 12)
+    got = t.head_cycles(Ls)
+    want = np.array([t.model.heads_period(int(L)) for L in Ls])
+    assert np.max(np.abs(got / want - 1)) < 6e-3     # the model's period itself wobbles by ~0.5 % with L
+    # without the refresh factor the error is the refresh overhead (~4 %): the check can fail
+    assert np.max(np.abs(t.steady_cycles(Ls) / want - 1)) > 0.03
+
+
+def test_rank_cycles_and_bounds():
+    t = pim_timing()
+    assert t.rank_cycles([]) == 0.0
+    L = np.array([1000, 2000])
+    assert t.rank_cycles(L, heads_each=3) == pytest.approx(t.fixed_cycles + 3 * t.head_cycles(L).sum())
+    with pytest.raises(ValueError, match="outside"):
+        t.steady_cycles([0])
+    with pytest.raises(ValueError, match="outside"):
+        t.steady_cycles([PAPER.max_tokens + 1])
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_rankset_model_against_rankset_sim(ranks):
+    rs = rankset_model()
+    sim = rankset_sim(PAPER, ranks)
+    assert rs.preserved(ranks) == pytest.approx(sim.preserved, rel=0.015)
+    assert rs.channel_write_gbps == pytest.approx(sim.write_gbps)
+
+
+def test_rankset_command_bus_saturates():
+    rs = rankset_model()
+    assert rs.compute_rate(4) == 1.0 and rs.compute_rate(8) == 1.0
+    assert rs.compute_rate(16) < 0.6             # 16 computing ranks need ~1.9 commands per cycle
+    assert rs.compute_rate(1, writer=True) == 0.0
