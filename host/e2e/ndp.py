@@ -225,6 +225,24 @@ def _op_name(desc) -> str:
     return desc.type.name
 
 
+_ENGINES = {}
+
+
+def _engine(name):
+    """One simulator object per name and process; Verilator with the design cache (sim.e2e.design_cache)."""
+    if not isinstance(name, str):
+        return name
+    be = _ENGINES.get(name)
+    if be is None:
+        if name == "verilator":
+            from sim.e2e.design_cache import CachedVerilatorBackend
+            be = CachedVerilatorBackend()
+        else:
+            be = backend_named(name)
+        _ENGINES[name] = be
+    return be
+
+
 def plan_runs(jobs, config, depth=DEPTH, entries=ENTRIES) -> list:
     """Split ``jobs`` (in order) into runs whose tensors fit the window. Raises if one job alone does not."""
     layout = QueueLayout.for_config(config)
@@ -303,7 +321,7 @@ class NDPDevices:
         hmem = list(streams["hmem"])
         for s in script.subs:
             hmem[s.valid_pos] |= mark
-        be = backend_named(self.engine)
+        be = _engine(self.engine)
         expected = {k: v for k, v in d.expected().items() if k != "core_req"}
         expected.update({"stamp_issue": None, "stamp_start": None, "stamp_done": None})
         run = be.run_streams(sysm, {"mmio": streams["mmio"], "hmem": hmem}, expected,

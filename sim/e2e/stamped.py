@@ -48,6 +48,14 @@ class StampedCXLSystem(wiring.Component):
             ports[name] = Out(stream.Signature(STAMP_BITS))
         super().__init__(ports)
 
+    def design_key(self) -> str:
+        """The configuration that determines this design (with the sources: sim.e2e.design_cache)."""
+        import hashlib
+        inner = self.inner
+        init = hashlib.sha256(repr(list(inner.memory.init)).encode()).hexdigest()[:16]
+        return (f"StampedCXLSystem(CXLSystem(config={inner.config!r}, num_queues={inner.regmap.num_queues}, "
+                f"depth={inner.depth}, latency={inner.memory.latency}, init={init}))")
+
     def elaborate(self, platform):
         m = Module()
         m.submodules.system = inner = self.inner
