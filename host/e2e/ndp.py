@@ -66,8 +66,6 @@ class NDPJob:
         missing = [n for n in need if n not in self.tensors]
         if missing:
             raise ValueError(f"NDPJob {self.key}: {self.kind} needs tensors {need}, missing {missing}")
-        if self.kind != "E2" and self.x is None:
-            raise ValueError(f"NDPJob {self.key}: {self.kind} needs an input x")
 
     def placed(self) -> list:
         """``[(name, 2-D bits as stored)]``: K is stored transposed (K^T, d x l), the attention's operand."""
@@ -77,6 +75,8 @@ class NDPJob:
 
     def kernel(self, addr: dict, config):
         """The descriptor program at the placed addresses."""
+        if self.kind != "E2" and self.x is None:
+            raise ValueError(f"NDPJob {self.key}: {self.kind} needs an input x")
         if self.kind == "ATT":
             K = self.tensors["K"]
             l, d = K.shape
@@ -125,39 +125,68 @@ class DescriptorStamp:
 @dataclass
 class WaveResult:
     """Outputs of a wave: ``outputs`` {job key: kernel results} (empty on ``perf``), ``cycles`` (device
-    cycles of the wave: per run, first issue to last completion, summed), ``stamps`` (one per descriptor),
-    ``runs`` (simulation runs), ``descriptors``, ``link_out`` / ``link_in`` (bytes the GPU sent: inputs and
-    descriptors / got back: results and completion records), ``wall_s``."""
+    cycles of the wave: per run, first issue to last completion, summed), ``pred_cycles`` (the performance
+    model's cycles of the same runs; equal to ``cycles`` on the golden and perf backends), ``stamps`` (one per
+    descriptor), ``job_cycles`` / ``job_pred`` {job key: cycles the job occupied the device: from the previous
+    completion (or the run's first issue) to each of its completions, summed; they add up to ``cycles``},
+    ``job_link`` {job key: (bytes to the device: inputs and descriptor lines, bytes back: results and
+    completion records)}, ``runs`` (simulation runs), ``descriptors``, ``wall_s``."""
     device: int
     outputs: dict
     cycles: int
+    pred_cycles: int
     stamps: list
+    job_cycles: dict
+    job_pred: dict
+    job_link: dict
     runs: int
     descriptors: int
-    link_out: int
-    link_in: int
     wall_s: float = 0.0
+
+    @property
+    def link_out(self) -> int:
+        return sum(o for o, _ in self.job_link.values())
+
+    @property
+    def link_in(self) -> int:
+        return sum(i for _, i in self.job_link.values())
+
+
+def _occupancy(stamps) -> list:
+    out, prev = [], -1
+    for st in stamps:
+        out.append(st.done - prev)
+        prev = st.done
+    return out
 
 
 class WaveScript:
     """The driver script of one simulation run: preload the jobs' tensors, submit every descriptor, read each
-    completion (re-using the ``ENTRIES`` slots in order)."""
+    completion (re-using the ``ENTRIES`` slots in order). ``drive=False`` skips building the driver's streams
+    (golden / perf backends): the program, the preload and :attr:`hmem_ops` are the same.
 
-    def __init__(self, jobs, config, depth=DEPTH, entries=ENTRIES):
-        self.jobs, self.config, self.depth = list(jobs), config, depth
+    ``hmem_ops``: the host's CXL.mem requests from the first submission on, ``[(lines, after, valid word)]`` (what
+    :class:`host.e2e.perf.NDPTiming` replays); every request carries an explicit ``after`` (no barriers)."""
+
+    def __init__(self, jobs, config, depth=DEPTH, entries=ENTRIES, *, drive: bool = True):
+        self.jobs, self.config, self.depth, self.entries = list(jobs), config, depth, entries
         self.layout = QueueLayout.for_config(config)
-        d = self.driver = Driver(RegisterMap(1), self.layout, config=config, depth=depth)
+        d = self.driver = Driver(RegisterMap(1), self.layout, config=config, depth=depth) if drive else None
         sq_bytes, cq_bytes = self.layout.sq_bytes(entries), self.layout.cq_bytes(entries)
         self.data_base = _region(sq_bytes + cq_bytes, 4096)
-        d.configure(0, sq_base=0, entries=entries, cq_base=sq_bytes, win_base=self.data_base,
-                    win_limit=depth * 64)
+        if d is not None:
+            d.configure(0, sq_base=0, entries=entries, cq_base=sq_bytes, win_base=self.data_base,
+                        win_limit=depth * 64)
         addr = self.data_base
         self.kernels, self.items = [], []          # items: (job index, descriptor, input)
+        self.stores = []                           # (address, bits) of the preload
         for j, job in enumerate(self.jobs):
             place = {}
             for name, t in job.placed():
                 place[name] = addr
-                d.store(addr, t)
+                self.stores.append((addr, t))
+                if d is not None:
+                    d.store(addr, t)
                 addr += _region(t.size * 2, config.align_bytes)
             if addr > depth * 64:
                 raise ValueError(f"wave run: the tensors need {addr} bytes, the window holds {depth * 64}")
@@ -165,7 +194,8 @@ class WaveScript:
             self.kernels.append(k)
             for desc, inp in k.program:
                 self.items.append((j, desc, inp))
-        self.subs, self.handles = [], []
+        self.subs, self.handles, self.hmem_ops = [], [], []
+        self.job_link = [[0, 0] for _ in self.jobs]
         n = len(self.items)
         self.link_out = self.link_in = 0
         for i, (j, desc, inp) in enumerate(self.items):
@@ -173,16 +203,26 @@ class WaveScript:
                 self._read(i - entries)
             # the slot of submission i - entries is free once it completed: wait for that one only (one queue:
             # completions come in submission order), so up to `entries` descriptors are in flight
-            self.subs.append(d.submit(0, desc, inp, after=i - entries + 1 if i >= entries else 0))
-            self.link_out += 64 + (0 if inp is None else -(-inp.size * 2 // 64) * 64)
+            gate = i - entries + 1 if i >= entries else 0
+            if d is not None:
+                self.subs.append(d.submit(0, desc, inp, after=gate))
+            n_in = 0 if inp is None else -(-inp.size * 2 // 64)
+            self.hmem_ops += [(1, gate, False)] * (n_in + 1) + [(1, gate, True)]
+            nb = 64 * (1 + n_in)
+            self.link_out += nb
+            self.job_link[j][0] += nb
         for i in range(max(0, n - entries), n):
             self._read(i)
 
     def _read(self, i):
         desc = self.items[i][1]
         rb = min(self.layout.result_bytes, _region(2 * returned_elems(desc), 64))
-        self.handles.append((i, self.driver.read_completion(0, self.subs[i].index, result_bytes=rb, after=i + 1)))
+        if self.driver is not None:
+            self.handles.append((i, self.driver.read_completion(0, self.subs[i].index, result_bytes=rb,
+                                                                after=i + 1)))
+        self.hmem_ops += [(1, i + 1, False)] * (1 + rb // 64)
         self.link_in += CPL_HEADER_BYTES + rb
+        self.job_link[self.items[i][0]][1] += CPL_HEADER_BYTES + rb
 
     def results(self, records) -> dict:
         """{job key: kernel results} from the completion records (index order)."""
@@ -287,28 +327,46 @@ class NDPDevices:
 
     def run_wave(self, device: int, jobs) -> WaveResult:
         t0 = time.perf_counter()
-        outputs, stamps, cycles, link_out, link_in, ndesc = {}, [], 0, 0, 0, 0
-        plans = plan_runs(jobs, self.config, self.depth)
+        outputs, stamps, cycles, pred, ndesc = {}, [], 0, 0, 0
+        job_cycles, job_pred, job_link = {}, {}, {}
+        plans = plan_runs(jobs, self.config, self.depth) if jobs else []
         for run_jobs in plans:
-            script = WaveScript(run_jobs, self.config, self.depth)
-            link_out += script.link_out
-            link_in += script.link_in
+            script = WaveScript(run_jobs, self.config, self.depth, drive=self.backend == "rtl")
             ndesc += len(script.items)
+            pst = self.perf.stamps(script) if self.perf is not None else None
             if self.backend == "rtl":
                 out, st = self._rtl(script)
             elif self.backend == "golden":
-                out, st = self._golden(script), self.perf.stamps(script)
+                out, st = self._golden(script), pst
             else:
-                out, st = {}, self.perf.stamps(script)
+                out, st = {}, pst
             outputs.update(out)
             stamps += st
-            cycles += max(s.done for s in st) + 1 if st else 0
-        return WaveResult(device, outputs, cycles, stamps, len(plans), ndesc, link_out, link_in,
-                          time.perf_counter() - t0)
+            cycles += max(x.done for x in st) + 1
+            for key, occ in zip((script.jobs[j].key for j, _, _ in script.items), _occupancy(st)):
+                job_cycles[key] = job_cycles.get(key, 0) + occ
+            if pst is not None:
+                pred += max(x.done for x in pst) + 1
+                for key, occ in zip((script.jobs[j].key for j, _, _ in script.items), _occupancy(pst)):
+                    job_pred[key] = job_pred.get(key, 0) + occ
+            for job, (o, i) in zip(script.jobs, script.job_link):
+                job_link[job.key] = (o, i)
+        return WaveResult(device, outputs, cycles, pred if self.perf is not None else cycles, stamps, job_cycles,
+                          job_pred or dict(job_cycles), job_link, len(plans), ndesc, time.perf_counter() - t0)
 
     def _golden(self, script):
-        run = script.driver.run("golden")
-        return script.results([run.completion(h) for _, h in sorted(script.handles)])
+        """The golden core (sim.golden.ndp_core) on the script's preload and program: the device front end moves
+        data without changing it (the driver-level golden device, ``script.driver.run("golden")``, gives the same
+        results and is what the tests compare the RTL with; this is its fast path)."""
+        from sim.golden.ndp_core import GoldenCore
+        core = GoldenCore(self.config, self.depth * 64)
+        for addr, bits in script.stores:
+            core.write(addr, bits)
+        comps = core.run([(d, x) for _, d, x in script.items])
+        per_job = {}
+        for (j, _, _), c in zip(script.items, comps):
+            per_job.setdefault(j, []).append(c)
+        return {script.jobs[j].key: script.kernels[j].results(per_job[j]) for j in range(len(script.jobs))}
 
     def _rtl(self, script):
         from sim.backends import Traffic

@@ -228,18 +228,38 @@ class NDPTiming:
         x = np.zeros((int(batch), _up(d_in, L)), np.uint16)
         return self.program_s(programs.lora_e4(x, 0, _up(d_in, L), _up(rank, L), config=self.config).program)
 
-    def attention_s(self, tokens, head_dim, q_heads, kv_heads):
+    def max_share(self, head_dim) -> int:
+        """Tokens of one attention descriptor chain at most: K^T (d x l) must fit the DRAM buffer and the
+        20-bit field, rounded down to whole beats."""
+        from hdl.ndp.descriptor import FIELD_BITS
+        lim = min(self.config.dram_buffer_bytes, (1 << FIELD_BITS) - 1) // (2 * head_dim)
+        return lim // self.config.lanes * self.config.lanes
+
+    def _att_one(self, t, head_dim):
         from . import programs
+        key = (t, head_dim)
+        c = self._att_cache.get(key)
+        if c is None:
+            q = np.zeros(head_dim, np.uint16)
+            prog = programs.attention(q, 0, _up(head_dim * t * 2, 64), head_dim, t, config=self.config).program
+            c = self._att_cache[key] = self.program_s(prog)
+        return c
+
+    def attention_s(self, tokens, head_dim, q_heads, kv_heads):
+        """One request's decode attention over ``tokens`` on this device (all its KV heads; whole beats only:
+        the share's tail stays on the GPU), in shares of at most :meth:`max_share` tokens."""
+        if not hasattr(self, "_att_cache"):
+            self._att_cache = {}
         tok = np.asarray(tokens, np.float64)
         L = self.config.lanes
+        cap = self.max_share(head_dim)
 
         def one(t):
             t = int(t) // L * L
             if t <= 0:
                 return 0.0
-            q = np.zeros(head_dim, np.uint16)
-            prog = programs.attention(q, 0, _up(head_dim * t * 2, 64), head_dim, t, config=self.config).program
-            return kv_heads * self.program_s(prog)
+            full, rest = divmod(t, cap)
+            return kv_heads * (full * self._att_one(cap, head_dim) + (self._att_one(rest, head_dim) if rest else 0))
         out = np.vectorize(one, otypes=[float])(tok)
         return float(out) if np.ndim(tokens) == 0 else out
 
@@ -249,24 +269,6 @@ def _up(v, m):
 
 
 def script_hmem(script) -> list:
-    """``[(lines, after, is_valid_word)]`` of a wave script's hmem requests after its preload (the stores of
-    the tensors come before the first submission and are not part of the wave)."""
-    from sim.golden.cxl_device import port_fields
-    d = script.driver
-    f = port_fields(d.regmap, d.mem_addr_bits)["hmem"]
-    words = d.streams()["hmem"]
-    valid = {s.valid_pos for s in script.subs}
-    first = min(script.subs[0].valid_pos - 0, len(words))
-    # the requests of the first submission: its input lines and descriptor lines precede its valid word
-    start = first
-    n_in = 0
-    inp = script.items[0][2]
-    if inp is not None:
-        n_in = -(-inp.size * 2 // 64)
-    start = first - 1 - n_in            # split_valid: one descriptor line before the valid word
-    ia, iw = f.names.index("after"), f.names.index("write")
-    out = []
-    for pos in range(start, len(words)):
-        vals = f.unpack(words[pos])
-        out.append((1, int(vals[ia]), pos in valid))
-    return out
+    """``[(lines, after, is_valid_word)]`` of a wave script's hmem requests from its first submission on (the
+    preload stores before it are not part of the wave)."""
+    return script.hmem_ops
