@@ -1,0 +1,372 @@
+"""Host-memory baselines: S-LoRA (one GPU, and 2 or 4 GPUs tensor-parallel) and CPU-LoRA-Offload.
+
+Both keep the KV cache in HBM, run every adapter on the GPU (E1: the LoRA product from HBM) and hold the
+adapters in host DRAM behind the GPU's PCIe 5.0 link (``host.link`` preset ``pcie5-x16``). They differ in how
+adapters reach HBM; assumptions (each a modelling choice, see docs/plora_host.md):
+
+**S-LoRA** (Sheng et al., MLSys 2024, PLoRA ref [65]):
+
+* *unified paging*: one HBM pool (HBM x (1 - workspace) - weights) in token-slot units, a slot = one token's
+  KV (all layers, this GPU's share); an adapter occupies ``ceil(bytes / slot)`` slots; KV and adapters share it;
+* admission reserves the request's final KV (prompt + output - 1 tokens) and, if its adapter is not resident,
+  the adapter's slots; idle adapters (no running request) are evicted least-recently-used to make room;
+* adapters are fetched over PCIe when their request is admitted; S-LoRA prefetches the next batch's adapters
+  while the current batch runs, so a fetch overlaps one iteration: the iteration that first uses the adapter
+  lasts ``max(compute, fetch)``;
+* LoRA on the GPU: the batched MBGMM/MBGMV kernels as one roofline over all the batch's adapters (bytes of
+  their A and B, FLOPs) per layer; attention on the GPU over HBM (calibrated ``host.gpu`` model);
+* ``n_gpus`` 2 or 4: Megatron tensor parallelism of the base model (``host.gpu`` prices the shards and the
+  measured all-reduce), adapters sharded the same way (each GPU fetches its share over its own PCIe link),
+  plus one all-reduce of the ``tokens x rank`` LoRA intermediate per adapted input group per layer.
+
+**CPU-LoRA-Offload** (the host-staged path of PLoRA III-B(1), Fig. 2(a)):
+
+* KV reserved in HBM at admission (HBM x (1 - workspace) - weights); adapters live in host memory and are
+  cached in the HBM that KV does not hold (least-recently-used; never at the cost of admitted KV);
+* an adapter that is not cached reaches the SMs only across a kernel boundary: in every layer the running
+  kernel stops, the CPU copies the missing adapters' matrices of that layer over PCIe (cudaMemcpy), and the
+  next kernel reads them: per layer ``kernel stop + bytes / W_pcie + L_pcie``, serialized with compute (no
+  prefetch); the copied adapter is cached afterwards if it fits.
+"""
+
+import numpy as np
+
+from host.serving import System, ContinuousBatcher, IterationResult, RunResult, Span
+
+from .config import KERNEL_STOP_S, WORKSPACE_FRACTION, DEFAULT_MAX_BATCH, DEFAULT_MAX_TOKENS
+from .lora import E1, STRATEGIES, adapter_bytes, lora_matrices
+from .system import shape_of, adapter_ranks
+
+__all__ = ["HostMemorySystem", "SLoRASystem", "CPULoRAOffloadSystem"]
+
+
+class HostMemorySystem(System):
+    """Common part of S-LoRA and CPU-LoRA-Offload (see the module docstring)."""
+
+    name = "host-memory"
+
+    def __init__(self, model, *, gpu=None, gpu_model=None, link=None, n_gpus=1, kv_bits=16, seed=0,
+                 max_batch=DEFAULT_MAX_BATCH, max_tokens=DEFAULT_MAX_TOKENS, batcher=None):
+        super().__init__(batcher or ContinuousBatcher(max_requests=max_batch, max_tokens=max_tokens))
+        if gpu is None:
+            from host.models.hardware import H100_SXM_80GB
+            gpu = H100_SXM_80GB
+        if gpu_model is None:
+            from host.gpu import GPUModel, get_gpu_model
+            from host.models.hardware import GPUS
+            # the shared per-process model for a preset GPU (its tables serve every run of a sweep worker)
+            gpu_model = get_gpu_model(gpu.name) if GPUS.get(gpu.name) == gpu else GPUModel(gpu)
+        if link is None:
+            from host.link import get_link
+            link = get_link("pcie5-x16")
+        if n_gpus not in (1, 2, 4, 8):
+            raise ValueError(f"n_gpus must be 1, 2, 4 or 8, got {n_gpus}")
+        self.model, self.gpu, self.gpu_model, self.link = model, gpu, gpu_model, link
+        self.shape = shape_of(model)
+        self.n_gpus = n_gpus
+        self.kv_bits, self.seed = kv_bits, seed
+        self.slot_bytes = model.kv_bytes_per_token(n_gpus, kv_bits / 8.0)   # one token's KV on one GPU
+        self._tcache = HostMemorySystem._E1_SHARED.setdefault(self.shape, {})
+
+    def bind(self, table):
+        super().bind(table)
+        n = table.n
+        self.n_adapters = int(table.adapter_id.max()) + 1 if n else 1
+        self.ranks = adapter_ranks(table, self.n_adapters, self.seed)
+        per_rank = {int(r): adapter_bytes(self.shape, int(r)) for r in np.unique(self.ranks)}
+        self.a_bytes = np.array([per_rank[int(r)] for r in self.ranks]) / self.n_gpus
+        hbm = self.gpu.hbm_gb * 1e9
+        self.weights_bytes = float(self.model.weight_bytes(self.n_gpus))
+        self.workspace_bytes = WORKSPACE_FRACTION * hbm
+        self.pool_bytes = hbm - self.weights_bytes - self.workspace_bytes
+        if self.pool_bytes <= 0:
+            raise ValueError(f"{self.name}: {self.model.name} weights ({self.weights_bytes / 1e9:.1f} GB per GPU) "
+                             f"leave no HBM on {self.gpu.name}")
+        self.kv_held = np.zeros(n)             # bytes of KV reserved per request
+        self.kv_used = 0.0
+        self.resident = np.zeros(self.n_adapters, bool)
+        self.last_use = np.zeros(self.n_adapters)
+        self.users = np.zeros(self.n_adapters, np.int64)
+        self.adapters_used = 0.0
+        self.pending_fetch = 0.0
+        self.fetches = 0
+        self.acc = {"t": 0.0, "adapters": 0.0, "kv": 0.0}
+        self.peak = {"adapters": 0.0, "kv": 0.0}
+        self.adapter_iters = 0.0
+        self.clock = 0.0
+
+    # memory ---------------------------------------------------------------------------------------------
+    def _need_kv(self, idx):
+        t = self.table
+        return float(t.prefill_len[idx] + t.output_tokens[idx] - t.generated[idx] - 1) * self.slot_bytes
+
+    def _adapter_need(self, a):
+        return 0.0 if self.resident[a] else self._rounded(self.a_bytes[a])
+
+    def _rounded(self, nbytes):
+        return float(np.ceil(nbytes / self.slot_bytes)) * self.slot_bytes
+
+    def _evictable(self):
+        idle = np.flatnonzero(self.resident & (self.users == 0))
+        return idle[np.argsort(self.last_use[idle], kind="stable")]
+
+    def _free(self):
+        return self.pool_bytes - self.kv_used - self.adapters_used
+
+    def _make_room(self, need):
+        """Evict idle adapters (least recently used first) until ``need`` bytes are free; False if impossible."""
+        free = self._free()
+        if need <= free:
+            return True
+        idle = self._evictable()
+        sizes = np.array([self._rounded(self.a_bytes[a]) for a in idle])
+        if need > free + sizes.sum():
+            return False
+        for a, s in zip(idle.tolist(), sizes.tolist()):
+            if need <= self._free():
+                break
+            self.resident[a] = False
+            self.adapters_used -= s
+        return True
+
+    def can_admit(self, idx, now):
+        a = int(self.table.adapter_id[idx])
+        need = self._need_kv(idx) + self._admit_adapter_need(a)
+        free = self._free() + sum(self._rounded(self.a_bytes[x]) for x in self._evictable().tolist() if x != a)
+        return need <= free
+
+    def _admit_adapter_need(self, a):
+        return self._adapter_need(a)
+
+    def admission_error(self, idx):
+        a = int(self.table.adapter_id[idx])
+        need = self._need_kv(idx) + self._rounded(self.a_bytes[a])
+        if need > self.pool_bytes:
+            return (f"needs {need / 1e9:.2f} GB of HBM (KV + adapter) but {self.name} has {self.pool_bytes / 1e9:.2f} "
+                    f"GB per GPU after weights and workspace")
+        return None
+
+    def on_admit(self, idx, now):
+        for i in np.atleast_1d(idx).tolist():
+            a = int(self.table.adapter_id[i])
+            kv = self._need_kv(i)
+            extra = self._admit_adapter_need(a)
+            if not self._make_room(kv + extra):
+                raise RuntimeError(f"{self.name}: admitted request {i} does not fit")
+            self.kv_held[i] = kv
+            self.kv_used += kv
+            self.users[a] += 1
+            self._on_adapter_admit(a)
+
+    def _on_adapter_admit(self, a):
+        pass
+
+    def on_finish(self, idx, now):
+        idx = np.atleast_1d(idx)
+        self.kv_used -= float(self.kv_held[idx].sum())
+        self.kv_held[idx] = 0.0
+        for a in self.table.adapter_id[idx].tolist():
+            self.users[a] -= 1
+            self.last_use[a] = now
+
+    on_preempt = on_finish
+
+    # price ----------------------------------------------------------------------------------------------
+    def _lora_layer_s(self, adapters, tokens):
+        """Per-layer GPU LoRA time (one roofline over the adapters' bytes and FLOPs, this GPU's share)."""
+        if not len(adapters):
+            return 0.0
+        gb, gf = 0.0, 0.0
+        for a, tok in zip(adapters.tolist(), tokens.tolist()):
+            row = self._terms(int(self.ranks[a]), int(tok))
+            gb += row[3]
+            gf += row[4]
+        gb /= self.n_gpus
+        gf /= self.n_gpus
+        return max(gb / (self.gpu.hbm_bw_gbps * 1e9), gf / (self.gpu.fp16_tflops * 1e12))
+
+    def _terms(self, rank, tokens):
+        key = (rank, tokens)
+        c = self._tcache.get(key)
+        if c is None:
+            from .lora import strategy_terms
+            c = self._tcache[key] = strategy_terms(self.shape, rank, tokens, _NoDevice)[E1]
+        return c
+
+    _E1_SHARED = {}
+
+    def _lora_comm_s(self, tokens_total, ranks):
+        """TP > 1: all-reduce of the tokens x rank LoRA intermediate per input group per layer."""
+        if self.n_gpus == 1 or tokens_total == 0:
+            return 0.0
+        groups = len({m.group for m in lora_matrices(self.shape)})
+        nbytes = 2.0 * tokens_total * float(np.max(ranks))
+        return groups * float(self.gpu_model.all_reduce(nbytes, self.n_gpus).calibrated_s)
+
+    def _batch_parts(self, batch, runs=1):
+        t = self.table
+        ad = t.adapter_id[batch.req]
+        uniq, inv = np.unique(ad, return_inverse=True)
+        tok = np.bincount(inv, weights=batch.new_tokens).astype(np.int64)
+        it = self.gpu_model.batch_time(self.model, batch, tp=self.n_gpus, kv_dtype_bytes=self.kv_bits / 8.0,
+                                       runs=runs)
+        L = self.shape.n_layers
+        lora = L * (self._lora_layer_s(uniq, tok) + self._lora_comm_s(int(tok.sum()), self.ranks[uniq]))
+        self.last_use[uniq] = self.clock
+        return uniq, it, lora
+
+    def _account(self, dur, k=1, n_adapters=0):
+        a = self.acc
+        a["t"] += dur
+        a["adapters"] += self.adapters_used * dur
+        a["kv"] += self.kv_used * dur
+        self.peak["adapters"] = max(self.peak["adapters"], self.adapters_used)
+        self.peak["kv"] = max(self.peak["kv"], self.kv_used)
+        self.adapter_iters += n_adapters * k
+
+    def on_iteration_end(self, batch, result, now):
+        self.clock = now
+
+    def config(self):
+        return {**super().config(), "model": self.model.name, "gpu": self.gpu.name, "n_gpus": self.n_gpus,
+                "link": {"name": self.link.name, "bw_gbps": self.link.bw_gbps, "rtt_ns": self.link.rtt_ns},
+                "kv_bits": self.kv_bits, "seed": self.seed, "workspace_fraction": WORKSPACE_FRACTION,
+                "kernel_stop_s": KERNEL_STOP_S}
+
+    def summary(self):
+        a, T = self.acc, max(self.acc["t"], 1e-30)
+        gb = lambda x: x / 1e9
+        return {"kv_dup_fraction": 0.0,
+                "gpu_mem_gb": {"weights": gb(self.weights_bytes), "workspace": gb(self.workspace_bytes),
+                               "adapters": gb(a["adapters"] / T), "kv_dup": 0.0, "kv": gb(a["kv"] / T)},
+                "gpu_mem_gb_peak": {"adapters": gb(self.peak["adapters"]), "kv": gb(self.peak["kv"])},
+                "strategy_counts": {"decisions": {"E1": int(self.table.n)}, "fetches": self.fetches,
+                                    "adapter_iterations": {"E1": float(self.adapter_iters)}},
+                "host_store_gb": gb(float(self.a_bytes[np.unique(self.table.adapter_id)].sum()) * self.n_gpus)}
+
+    def _spans(self, compute, fetch_s, label, lanes_extra=()):
+        spans = [Span(f"GPU {g}", label, 0.0, compute) for g in range(self.n_gpus)]
+        if fetch_s > 0:
+            spans.append(Span("link", label, 0.0, fetch_s))
+        return spans
+
+
+class _NoDevice:
+    """Device times for the E1 column only (never used: E1 has no device work)."""
+
+    @staticmethod
+    def load_s(nbytes):
+        return 0.0
+
+    @staticmethod
+    def lora_e3_s(d_in, d_out, rank, batch):
+        return 0.0
+
+    @staticmethod
+    def lora_e4_s(d_in, rank, batch):
+        return 0.0
+
+
+class SLoRASystem(HostMemorySystem):
+    """S-LoRA: unified paging, fetch on admission, prefetch overlapped with one iteration."""
+
+    def __init__(self, model, *, n_gpus=1, **kw):
+        super().__init__(model, n_gpus=n_gpus, **kw)
+        self.name = "s-lora" if n_gpus == 1 else f"s-lora-{n_gpus}gpu"
+
+    def _on_adapter_admit(self, a):
+        if not self.resident[a]:
+            self.resident[a] = True
+            sz = self._rounded(self.a_bytes[a])
+            self.adapters_used += sz
+            self.pending_fetch += self.a_bytes[a]
+            self.fetches += 1
+
+    def _fetch_s(self):
+        if self.pending_fetch <= 0:
+            return 0.0
+        s = self.pending_fetch / (self.link.bw_gbps * 1e9) + self.link.rtt_ns * 1e-9
+        self.pending_fetch = 0.0
+        return s
+
+    def price(self, batch, now):
+        uniq, it, lora = self._batch_parts(batch)
+        compute = float(it.total_s) + lora
+        fetch = self._fetch_s()
+        dur = max(compute, fetch)
+        self._account(dur, 1, len(uniq))
+        return IterationResult(dur, breakdown={"base_s": float(it.total_s) - float(it.ops.get("attn_decode", 0.0))
+                                               - float(it.ops.get("attn_prefill", 0.0)),
+                                               "attention_s": float(it.ops.get("attn_decode", 0.0))
+                                               + float(it.ops.get("attn_prefill", 0.0)),
+                                               "lora_s": lora, "fetch_s": fetch},
+                               spans=self._spans(compute, fetch, "iteration"))
+
+    def price_decode_run(self, batch, max_iters, now):
+        k = int(max_iters)
+        uniq, it, lora = self._batch_parts(batch, runs=k)
+        durs = np.asarray(it.total_s, float) + lora
+        fetch = self._fetch_s()
+        durs[0] = max(durs[0], fetch)
+        self._account(float(durs.sum()), k, len(uniq))
+        att = np.asarray(it.ops.get("attn_decode", np.zeros(k)), float)
+        return RunResult(durs, breakdown={"attention_s": att, "lora_s": np.full(k, lora),
+                                          "base_s": durs - att - lora},
+                         spans=self._spans(float(durs.sum()), fetch, f"decode x{k}"))
+
+
+class CPULoRAOffloadSystem(HostMemorySystem):
+    """CPU-LoRA-Offload: host-staged per-layer copies with a kernel stop per exchange, LRU cache in HBM."""
+
+    name = "cpu-lora-offload"
+
+    def __init__(self, model, **kw):
+        super().__init__(model, n_gpus=1, **kw)
+
+    def _admit_adapter_need(self, a):
+        return 0.0                     # the adapter need not fit: it is staged layer by layer
+
+    def _stage(self, uniq):
+        """Bytes to stage this iteration (adapters not cached) and cache those that fit afterwards."""
+        missing = uniq[~self.resident[uniq]]
+        nbytes = float(self.a_bytes[missing].sum())
+        for a in missing.tolist():
+            sz = self._rounded(self.a_bytes[a])
+            if self._make_room(sz):
+                self.resident[a] = True
+                self.adapters_used += sz
+        self.fetches += len(missing)
+        return nbytes, len(missing)
+
+    def _staging_s(self, nbytes, n_missing):
+        if n_missing == 0:
+            return 0.0
+        L = self.shape.n_layers
+        W, rtt = self.link.bw_gbps * 1e9, self.link.rtt_ns * 1e-9
+        return L * (KERNEL_STOP_S + rtt) + nbytes / W
+
+    def price(self, batch, now):
+        uniq, it, lora = self._batch_parts(batch)
+        nbytes, miss = self._stage(uniq)
+        stage = self._staging_s(nbytes, miss)
+        dur = float(it.total_s) + lora + stage
+        self._account(dur, 1, len(uniq))
+        att = float(it.ops.get("attn_decode", 0.0)) + float(it.ops.get("attn_prefill", 0.0))
+        return IterationResult(dur, breakdown={"base_s": float(it.total_s) - att, "attention_s": att, "lora_s": lora,
+                                               "staging_s": stage},
+                               spans=self._spans(float(it.total_s) + lora, stage, "iteration"))
+
+    def price_decode_run(self, batch, max_iters, now):
+        k = int(max_iters)
+        uniq, it, lora = self._batch_parts(batch, runs=k)
+        nbytes, miss = self._stage(uniq)
+        durs = np.asarray(it.total_s, float) + lora
+        stage = self._staging_s(nbytes, miss)
+        durs[0] += stage
+        self._account(float(durs.sum()), k, len(uniq))
+        att = np.asarray(it.ops.get("attn_decode", np.zeros(k)), float)
+        staging = np.zeros(k)
+        staging[0] = stage
+        return RunResult(durs, breakdown={"base_s": np.asarray(it.total_s, float) - att, "attention_s": att,
+                                          "lora_s": np.full(k, lora), "staging_s": staging},
+                         spans=self._spans(float(durs.sum()), 0.0, f"decode x{k}"))

@@ -1,0 +1,42 @@
+"""The PLoRA part of ``make bench-host``: the whole TPOT grid (4 models x 4 workloads x every system), timed.
+
+:func:`run_grid` runs :func:`host.plora.figures.grid_specs` through the local process pool and returns the
+figures ``host/bench.py`` writes to build/bench/host.json: ``plora_grid_s`` (wall seconds of the grid),
+``plora_grid_points``, ``plora_grid_errors`` and per-system mean TPOT over the grid.
+"""
+
+import time
+
+__all__ = ["run_grid", "GRID_REQUESTS"]
+
+#: Requests per grid point (design choice for the benchmark: 100 requests at the workloads' default arrival
+#: process, gamma 10 requests/s, cv 1); ``ndpim plora sweep --name grid --requests N`` runs larger grids.
+GRID_REQUESTS = 100
+
+
+def run_grid(*, n_requests: int = GRID_REQUESTS, jobs: int | None = None, executor=None, seed: int = 0) -> dict:
+    """Run the TPOT grid; return ``{"plora_grid_s" (wall), "plora_grid_points", "plora_grid_errors" (points that
+    cannot run, e.g. a model that does not fit one GPU), "plora_grid_points_cpu_s" (CPU seconds of the points,
+    summed over the workers), "plora_grid_tpot_ms": {system: mean over the grid}}``."""
+    from .figures import grid_specs, run_sweep
+    own = executor is None
+    if own:
+        from host.sweep import LocalExecutor
+        executor = LocalExecutor(jobs)
+    specs = grid_specs(n_requests=n_requests, seed=seed)
+    t0 = time.perf_counter()
+    try:
+        df = run_sweep(specs, executor, desc="plora grid")
+    finally:
+        if own:
+            executor.close()
+    wall = time.perf_counter() - t0
+    ok = df[df["error"] == ""]
+    return {"plora_grid_s": wall, "plora_grid_points": int(len(df)), "plora_grid_errors": int(len(df) - len(ok)),
+            "plora_grid_points_cpu_s": float(df["cpu_s"].sum()), "plora_grid_requests_per_point": n_requests,
+            "plora_grid_tpot_ms": {s: float(g["tpot_ms_mean"].mean()) for s, g in ok.groupby("system")}}
+
+
+if __name__ == "__main__":        # python -m host.plora.bench
+    import json
+    print(json.dumps(run_grid(), indent=2))

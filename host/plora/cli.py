@@ -1,0 +1,127 @@
+"""``ndpim plora``: run one PLoRA-study configuration, run sweeps, write the figures.
+
+* ``ndpim plora run --model M --workload W --system S [--link-gbps X] [--link-latency-ns Y] [--devices N]
+  [--seed K] --out DIR``: one run directory (config.json, requests.csv, iterations.csv, summary.json,
+  trace.json with lanes GPU, link and one per device);
+* ``ndpim plora sweep --name NAME --out DIR``: one named sweep's CSV (``--name grid`` is the TPOT grid);
+* ``ndpim plora figures --out DIR``: CSV and PNG of every figure (host.plora.figures).
+"""
+
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+__all__ = ["add_parser", "cmd_run", "cmd_sweep", "cmd_figures"]
+
+
+def _run_args(p):
+    from .config import SYSTEM_NAMES
+    from .run import MODELS, WORKLOADS
+    p.add_argument("--model", required=True, choices=list(MODELS))
+    p.add_argument("--workload", required=True, choices=list(WORKLOADS))
+    p.add_argument("--system", required=True, choices=list(SYSTEM_NAMES))
+    p.add_argument("--link-gbps", type=float, default=None,
+                   help="link bandwidth per direction, GB/s (default: the system's link preset)")
+    p.add_argument("--link-latency-ns", type=float, default=None,
+                   help="one-way link latency, ns (the round trip L_link is twice it; default: the preset's)")
+    p.add_argument("--devices", type=int, default=None,
+                   help="PLoRA devices in the pool (default 4; 0: the fewest that hold the run's adapters)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--requests", type=int, default=1000, help="requests in the workload (default 1000)")
+    p.add_argument("--rate", type=float, default=10.0, help="mean arrival rate, requests/s (default 10)")
+    p.add_argument("--kv-bits", type=int, default=16, choices=[16, 8, 4])
+    p.add_argument("--ndp-model", default="auto", choices=["auto", "calibrated", "standin"])
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("plora", help="PLoRA host: serving runs, sweeps and figures (docs/plora_host.md)")
+    psub = p.add_subparsers(dest="plora_command", required=True)
+
+    r = psub.add_parser("run", help="one run: writes a run directory")
+    _run_args(r)
+    r.add_argument("--out", required=True, help="run directory to write")
+    r.set_defaults(func=cmd_run)
+
+    from host.sweep import add_executor_args
+    from .figures import FIGURES
+    s = psub.add_parser("sweep", help="run one named sweep and write its CSV")
+    s.add_argument("--name", required=True, choices=["grid"] + [f for f in FIGURES if f not in
+                                                               ("tp_study", "ablation", "kv_dup", "strategy_mix",
+                                                                "layer_breakdown", "tpot_grid")])
+    s.add_argument("--out", required=True, help="directory for <name>.csv")
+    s.add_argument("--requests", type=int, default=100, help="requests per run (default 100)")
+    s.add_argument("--seed", type=int, default=0)
+    add_executor_args(s)
+    s.set_defaults(func=cmd_sweep)
+
+    f = psub.add_parser("figures", help="CSV and PNG of every figure of the PLoRA study")
+    f.add_argument("--out", required=True, help="directory for <figure>.csv and <figure>.png")
+    f.add_argument("--only", action="append", choices=list(FIGURES), help="only this figure (repeatable)")
+    f.add_argument("--requests", type=int, default=100, help="requests per run (default 100)")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--reuse", action="store_true", help="reuse sweep CSVs already in --out")
+    add_executor_args(f)
+    f.set_defaults(func=cmd_figures)
+
+
+def _spec(args):
+    from .run import RunSpec
+    try:
+        return RunSpec(model=args.model, workload=args.workload, system=args.system, link_gbps=args.link_gbps,
+                       link_latency_ns=args.link_latency_ns, devices=args.devices, seed=args.seed,
+                       n_requests=args.requests, rate_per_s=args.rate, kv_bits=args.kv_bits, ndp=args.ndp_model)
+    except ValueError as e:
+        raise SystemExit(f"ndpim plora run: {e}") from None
+
+
+def cmd_run(args):
+    from .run import run_spec
+    spec = _spec(args)
+    try:
+        out = run_spec(spec, out_dir=args.out)
+    except (ValueError, RuntimeError) as e:
+        raise SystemExit(f"ndpim plora run: {e}") from None
+    s = out.summary
+    keys = ("tpot_ms_mean", "tpot_ms_p99", "ttft_s_mean", "throughput_tok_s", "kv_dup_fraction")
+    print(f"{spec.system} on {spec.model} / {spec.workload}: " + ", ".join(f"{k} {s[k]:.4g}" for k in keys))
+    print(f"gpu_mem_gb: {json.dumps({k: round(float(v), 3) for k, v in s['gpu_mem_gb'].items()})}")
+    print(f"strategy_counts: {json.dumps(s['strategy_counts'].get('decisions', {}))}")
+    cfg = json.loads((Path(args.out) / "config.json").read_text())
+    for note in cfg.get("workload", {}).get("notes", []):
+        print(f"note: {note}")
+    if "ndp_model" in s:
+        print(f"NDP timing model: {s['ndp_model']}")
+    print(f"wrote {Path(args.out)}")
+    return 0
+
+
+def _executor(args):
+    from host.sweep import get_executor
+    return get_executor(jobs=args.jobs, cluster=args.cluster)
+
+
+def cmd_sweep(args):
+    from .figures import sweep_specs, run_sweep
+    name = "tpot_grid" if args.name == "grid" else args.name
+    specs = sweep_specs(name, n_requests=args.requests, seed=args.seed)
+    with _executor(args) as ex:
+        df = run_sweep(specs, ex, desc=name)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / f"{name}.csv", index=False)
+    bad = df[df["error"] != ""]
+    print(f"{name}: {len(df)} points ({len(bad)} with errors) -> {out / (name + '.csv')}")
+    for _, r in bad.iterrows():
+        print(f"  {r['model']} {r['workload']} {r['system']}: {r['error']}", file=sys.stderr)
+    return 0
+
+
+def cmd_figures(args):
+    from .figures import make_figures, FIGURES
+    with _executor(args) as ex:
+        done = make_figures(args.out, names=tuple(args.only or FIGURES), n_requests=args.requests, seed=args.seed,
+                            executor=ex, reuse=args.reuse)
+    for name, path in done.items():
+        print(f"{name}: {path} and {Path(path).with_suffix('.png')}")
+    return 0

@@ -1,0 +1,201 @@
+"""One PLoRA-study run from a flat, JSON-able spec: build the workload and the system, run the engine, write
+the run directory. Sweeps map :func:`run_point` over specs through ``host.sweep``'s executor."""
+
+import time
+from dataclasses import dataclass, asdict, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from .config import (VARIANTS, SYSTEM_NAMES, default_link_name, DEFAULT_MAX_BATCH, DEFAULT_MAX_TOKENS)
+from .lora import STRATEGIES
+
+__all__ = ["RunSpec", "MODELS", "WORKLOADS", "build_workload", "build_system", "run_spec", "run_point",
+           "SUMMARY_KEYS"]
+
+#: The models and workloads the PLoRA study runs (names of ``host.models`` and ``host.workloads``).
+MODELS = ("llama2-7b", "llama2-13b", "llama3-8b", "qwen3-30b-a3b")
+WORKLOADS = ("uniform", "skewed", "uniform-long", "skewed-long", "powerlaw", "trace")
+SUMMARY_KEYS = ("tpot_ms_mean", "tpot_ms_p99", "ttft_s_mean", "throughput_tok_s", "kv_dup_fraction")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """Everything a run depends on (goes into config.json; ``run_spec(spec)`` reproduces the run).
+
+    ``link_gbps`` / ``link_latency_ns``: override the system's link bandwidth (per direction) and its *one-way*
+    latency (the round trip L_link is twice it); ``devices``: device count (``None``: the system's default;
+    ``0``: the fewest PLoRA devices that hold the run's adapters, at least the default; Grace-Hopper keeps its
+    one Grace memory); ``n_requests`` / ``rate_per_s`` /
+    ``arrival``: the workload's size and arrivals (``"gamma"`` at ``rate_per_s`` with ``cv``, or ``"burst"``:
+    all at t = 0); ``ndp_tflops`` / ``device_bw_gbps`` / ``buffers`` / ``buffer_mb``: device sensitivity knobs
+    (stand-in model); ``max_batch`` / ``max_tokens``: the batcher."""
+
+    model: str = "llama2-7b"
+    workload: str = "uniform"
+    system: str = "plora"
+    link_gbps: float | None = None
+    link_latency_ns: float | None = None
+    devices: int | None = None
+    seed: int = 0
+    n_requests: int = 1000
+    rate_per_s: float = 10.0
+    cv: float = 1.0
+    arrival: str = "gamma"
+    output_tokens: int | None = None
+    kv_bits: int = 16
+    ndp: str = "auto"
+    ndp_tflops: float | None = None
+    device_bw_gbps: float | None = None
+    buffers: int | None = None
+    buffer_mb: float | None = None
+    max_batch: int = DEFAULT_MAX_BATCH
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    lora_waves_per_layer: int = 1
+    tag: str = ""
+
+    def __post_init__(self):
+        from host.models import MODELS as ALL_MODELS
+        if self.model not in ALL_MODELS:
+            raise ValueError(f"unknown model {self.model!r}; allowed: {sorted(ALL_MODELS)}")
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"unknown workload {self.workload!r}; allowed: {list(WORKLOADS)}")
+        if self.system not in SYSTEM_NAMES:
+            raise ValueError(f"unknown system {self.system!r}; allowed: {list(SYSTEM_NAMES)}")
+        checks = [("link_gbps", self.link_gbps, 0.0, False), ("link_latency_ns", self.link_latency_ns, 0.0, True),
+                  ("ndp_tflops", self.ndp_tflops, 0.0, False), ("device_bw_gbps", self.device_bw_gbps, 0.0, False),
+                  ("buffer_mb", self.buffer_mb, 0.0, False), ("rate_per_s", self.rate_per_s, 0.0, False),
+                  ("cv", self.cv, 0.0, False)]
+        for name, v, lo, incl in checks:
+            if v is not None and not (np.isfinite(v) and (v >= lo if incl else v > lo)):
+                raise ValueError(f"{name} must be {'>=' if incl else '>'} {lo}, got {v!r}")
+        if self.devices is not None and not (0 <= self.devices <= 4096):
+            raise ValueError(f"devices must be in 1..4096 (or 0 for automatic), got {self.devices}")
+        if self.buffers is not None and not 1 <= self.buffers <= 64:
+            raise ValueError(f"buffers must be in 1..64, got {self.buffers}")
+        if self.n_requests < 1:
+            raise ValueError(f"n_requests must be >= 1, got {self.n_requests}")
+        if self.arrival not in ("gamma", "burst"):
+            raise ValueError(f"arrival must be 'gamma' or 'burst', got {self.arrival!r}")
+        if self.kv_bits not in (16, 8, 4):
+            raise ValueError(f"kv_bits must be 16, 8 or 4, got {self.kv_bits}")
+        if self.output_tokens is not None and self.output_tokens < 1:
+            raise ValueError(f"output_tokens must be >= 1, got {self.output_tokens}")
+
+    def with_(self, **kw) -> "RunSpec":
+        return replace(self, **kw)
+
+
+def build_workload(spec: RunSpec):
+    from host.workloads import plora_workload, lmsys_substitute, Workload
+    if spec.workload == "trace":
+        w = lmsys_substitute(n_requests=spec.n_requests, rate_per_s=spec.rate_per_s, cv=spec.cv, seed=spec.seed)
+    else:
+        w = plora_workload(spec.workload, n_requests=spec.n_requests, rate_per_s=spec.rate_per_s, cv=spec.cv,
+                           seed=spec.seed)
+    if spec.arrival == "burst":
+        w.arrival_s = np.zeros(len(w))
+        w.params = {**w.params, "arrival": "burst"}
+    if spec.output_tokens is not None:
+        w.output_tokens = np.full(len(w), spec.output_tokens, np.int64)
+        w.params = {**w.params, "output_tokens": spec.output_tokens}
+    return w
+
+
+def _device(spec: RunSpec, base):
+    kw = {}
+    if spec.ndp_tflops is not None:
+        kw["tflops"] = spec.ndp_tflops
+    if spec.device_bw_gbps is not None:
+        kw["bw_gbps"] = spec.device_bw_gbps
+    if spec.buffers is not None:
+        kw["buffers"] = spec.buffers
+    if spec.buffer_mb is not None:
+        kw["buffer_bytes"] = int(round(spec.buffer_mb * (1 << 20) / 128)) * 128
+    return base.scaled(**kw) if kw else base
+
+
+def _link(spec: RunSpec):
+    from host.link import get_link
+    link = get_link(default_link_name(spec.system))
+    rtt = None if spec.link_latency_ns is None else 2.0 * spec.link_latency_ns
+    if spec.link_gbps is not None or rtt is not None:
+        link = link.with_(bw_gbps=spec.link_gbps, rtt_ns=rtt)
+    return link
+
+
+def _auto_devices(spec, model, workload, device, default):
+    from .lora import adapter_bytes
+    from .system import shape_of
+    shape = shape_of(model)
+    ids = np.unique(workload.adapter_id)
+    ranks = dict(zip(workload.adapter_id.tolist(), np.asarray(workload.extra["rank"]).tolist()))
+    store = sum(adapter_bytes(shape, int(ranks[a])) for a in ids.tolist())
+    return max(default, int(np.ceil(store / (0.95 * device.capacity_bytes))))
+
+
+def build_system(spec: RunSpec, workload=None):
+    """The system of ``spec`` (and the device count it resolved)."""
+    from host.models import get_model
+    from .system import PLoRASystem
+    from .baselines import SLoRASystem, CPULoRAOffloadSystem
+    model = get_model(spec.model)
+    link = _link(spec)
+    common = dict(link=link, kv_bits=spec.kv_bits, seed=spec.seed, max_batch=spec.max_batch,
+                  max_tokens=spec.max_tokens)
+    if spec.system in VARIANTS:
+        v = VARIANTS[spec.system]
+        device = _device(spec, v.device)
+        n_dev = v.n_dev if spec.devices is None else spec.devices
+        if n_dev == 0 and v.device.name != "plora":
+            n_dev = v.n_dev                # only a pool of PLoRA devices grows (Grace memory is one chip's)
+        if n_dev == 0:
+            n_dev = _auto_devices(spec, model, workload if workload is not None else build_workload(spec), device,
+                                  v.n_dev)
+        return PLoRASystem(model, v, n_dev=n_dev, device=device, ndp=spec.ndp,
+                           lora_waves_per_layer=spec.lora_waves_per_layer, **common)
+    if spec.system == "cpu-lora-offload":
+        return CPULoRAOffloadSystem(model, **common)
+    n_gpus = {"s-lora": 1, "s-lora-2gpu": 2, "s-lora-4gpu": 4}[spec.system]
+    return SLoRASystem(model, n_gpus=n_gpus, **common)
+
+
+def run_spec(spec: RunSpec, *, out_dir=None, engine_config=None):
+    """Run ``spec``; write the run directory to ``out_dir`` if given. Returns the engine's RunOutput."""
+    from host.serving import Engine, EngineConfig
+    w = build_workload(spec)
+    system = build_system(spec, w)
+    cfg = engine_config or EngineConfig(trace=out_dir is not None, record_iterations=True)
+    out = Engine(system, cfg).run(w)
+    out.summary["link"] = {"gbps": float(system.link.bw_gbps), "rtt_ns": float(system.link.rtt_ns)}
+    if hasattr(system, "n_dev"):
+        out.summary["devices"] = int(system.n_dev)
+    if out_dir is not None:
+        out.write(out_dir, extra_config={"spec": asdict(spec), "workload": w.describe(),
+                                         "command": "ndpim plora run"})
+    return out
+
+
+def run_point(spec: RunSpec) -> dict:
+    """One sweep point: the spec's fields and the run's main metrics (a flat dict, picklable). Errors are
+    recorded in ``error`` (e.g. a pool too small), never raised, so one bad point does not end a sweep."""
+    from host.serving import EngineConfig
+    t0, c0 = time.perf_counter(), time.process_time()
+    row = asdict(spec)
+    try:
+        out = run_spec(spec, engine_config=EngineConfig(trace=False, record_iterations=False))
+    except (ValueError, RuntimeError) as e:
+        row.update({k: float("nan") for k in SUMMARY_KEYS}, error=str(e), wall_s=time.perf_counter() - t0,
+                   cpu_s=time.process_time() - c0)
+        return row
+    s = out.summary
+    row.update({k: s.get(k, float("nan")) for k in SUMMARY_KEYS})
+    row.update(finished=s["finished"], mean_batch=s["mean_batch"], iterations=s["iterations"],
+               devices_used=s.get("devices", np.nan), error="", wall_s=time.perf_counter() - t0,
+               cpu_s=time.process_time() - c0)
+    for kind, v in s.get("gpu_mem_gb", {}).items():
+        row[f"gpu_mem_gb_{kind}"] = v
+    dec = s.get("strategy_counts", {}).get("decisions", {})
+    for name in STRATEGIES:
+        row[f"decisions_{name}"] = dec.get(name, 0)
+    return row

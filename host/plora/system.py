@@ -1,0 +1,586 @@
+"""The PLoRA family as serving-engine systems: PLoRA (NSD), its ablations, Pure CXL, Grace-Hopper, PLoRA-NoCXL.
+
+One class, :class:`PLoRASystem`, parameterized by a :class:`host.plora.config.Variant`. It owns:
+
+* **memory**: the device pool holds every adapter the run references and every admitted request's whole KV
+  (token-interleaved, reserved at admission); HBM holds the base weights, a workspace fraction, the adapter
+  caches (P1: A and B, P3: B) and the duplicated KV prefixes, managed by Algorithm 1
+  (:mod:`host.plora.manager`);
+* **decisions**: at each admission, Algorithm 1 for the request's adapter with its new batch size B_i; the
+  temperature metric (a step per iteration) and the pre-caching of the hottest non-serving adapters into free
+  HBM using only idle link time; a new request's prompt KV is duplicated in HBM up to the balanced P_KV
+  (:meth:`host.plora.cost.CostModel.balanced_dup_fraction`) as far as free HBM allows;
+* **the price** of an iteration: the base model on the GPU (``host.gpu.GPUModel``, calibrated), then per
+  layer the LoRA wave and the decode attention of the cost model (:mod:`host.plora.cost`, with the calibrated
+  GPU attention for the duplicated share and the NDP model for the devices' shares), the prefill attention on
+  the GPU (the prompt's KV streams to the devices meanwhile), and the link: the iteration lasts at least as long
+  as the link is busy (waves, attention, prefill KV, adapter loads). Host-mediated variants (PLoRA-NoCXL) pay a
+  kernel stop per adapter job and per attention exchange in every layer.
+
+Prefill tokens of an adapter use the fastest strategy its current caching level allows (no new caching for a
+prompt), decode tokens the strategy Algorithm 1 chose.
+"""
+
+import numpy as np
+
+from host.serving import System, ContinuousBatcher, KVBudget, IterationResult, RunResult, Span
+
+from .config import (Variant, VARIANTS, KERNEL_STOP_S, WORKSPACE_FRACTION, DEFAULT_MAX_BATCH, DEFAULT_MAX_TOKENS)
+from .cost import CostModel, GPUParams, LinkParams, WaveSums
+from .lora import (ModelShape, RANKS, E1, E2, E3, E4, STRATEGIES, LEVEL_OF, LEVEL_NONE, LEVEL_NAMES, adapter_bytes)
+from .manager import AdapterState, ManagerState, select, apply, rebuild_wave
+from .ndp_model import make_ndp_model
+from .temperature import Temperature
+
+__all__ = ["PLoRASystem", "shape_of", "adapter_ranks", "PricedIteration"]
+
+
+def shape_of(model) -> ModelShape:
+    """The :class:`ModelShape` of a ``host.models.LLMConfig``."""
+    return ModelShape(name=model.name, n_layers=model.n_layers, hidden=model.d_model, q_heads=model.n_heads,
+                      kv_heads=model.n_kv_heads, head_dim=model.head_dim, ffn_dim=model.d_ff,
+                      n_experts=model.n_experts, experts_active=model.n_active_experts,
+                      expert_ffn_dim=model.d_expert_ff, weight_bytes=float(model.weight_bytes(1)),
+                      gated=bool(model.gated_mlp))
+
+
+def adapter_ranks(table, n_adapters: int, seed: int) -> np.ndarray:
+    """Rank of every adapter: the requests' ``rank`` field if the workload gives one, else drawn uniformly
+    from {8, 16, 32, 64, 128} ([PLoRA] VII-A) with ``seed``."""
+    if "rank" in table.extra:
+        ranks = np.zeros(n_adapters, np.int64)
+        r = np.asarray(table.extra["rank"]).astype(np.int64)
+        ranks[table.adapter_id] = r
+        if np.any(r < 1):
+            raise ValueError("request field 'rank' must be >= 1")
+        missing = np.setdiff1d(np.arange(n_adapters), table.adapter_id)
+        if len(missing):
+            ranks[missing] = np.random.default_rng(seed).choice(RANKS, len(missing))
+        return ranks
+    return np.random.default_rng(seed).choice(np.array(RANKS), n_adapters)
+
+
+class PricedIteration:
+    """Per-layer and per-iteration parts of one priced iteration (also used for the per-layer breakdown)."""
+
+    __slots__ = ("base_s", "lora_s", "att_s", "att_gpu_s", "att_dev_s", "att_link_s", "merge_s", "prefill_att_s",
+                 "host_s", "layer_s", "link_busy_s", "dev_busy_s", "gpu_busy_s", "duration_s", "strategy_n",
+                 "dup_fraction", "wave", "lora_link_s", "load_s")
+
+
+class PLoRASystem(System):
+    """A PLoRA-family system (see the module docstring). ``model``: a ``host.models.LLMConfig``;
+    ``variant``: a :class:`Variant` or its name; ``gpu``: a ``host.models.hardware.GPUConfig``;
+    ``gpu_model``: a ``host.gpu.GPUModel`` (default: the calibrated one for ``gpu``); ``link``: a
+    ``host.link.Link`` (default: the variant's preset); ``n_dev``: device count (default: the variant's);
+    ``device``: the device spec (default: the variant's); ``ndp``: the NDP timing model or its kind
+    (``auto``/``calibrated``/``standin``); ``kv_bits``: 16, 8 or 4; ``seed``: adapter ranks."""
+
+    def __init__(self, model, variant="plora", *, gpu=None, gpu_model=None, link=None, n_dev=None, device=None,
+                 ndp="auto", kv_bits=16, seed=0, max_batch=DEFAULT_MAX_BATCH, max_tokens=DEFAULT_MAX_TOKENS,
+                 lora_waves_per_layer=1, batcher=None):
+        super().__init__(batcher or ContinuousBatcher(max_requests=max_batch, max_tokens=max_tokens))
+        if isinstance(variant, str):
+            if variant not in VARIANTS:
+                raise ValueError(f"unknown PLoRA-family system {variant!r}; allowed: {sorted(VARIANTS)}")
+            variant = VARIANTS[variant]
+        self.variant: Variant = variant
+        self.name = variant.name
+        self.model = model
+        self.shape = shape_of(model)
+        if gpu is None:
+            from host.models.hardware import H100_SXM_80GB
+            gpu = H100_SXM_80GB
+        self.gpu = gpu
+        if gpu_model is None:
+            from host.gpu import GPUModel, get_gpu_model
+            from host.models.hardware import GPUS
+            # the shared per-process model for a preset GPU (its tables serve every run of a sweep worker)
+            gpu_model = get_gpu_model(gpu.name) if GPUS.get(gpu.name) == gpu else GPUModel(gpu)
+        self.gpu_model = gpu_model
+        if link is None:
+            from host.link import get_link
+            link = get_link(variant.link)
+        self.link = link
+        self.n_dev = int(variant.n_dev if n_dev is None else n_dev)
+        if self.n_dev < 1:
+            raise ValueError(f"n_dev must be >= 1, got {self.n_dev}")
+        self.device = variant.device if device is None else device
+        self.ndp = make_ndp_model(ndp, self.device) if isinstance(ndp, str) else ndp
+        self.kv_bits = kv_bits
+        self.seed = seed
+        heads, kvh, hd = model.n_heads, model.n_kv_heads, model.head_dim
+        kvb = kv_bits / 8.0
+        gm = self.gpu_model
+
+        def gpu_att(n_req, tokens):
+            return gm.attention_decode(max(n_req, 1), tokens, heads=heads, kv_heads=kvh, head_dim=hd,
+                                       kv_dtype_bytes=kvb).calibrated_s
+
+        self.cost = CostModel(self.shape, ndp=self.ndp, n_dev=self.n_dev,
+                              link=LinkParams(link.bw_gbps, link.rtt_ns),
+                              gpu=GPUParams(gpu.name, gpu.hbm_gb, gpu.hbm_bw_gbps, gpu.fp16_tflops),
+                              kv_bits=kv_bits, lora_waves_per_layer=lora_waves_per_layer, gpu_attention_s=gpu_att)
+        self.max_batch = max_batch
+
+    # --- run set-up --------------------------------------------------------------------------------------
+    def bind(self, table):
+        super().bind(table)
+        n = table.n
+        self.n_adapters = int(table.adapter_id.max()) + 1 if n else 1
+        self.ranks = adapter_ranks(table, self.n_adapters, self.seed)
+        self.rank_values = np.unique(self.ranks)
+        self.rank_idx = np.searchsorted(self.rank_values, self.ranks)
+        self._tab = None
+        used = np.unique(table.adapter_id)
+        self.adapter_bytes = {int(r): adapter_bytes(self.shape, int(r)) for r in np.unique(self.ranks)}
+        store = float(sum(self.adapter_bytes[int(self.ranks[a])] for a in used))
+        pool = self.n_dev * self.device.capacity_bytes
+        if store >= pool:
+            per = self.device.capacity_bytes
+            need = int(np.ceil(store / per)) + 1
+            raise ValueError(f"{self.name}: the {len(used)} adapters this workload references take "
+                             f"{store / 1e9:.0f} GB, more than the pool of {self.n_dev} x "
+                             f"{per / 1e9:.0f} GB; use at least --devices {need}")
+        self.store_bytes = store
+        self.kv = KVBudget(table, capacity_bytes=pool, bytes_per_token=self.cost.kv_tok, policy="reserve",
+                           block_tokens=1, fixed_bytes=store)
+        hbm = self.gpu.hbm_gb * 1e9
+        self.weights_bytes = float(self.model.weight_bytes(1))
+        self.workspace_bytes = WORKSPACE_FRACTION * hbm
+        budget = hbm - self.weights_bytes - self.workspace_bytes
+        if budget <= 0:
+            raise ValueError(f"{self.name}: {self.model.name} weights ({self.weights_bytes / 1e9:.1f} GB) leave no "
+                             f"HBM on {self.gpu.name}")
+        self.state = ManagerState(budget_bytes=budget, allowed=self.variant.allowed,
+                                  distributed=self.variant.distributed)
+        rebuild_wave(self.state, self.cost)
+        self.temp = Temperature(self.n_adapters)
+        self.count = np.zeros(self.n_adapters, np.int64)
+        self.strat = np.full(self.n_adapters, -1, np.int64)
+        self.dup = np.zeros(n, np.int64)
+        self.pfrac = np.zeros(n)
+        self.pending_load = 0.0
+        self.prefetch_budget = 0.0
+        self.cached_total = 0.0
+        self.decisions = {s: 0 for s in STRATEGIES}
+        self.decisions["E3 (fallback)"] = 0
+        self.paths = {}
+        self.evictions = {"cold": 0, "kv": 0, "hot": 0, "serving": 0}
+        self.precached = 0
+        self.adapter_iters = np.zeros(4)
+        self.acc = {"t": 0.0, "dup_w": 0.0, "adapters": 0.0, "kv_dup": 0.0}
+        self.peak = {"adapters": 0.0, "kv_dup": 0.0}
+        self._precache_level = {}
+        self._hot_dirty = True
+        self._idle_adapters = set()
+
+    # --- memory ------------------------------------------------------------------------------------------
+    def can_admit(self, idx, now):
+        return self.kv.can_admit(idx)
+
+    def admission_error(self, idx):
+        return self.kv.admission_error(idx)
+
+    def _cached_bytes(self):
+        return self.state.cached_bytes(self.cost)
+
+    def on_admit(self, idx, now):
+        t, st, cost = self.table, self.state, self.cost
+        for i in np.atleast_1d(idx).tolist():
+            self.kv.admit(np.array([i]))
+            a = int(t.adapter_id[i])
+            self.count[a] += 1
+            self.temp.on_requests([a])
+            rank = int(self.ranks[a])
+            remaining = float(t.output_tokens[i] - t.generated[i])
+            self._refresh_hot()
+            d = select(st, cost, a, int(self.count[a]), rank=rank, remaining=max(1.0, remaining))
+            kv_ev = sum(e.kv_tokens for e in d.evictions if e.kind == "kv")
+            apply(st, cost, d, tokens=int(self.count[a]), rank=rank, remaining=max(1.0, remaining))
+            if kv_ev > 0:
+                self._drop_dup(kv_ev)
+            self._sync([a] + [e.adapter for e in d.evictions if e.kind == "serving"])
+            self.pending_load += d.load_bytes
+            self.decisions["E3 (fallback)" if d.path == "fallback" else STRATEGIES[d.strategy]] += 1
+            self.paths[d.path] = self.paths.get(d.path, 0) + 1
+            for e in d.evictions:
+                self.evictions[e.kind] += 1
+            # duplicate a fraction of the prompt's KV in HBM: the one the cost model says minimizes the batch's
+            # attention time (kept as the request grows), as far as free HBM allows
+            free = st.free_bytes(cost)
+            prompt = int(t.prefill_len[i])
+            if self.variant.distributed:
+                p = cost.dup_fraction_for(st.n_req, st.kv_dup_tokens, st.kv_dev_tokens,
+                                          st.n_req if st.n_dev_req is None else st.n_dev_req, prompt)
+            else:
+                p = 1.0                       # the GPU reads HBM faster than it loads over the link
+            self.pfrac[i] = p
+            dup = min(int(p * prompt), int(max(free, 0.0) // cost.kv_tok))
+            self.dup[i] = max(dup, 0)
+            st.kv_dup_tokens += self.dup[i]
+            st.kv_dev_tokens += prompt - self.dup[i]
+            st.n_dev_req = (st.n_dev_req or 0) + (1 if prompt > self.dup[i] else 0)
+            st.n_req += 1
+
+    def _drop_dup(self, tokens):
+        """Algorithm 1 evicted ``tokens`` duplicated KV tokens: take them from the running requests in
+        proportion to what each holds."""
+        run = np.flatnonzero(self.dup)
+        total = int(self.dup[run].sum())
+        if total <= 0:
+            return
+        keep = max(0.0, 1.0 - tokens / total)
+        self.dup[run] = np.floor(self.dup[run] * keep).astype(np.int64)
+        self.pfrac[run] *= keep
+        # the manager moved ``tokens`` (fractional) from duplicated to device-only; make it exact
+        st = self.state
+        dropped = total - int(self.dup[run].sum())
+        st.kv_dup_tokens = float(self.dup.sum())
+        st.kv_dev_tokens += dropped - tokens
+
+    def _update_adapter(self, a):
+        st, cost = self.state, self.cost
+        s = st.adapters.get(a)
+        if s is None or not s.serving:
+            return
+        dev = cost.device_of(a)
+        st.wave.add(cost.terms(s.rank, s.tokens)[s.strategy], dev, sign=-1.0)
+        if self.count[a] > 0:
+            s.tokens = int(self.count[a])
+            st.wave.add(cost.terms(s.rank, s.tokens)[s.strategy], dev)
+        else:
+            s.tokens = 0
+            s.strategy = None
+
+    def on_finish(self, idx, now):
+        self.kv.release(idx)
+        t = self.table
+        self.dup[idx] = 0
+        self.pfrac[idx] = 0.0
+        for a in t.adapter_id[idx].tolist():
+            self.count[a] -= 1
+        for a in np.unique(t.adapter_id[idx]).tolist():
+            self._update_adapter(int(a))
+            self._sync([int(a)])
+
+    def on_preempt(self, idx, now):
+        self.on_finish(idx, now)
+
+    def before_batch(self, view, now):
+        st, cost, t = self.state, self.cost, self.table
+        run = view.running
+        if len(run):
+            ctx = t.context(run) + 1
+            self.dup[run] = self._dup_grown(run, ctx)
+            self._refresh_kv(run, ctx)
+        else:
+            st.kv_dup_tokens = st.kv_dev_tokens = 0.0
+            st.n_dev_req = 0.0
+        st.n_req = len(run)
+        st.temperature = _TempView(self.temp)
+        self._hot_dirty = True
+        if self.variant.selection and self.variant.precache:
+            self._refresh_hot()
+            self._precache()
+
+    def _dup_grown(self, run, kv_tokens):
+        """Duplicated tokens of requests ``run`` once their KV holds ``kv_tokens``: each keeps its fraction (the
+        GPU keeps a copy of its new tokens' K, V) as far as free HBM allows (growth scaled down to fit)."""
+        want = np.maximum(np.floor(self.pfrac[run] * kv_tokens).astype(np.int64) - self.dup[run], 0)
+        grow = int(want.sum())
+        if grow:
+            free = self.state.budget_bytes - self.state.cached_bytes(self.cost) - float(self.dup.sum()) * self.cost.kv_tok
+            room = int(max(free, 0.0) // self.cost.kv_tok)
+            if grow > room:
+                want = np.floor(want * (room / grow)).astype(np.int64)
+        return np.minimum(self.dup[run] + want, kv_tokens)
+
+    def _refresh_kv(self, run, kv_tokens):
+        st = self.state
+        st.kv_dup_tokens = float(self.dup[run].sum())
+        st.kv_dev_tokens = float((kv_tokens - self.dup[run]).sum())
+        st.n_dev_req = float(np.count_nonzero(kv_tokens > self.dup[run]))
+
+    def _refresh_hot(self):
+        if self._hot_dirty:
+            self.state.hot = frozenset(self.temp.hot(self.count > 0).tolist())
+            self._hot_dirty = False
+
+    def _precache_level_of(self, rank):
+        lvl = self._precache_level.get(rank)
+        if lvl is None:
+            s = int(np.argmin([self.cost.standalone_s(rank, 1)[x] if x in self.variant.allowed else np.inf
+                               for x in range(4)]))
+            lvl = LEVEL_OF[s]
+            self._precache_level[rank] = lvl
+        return lvl
+
+    def _precache(self):
+        st, cost = self.state, self.cost
+        hot = sorted(st.hot, key=lambda a: (-self.temp.t[a], a))
+        if not hot or self.prefetch_budget <= 0:
+            return
+        free = st.free_bytes(cost)
+        for a in hot:
+            rank = int(self.ranks[a])
+            lvl = self._precache_level_of(rank)
+            s = st.adapters.get(a)
+            have = s.level if s is not None else LEVEL_NONE
+            if lvl <= have:
+                continue
+            r = cost.resident(rank)
+            need = (r[E1] if lvl == 2 else r[E4]) - (r[E4] if have == 1 else 0.0)
+            if need > free or need > self.prefetch_budget:
+                continue
+            st.set_level(cost, a, lvl, rank)
+            free -= need
+            self.prefetch_budget -= need
+            self.pending_load += need
+            self.precached += 1
+
+    # --- the price ---------------------------------------------------------------------------------------
+    def _wave(self, adapters, counts, strategies, pre_adapters=(), pre_tokens=()):
+        """Per-layer LoRA wave sums of decode adapters (with strategies) and prefill tokens."""
+        cost = self.cost
+        w = WaveSums.empty(self.n_dev)
+        n_strat = np.zeros(4)
+        if len(adapters):
+            need = int(counts.max())
+            if self._tab is None or self._tab.shape[1] <= need:
+                tabs = [cost.decode_table(int(r), need) for r in self.rank_values]
+                size = min(len(t) for t in tabs)
+                self._tab = np.stack([t[:size] for t in tabs])
+            rows = self._tab[self.rank_idx[adapters], counts, strategies]
+            tot = rows.sum(axis=0)
+            w.out_bytes, w.in_bytes, w.gpu_bytes, w.gpu_flops = float(tot[0]), float(tot[1]), float(tot[3]), float(tot[4])
+            w.dev = np.bincount(adapters % self.n_dev, weights=rows[:, 2], minlength=self.n_dev)
+            w.link_users = int(np.count_nonzero(rows[:, 0] + rows[:, 1]))
+            n_strat = np.bincount(strategies, minlength=4).astype(float)
+        for a, tok in zip(pre_adapters, pre_tokens):
+            a, tok = int(a), int(tok)
+            rank = int(self.ranks[a])
+            s = self.state.adapters.get(a)
+            lvl = s.level if s is not None else LEVEL_NONE
+            times = cost.standalone_s(rank, tok)
+            ok = [x for x in self.variant.allowed if LEVEL_OF[x] <= lvl] or [E3 if self.variant.uses_ndp else E2]
+            best = min(ok, key=lambda x: times[x])
+            w.add(cost.terms(rank, tok)[best], cost.device_of(a))
+        return w, n_strat
+
+    def _strategies_of(self, adapters):
+        out = self.strat[adapters]
+        bad = out < 0
+        if bad.any():
+            out = out.copy()
+            out[bad] = E3 if self.variant.uses_ndp else E2
+        return out
+
+    def _sync(self, adapters):
+        """Copy the manager's strategies of ``adapters`` into the array the pricing gathers from."""
+        for a in adapters:
+            s = self.state.adapters.get(a)
+            self.strat[a] = -1 if s is None or s.strategy is None else s.strategy
+
+    def _host_s(self, w: WaveSums, dec_any: bool) -> float:
+        """PLoRA-NoCXL, per layer: a host-launched kernel stop for every adapter job that touches the devices
+        and one for the attention exchange."""
+        if not self.variant.host_mediated:
+            return 0.0
+        return KERNEL_STOP_S * (w.link_users + (1 if dec_any and self.variant.distributed else 0))
+
+    def _price_parts(self, batch, att_points=None):
+        """Everything but the decode attention, plus the decode-attention function of the context offset."""
+        t, cost = self.table, self.cost
+        L = self.shape.n_layers
+        pre = batch.prefill
+        dec_req = batch.req[~pre]
+        ad = t.adapter_id[dec_req]
+        cnt = np.bincount(ad, minlength=self.n_adapters)
+        uniq = np.flatnonzero(cnt)
+        counts = cnt[uniq]
+        strat = self._strategies_of(uniq)
+        pre_req = batch.req[pre]
+        pre_ad = t.adapter_id[pre_req]
+        pre_tok = batch.new_tokens[pre]
+        if len(pre_ad):
+            pu, inv = np.unique(pre_ad, return_inverse=True)
+            pt = np.bincount(inv, weights=pre_tok).astype(np.int64)
+        else:
+            pu, pt = (), ()
+        w, n_strat = self._wave(uniq, counts, strat, pu, pt)
+        lora_s = cost.wave_s(w)
+        it = self.gpu_model.iteration(self.model, tp=1, prefill_q=batch.new_tokens[pre],
+                                      prefill_kv=batch.kv_after[pre], decode_requests=int(len(dec_req)),
+                                      decode_kv_tokens=0, logits_tokens=int(len(dec_req) + batch.completes_prefill.sum()),
+                                      kv_dtype_bytes=self.kv_bits / 8.0)
+        ops = it.ops
+        prefill_att = float(ops.get("attn_prefill", 0.0))
+        base = float(it.total_s) - prefill_att - float(np.sum(ops.get("attn_decode", 0.0)))
+        prefill_kv_bytes = float(pre_tok.sum()) * cost.kv_tok_layer      # per layer, to the devices
+        host_s = self._host_s(w, len(dec_req) > 0)
+        return dict(L=L, w=w, n_strat=n_strat, lora_s=lora_s, base=base, prefill_att=prefill_att,
+                    prefill_kv_bytes=prefill_kv_bytes, host_s=host_s, dec_req=dec_req)
+
+    def _attention(self, dec_req, kv_after, offset=0, dup=None):
+        return self.cost.attention(kv_after + offset, self.dup[dec_req] if dup is None else dup,
+                                   distributed=self.variant.distributed)
+
+    def _assemble(self, p, att, load_bytes):
+        cost = self.cost
+        L, w = p["L"], p["w"]
+        Wl = cost.link.W
+        wave_link = max(w.out_bytes, w.in_bytes) / Wl
+        prefill_link = p["prefill_kv_bytes"] / Wl
+        layer = p["lora_s"] + att.total_s + p["host_s"] + (p["prefill_att"] + p["base"]) / L
+        compute = L * layer
+        link_busy = L * (wave_link + att.link_s + prefill_link) + load_bytes / Wl
+        dur = max(compute, link_busy)
+        r = PricedIteration()
+        r.base_s, r.lora_s, r.att_s = p["base"], L * p["lora_s"], L * att.total_s
+        r.att_gpu_s, r.att_dev_s, r.att_link_s, r.merge_s = L * att.gpu_s, L * att.dev_s, L * att.link_s, L * att.merge_s
+        r.prefill_att_s, r.host_s = p["prefill_att"], L * p["host_s"]
+        r.layer_s, r.link_busy_s, r.duration_s = layer, link_busy, dur
+        r.lora_link_s = L * wave_link
+        r.load_s = load_bytes / Wl
+        r.dev_busy_s = L * (w.dev + att.dev_per_device_s)
+        r.gpu_busy_s = p["base"] + p["prefill_att"] + L * (att.gpu_s + att.merge_s + max(
+            w.gpu_bytes / cost.gpu.W_hbm, w.gpu_flops / cost.gpu.F))
+        r.strategy_n = p["n_strat"]
+        return r
+
+    def price_parts(self, batch):
+        """The :class:`PricedIteration` of ``batch`` (no state change; for breakdown figures)."""
+        p = self._price_parts(batch)
+        att = self._attention(p["dec_req"], batch.kv_after[~batch.prefill])
+        return self._assemble(p, att, self.pending_load)
+
+    def _spans(self, r, start=0.0, label="iteration"):
+        spans = [Span("GPU 0", label, start, max(r.gpu_busy_s, 1e-12), {"base_s": r.base_s, "lora_s": r.lora_s,
+                                                                         "attention_s": r.att_s})]
+        if r.link_busy_s > 0:
+            spans.append(Span("link", label, start, r.link_busy_s, {"lora_s": r.lora_link_s,
+                                                                     "attention_s": r.att_link_s,
+                                                                     "adapter_loads_s": r.load_s}))
+        for d in range(self.n_dev):
+            if r.dev_busy_s[d] > 0:
+                spans.append(Span(f"device {d}", label, start, float(r.dev_busy_s[d])))
+        return spans
+
+    def _record(self, r, kv_after, dec_req):
+        tot = float(kv_after.sum())
+        dupf = float(self.dup[dec_req].sum()) / tot if tot > 0 else 0.0
+        cached = self._cached_bytes()
+        kvd = float(self.dup.sum()) * self.cost.kv_tok
+        rec = {"kv_dup_fraction": dupf, "hbm_adapters_gb": cached / 1e9, "hbm_kv_dup_gb": kvd / 1e9}
+        for j, s in enumerate(STRATEGIES):
+            rec[f"n_{s}"] = float(r.strategy_n[j])
+        br = {"base_s": r.base_s, "lora_s": r.lora_s, "attention_s": r.att_s, "prefill_attention_s": r.prefill_att_s,
+              "host_s": r.host_s, "link_busy_s": r.link_busy_s}
+        return rec, br, dupf, cached, kvd
+
+    def _account(self, dur, dupf, cached, kvd, n_strat, k=1):
+        a = self.acc
+        a["t"] += dur
+        a["dup_w"] += dupf * dur
+        a["adapters"] += cached * dur
+        a["kv_dup"] += kvd * dur
+        self.peak["adapters"] = max(self.peak["adapters"], cached)
+        self.peak["kv_dup"] = max(self.peak["kv_dup"], kvd)
+        self.adapter_iters += n_strat * k
+
+    def price(self, batch, now):
+        p = self._price_parts(batch)
+        kv_after = batch.kv_after[~batch.prefill]
+        att = self._attention(p["dec_req"], kv_after)
+        r = self._assemble(p, att, self.pending_load)
+        self.pending_load = 0.0
+        self.prefetch_budget = max(0.0, r.duration_s - r.link_busy_s) * self.cost.link.W
+        rec, br, dupf, cached, kvd = self._record(r, kv_after, p["dec_req"])
+        self._account(r.duration_s, dupf, cached, kvd, r.strategy_n)
+        return IterationResult(r.duration_s, breakdown=br, spans=self._spans(r), record=rec)
+
+    def price_decode_run(self, batch, max_iters, now):
+        p = self._price_parts(batch)
+        kv_after = batch.kv_after
+        dec = p["dec_req"]
+        k = int(max_iters)
+        # decode attention grows smoothly (near linearly) with the contexts: price the stretch's first and last
+        # iterations, interpolate between them
+        pts = np.unique(np.array([0, k - 1], np.int64))
+        # the duplicated prefixes grow within the stretch as they would iteration by iteration
+        dups = {0: self.dup[dec], k - 1: self._dup_grown(dec, kv_after + (k - 1))}
+        rs = [self._assemble(p, self._attention(dec, kv_after, int(o), dups[int(o)]),
+                             self.pending_load if o == 0 else 0.0) for o in pts]
+        self._end_dup = (dec, dups[k - 1])
+        dur_pts = np.array([r.duration_s for r in rs])
+        durs = np.interp(np.arange(k), pts, dur_pts)
+        r0 = rs[0]
+        self.pending_load = 0.0
+        idle = np.maximum(0.0, durs - np.interp(np.arange(k), pts, [r.link_busy_s for r in rs]))
+        self.prefetch_budget = float(idle.sum()) * self.cost.link.W
+        rec, br, dupf, cached, kvd = self._record(r0, kv_after, dec)
+        self._account(float(durs.sum()), dupf, cached, kvd, r0.strategy_n, k)
+        parts = {n: np.interp(np.arange(k), pts, [getattr(r, a) for r in rs])
+                 for n, a in (("base_s", "base_s"), ("lora_s", "lora_s"), ("attention_s", "att_s"),
+                              ("host_s", "host_s"), ("link_busy_s", "link_busy_s"))}
+        parts["prefill_attention_s"] = np.zeros(k)
+        total = float(durs.sum())
+        spans = [Span("GPU 0", f"decode x{k}", 0.0, max(total * min(1.0, r0.gpu_busy_s / r0.duration_s), 1e-12))]
+        frac_link = sum(r.link_busy_s / r.duration_s for r in rs) / len(rs)
+        if frac_link > 0:
+            spans.append(Span("link", f"decode x{k}", 0.0, total * min(frac_link, 1.0)))
+        frac_dev = sum(r.dev_busy_s / r.duration_s for r in rs) / len(rs)
+        for d in np.flatnonzero(frac_dev > 0).tolist():
+            spans.append(Span(f"device {d}", f"decode x{k}", 0.0, total * min(float(frac_dev[d]), 1.0)))
+        return RunResult(durs, breakdown=parts, spans=spans,
+                         record={n: np.full(k, v) for n, v in rec.items()})
+
+    def on_iteration_end(self, batch, result, now):
+        k = 1 if isinstance(result, IterationResult) else len(result.durations_s)
+        self.temp.step(k)
+        if k > 1 and self._end_dup is not None:
+            dec, dup = self._end_dup
+            if len(dup) == len(dec):
+                self.dup[dec] = dup
+                self.state.kv_dup_tokens = float(self.dup.sum())
+            self._end_dup = None
+
+    # --- outputs -----------------------------------------------------------------------------------------
+    def config(self):
+        return {**super().config(), "variant": self.variant.describe(), "model": self.model.name,
+                "gpu": self.gpu.name, "n_dev": self.n_dev, "device": vars(self.device).copy(),
+                "link": {"name": self.link.name, "bw_gbps": self.link.bw_gbps, "rtt_ns": self.link.rtt_ns},
+                "ndp_model": getattr(self.ndp, "kind", type(self.ndp).__name__), "kv_bits": self.kv_bits,
+                "seed": self.seed, "workspace_fraction": WORKSPACE_FRACTION,
+                "lora_waves_per_layer": self.cost.waves}
+
+    def summary(self):
+        a, T = self.acc, max(self.acc["t"], 1e-30)
+        gb = lambda x: x / 1e9
+        return {
+            "kv_dup_fraction": a["dup_w"] / T,
+            "gpu_mem_gb": {"weights": gb(self.weights_bytes), "workspace": gb(self.workspace_bytes),
+                           "adapters": gb(a["adapters"] / T), "kv_dup": gb(a["kv_dup"] / T), "kv": 0.0},
+            "gpu_mem_gb_peak": {"adapters": gb(self.peak["adapters"]), "kv_dup": gb(self.peak["kv_dup"])},
+            "strategy_counts": {"decisions": dict(self.decisions), "paths": dict(self.paths),
+                                "evictions": dict(self.evictions), "precached": self.precached,
+                                "adapter_iterations": {s: float(self.adapter_iters[j])
+                                                       for j, s in enumerate(STRATEGIES)}},
+            "pool_gb": {"adapters": gb(self.store_bytes), "kv_peak": gb(self.kv.peak_tokens * self.cost.kv_tok),
+                        "capacity": gb(self.n_dev * self.device.capacity_bytes)},
+            "ndp_model": getattr(self.ndp, "kind", type(self.ndp).__name__),
+        }
+
+
+class _TempView:
+    """``state.temperature`` as a mapping id -> temperature over the metric (no copy)."""
+
+    __slots__ = ("temp",)
+
+    def __init__(self, temp):
+        self.temp = temp
+
+    def get(self, k, default=0.0):
+        t = self.temp.t
+        return float(t[k]) if 0 <= k < len(t) else default

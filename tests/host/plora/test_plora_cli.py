@@ -1,0 +1,123 @@
+"""ndpim plora run / sweep / figures, run specs and the TP study."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from host.cli import main
+from host.plora.run import RunSpec, run_point, build_system, build_workload
+from host.plora.figures import sweep_specs, grid_specs, make_figures, FIGURES
+from host.plora.tp_study import tp_study, wave, TP_DEGREES
+from host.plora.ndp_model import NDPStandIn
+
+
+def test_run_writes_the_run_directory(tmp_path):
+    out = tmp_path / "run"
+    rc = main(["plora", "run", "--model", "llama2-7b", "--workload", "skewed", "--system", "plora", "--requests", "20",
+               "--link-gbps", "64", "--link-latency-ns", "400", "--devices", "2", "--seed", "3", "--out", str(out)])
+    assert rc == 0
+    for f in ("config.json", "requests.csv", "iterations.csv", "summary.json", "trace.json"):
+        assert (out / f).exists(), f
+    s = json.loads((out / "summary.json").read_text())
+    for k in ("tpot_ms_mean", "tpot_ms_p99", "ttft_s_mean", "throughput_tok_s", "kv_dup_fraction", "gpu_mem_gb",
+              "strategy_counts"):
+        assert k in s, k
+    assert set(s["gpu_mem_gb"]) >= {"weights", "workspace", "adapters", "kv_dup"}
+    assert s["finished"] == 20 and s["devices"] == 2
+    assert s["link"] == {"gbps": 64.0, "rtt_ns": 800.0}            # one-way 400 ns -> round trip 800 ns
+    assert sum(s["strategy_counts"]["decisions"].values()) == 20
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["spec"]["seed"] == 3 and cfg["system"]["n_dev"] == 2 and cfg["workload"]["name"] == "skewed"
+    trace = json.loads((out / "trace.json").read_text())
+    lanes = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert {"GPU 0", "link", "device 0", "device 1"} <= lanes
+    it = pd.read_csv(out / "iterations.csv")
+    assert {"n_E1", "n_E2", "n_E3", "n_E4", "kv_dup_fraction", "lora_s", "attention_s"} <= set(it.columns)
+
+
+def test_run_is_reproducible_from_its_spec():
+    a = run_point(RunSpec(system="plora", n_requests=15, seed=5))
+    b = run_point(RunSpec(system="plora", n_requests=15, seed=5))
+    assert a["tpot_ms_mean"] == b["tpot_ms_mean"] and a["decisions_E3"] == b["decisions_E3"]
+
+
+def test_bad_arguments_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["plora", "run", "--model", "gpt-5", "--workload", "uniform", "--system", "plora", "--out", "x"])
+    with pytest.raises(SystemExit, match="link_gbps must be > 0"):
+        main(["plora", "run", "--model", "llama2-7b", "--workload", "uniform", "--system", "plora",
+              "--link-gbps", "0", "--out", "x"])
+    with pytest.raises(ValueError, match="devices must be in"):
+        RunSpec(devices=-1)
+    with pytest.raises(ValueError, match="unknown system"):
+        RunSpec(system="vllm")
+
+
+def test_every_system_builds():
+    from host.plora.config import SYSTEM_NAMES
+    for name in SYSTEM_NAMES:
+        s = build_system(RunSpec(system=name, n_requests=5))
+        assert s.name == name
+
+
+def test_pool_too_small_is_an_error_point_not_a_crash():
+    r = run_point(RunSpec(model="qwen3-30b-a3b", system="plora", devices=1, n_requests=400))
+    assert "use at least --devices" in r["error"] and np.isnan(r["tpot_ms_mean"])
+    ok = run_point(RunSpec(model="qwen3-30b-a3b", system="plora", devices=0, n_requests=40))
+    assert ok["error"] == "" and ok["devices_used"] >= 4
+
+
+def test_sweep_specs_cover_the_figures():
+    assert len(grid_specs()) == 4 * 4 * 13
+    ladder = sweep_specs("link_ladder")
+    assert sorted({s.link_gbps for s in ladder}) == [8, 16, 32, 64, 128, 256, 450, 900, 1800]
+    assert sorted({s.link_latency_ns for s in sweep_specs("link_latency")}) == [50, 100, 200, 500, 1000, 2000]
+    assert max(s.devices for s in sweep_specs("devices")) == 64
+    assert {s.max_batch for s in sweep_specs("ttft_prefill")} == {256, 512, 1024}
+    assert {s.kv_bits for s in sweep_specs("kv_precision")} == {16, 8, 4}
+    sens = sweep_specs("sensitivity")
+    assert {s.tag for s in sens} == {"tflops", "bandwidth", "buffers"}
+
+
+def test_sweep_command_writes_its_csv(tmp_path):
+    rc = main(["plora", "sweep", "--name", "link_latency", "--requests", "8", "--jobs", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    df = pd.read_csv(tmp_path / "link_latency.csv", keep_default_na=False)
+    assert len(df) == 12 and (df["error"] == "").all()
+    t = df[df["system"] == "plora"].set_index("link_latency_ns")["tpot_ms_mean"]
+    assert t[2000] > t[50]          # round trips per layer cost time (decisions adapt: not strictly monotonic)
+
+
+def test_figures_write_csv_and_png(tmp_path):
+    from host.sweep import LocalExecutor
+    done = make_figures(tmp_path, names=("tp_study", "link_latency"), n_requests=8, executor=LocalExecutor(1))
+    for name in ("tp_study", "link_latency"):
+        assert (tmp_path / f"{name}.csv").exists() and (tmp_path / f"{name}.png").stat().st_size > 1000
+    assert set(done) == {"tp_study", "link_latency"}
+
+
+def test_tp_study_sharded_scales_naive_does_not():
+    rows = pd.DataFrame(tp_study(ndp=NDPStandIn()))
+    assert set(rows["tp"]) == set(TP_DEGREES) and "1.2T" in set(rows["model"])
+    big = rows[rows["model"] == "1.2T"]
+    sh = big[big["port"] == "sharded"].set_index("tp")["wave_us"]
+    nv = big[big["port"] == "naive"].set_index("tp")["wave_us"]
+    assert sh.is_monotonic_decreasing and (sh < nv).all()
+    # naive keeps reading the whole A in every pool: its device time falls by far less than TP
+    nd = big[big["port"] == "naive"].set_index("tp")["device_us"]
+    assert nd[64] > nd[4] / 4
+    with pytest.raises(ValueError, match="port"):
+        wave(None, 4, "diagonal", ndp=NDPStandIn())
+
+
+def test_run_grid_reports_its_figures(monkeypatch):
+    import host.plora.figures as F
+    from host.plora import bench
+    from host.sweep import LocalExecutor
+    small = [RunSpec(system=s, n_requests=6) for s in ("plora", "s-lora", "nd-e4")]
+    monkeypatch.setattr(F, "grid_specs", lambda **kw: small)
+    out = bench.run_grid(executor=LocalExecutor(1))
+    assert out["plora_grid_points"] == 3 and out["plora_grid_errors"] == 0
+    assert out["plora_grid_s"] > 0 and set(out["plora_grid_tpot_ms"]) == {"plora", "s-lora", "nd-e4"}

@@ -1,0 +1,165 @@
+"""The PLoRA-family system and the host-memory baselines on the serving engine: hand-computed iterations,
+fused runs against step-by-step runs, memory invariants, and each mechanism."""
+
+import numpy as np
+import pytest
+
+from conftest import FakeNDP, FakeGPUModel, tiny_model, test_gpu, test_link
+from host.serving import Request, RequestTable, run, EngineConfig
+from host.plora.config import KERNEL_STOP_S, VARIANTS
+from host.plora.system import PLoRASystem
+from host.plora.baselines import SLoRASystem, CPULoRAOffloadSystem
+from host.plora.lora import E1, E2, E3, E4
+
+RANK8 = {"rank": 8}
+
+
+def plora(variant="plora", **kw):
+    kw.setdefault("gpu", test_gpu())
+    kw.setdefault("gpu_model", FakeGPUModel())
+    kw.setdefault("link", test_link())
+    kw.setdefault("ndp", FakeNDP(e3=1e-6, att=1e-8))
+    kw.setdefault("n_dev", 2)
+    return PLoRASystem(tiny_model(), variant, **kw)
+
+
+def test_decode_iteration_hand_computed():
+    """nd-e3, one request (prompt 8, output 3) on 2 devices, 1 GB/s link with a 1 us round trip, 0.1 GB/s HBM."""
+    s = plora("nd-e3", gpu=test_gpu(bw=0.1))
+    out = run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)], s, EngineConfig(fuse_decode=False))
+    # KV duplication: 128 B/token/layer over 0.1 GB/s HBM (1.28 us) is slower than the devices: none
+    assert list(out.iterations["kv_dup_fraction"]) == [0.0, 0.0, 0.0]
+    # per layer: LoRA wave E3 (device 0: 7 matrices x 1 us) + 1 us round trip = 8 us;
+    # attention: 1 us + max(device 0: 5 tokens x 10 ns, link: max(2 q x 128 B + 128 B new K/V, 2 x 152 B) / 1 GB/s)
+    #            + merge of 2 partials x 152 B / 0.1 GB/s = 1 + 0.384 + 3.04 us
+    layer = 8e-6 + 1e-6 + 0.384e-6 + 3.04e-6
+    assert list(out.iterations["duration_s"][1:]) == pytest.approx([10e-6 + 2 * layer] * 2, rel=1e-12)
+    assert out.summary["tpot_ms_mean"] == pytest.approx((10e-6 + 2 * layer) * 1e3, rel=1e-9)
+    assert out.summary["strategy_counts"]["decisions"]["E3"] == 1
+
+
+def test_link_latency_is_charged_twice_per_layer():
+    """One LoRA wave and one attention return per layer: raising the round trip by 1 us adds 2 x 2 us."""
+    def tpot(rtt_ns):
+        s = plora("nd-e3", gpu=test_gpu(bw=0.1), link=test_link(rtt_ns=rtt_ns))
+        return run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)], s).summary["tpot_ms_mean"] * 1e-3
+    assert tpot(2000.0) - tpot(1000.0) == pytest.approx(2 * 2 * 1e-6, rel=1e-9)
+
+
+def test_short_context_is_duplicated_when_the_round_trip_dominates():
+    """At 1 GB/s HBM the GPU attends over the 8-token prompt (1.02 us) faster than a device round trip (1 us +
+    link + merge): the cost model duplicates the whole request and keeps duplicating its new tokens."""
+    s = plora("nd-e3")
+    out = run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)], s, EngineConfig(fuse_decode=False))
+    assert list(out.iterations["kv_dup_fraction"][1:]) == [1.0, 1.0]
+
+
+def test_fused_runs_match_step_by_step():
+    rng = np.random.default_rng(4)
+    n = 30
+    t = RequestTable(id=np.arange(n), arrival_s=np.sort(rng.uniform(0, 2e-3, n)), prompt_tokens=rng.integers(4, 60, n),
+                     output_tokens=rng.integers(2, 40, n), adapter_id=rng.integers(0, 12, n),
+                     extra={"rank": rng.choice([8, 16, 32], n)})
+    for v in ("plora", "pure-cxl", "nd-e4"):
+        a = run(t, plora(v, ndp=FakeNDP(e3=1e-6, att=3e-7)))
+        b = run(t, plora(v, ndp=FakeNDP(e3=1e-6, att=3e-7)), EngineConfig(fuse_decode=False))
+        assert a.summary["finished"] == b.summary["finished"] == n
+        assert (a.iterations["fused"] > 1).any()
+        # within a stretch decode attention is interpolated between its first and last iterations
+        np.testing.assert_allclose(a.table.finish_s, b.table.finish_s, rtol=2e-3)
+        assert a.summary["tpot_ms_mean"] == pytest.approx(b.summary["tpot_ms_mean"], rel=2e-3)
+
+
+def _heavy_table(n=40, adapters=30, seed=2):
+    rng = np.random.default_rng(seed)
+    return RequestTable(id=np.arange(n), arrival_s=np.zeros(n), prompt_tokens=rng.integers(20, 200, n),
+                        output_tokens=rng.integers(5, 50, n), adapter_id=rng.integers(0, adapters, n),
+                        extra={"rank": rng.choice([8, 16, 32, 64], n)})
+
+
+def test_hbm_budget_is_never_exceeded_and_eviction_happens():
+    # 2 MB of HBM (1.6 MB for adapters and KV duplicates after weights and workspace), a fast GPU and slow NDP
+    # cores: E1 is worth caching, and the adapters do not all fit
+    s = plora("plora", gpu=test_gpu(hbm_gb=0.002, bw=100.0, tflops=100.0), ndp=FakeNDP(e3=1e-4, e4=1e-4, att=1e-7))
+    out = run(_heavy_table(), s)
+    budget = s.state.budget_bytes / 1e9
+    used = out.iterations["hbm_adapters_gb"] + out.iterations["hbm_kv_dup_gb"]
+    assert np.all(used <= budget * (1 + 1e-9))
+    assert out.summary["finished"] == 40
+    sc = out.summary["strategy_counts"]
+    assert sum(sc["evictions"].values()) > 0 or sc["paths"].get("cold", 0) > 0
+    # the manager's running total of cached bytes equals a recount
+    st = s.state
+    assert st.cached_bytes(s.cost) == pytest.approx(sum(
+        s.cost.resident(a.rank)[E1] if a.level == 2 else s.cost.resident(a.rank)[E4] if a.level == 1 else 0.0
+        for a in st.adapters.values()))
+
+
+def test_pool_must_hold_the_adapters():
+    s = plora(device=VARIANTS["plora"].device.scaled(), n_dev=1)
+    from dataclasses import replace
+    s.device = replace(s.device, capacity_gb=1e-5)            # 10 kB device: no adapter fits
+    with pytest.raises(ValueError, match="use at least --devices"):
+        run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)], s)
+
+
+def test_variants_use_only_their_strategies():
+    t = _heavy_table()
+    for v, allowed in (("pure-cxl", {"E1", "E2"}), ("n-e3", {"E3"}), ("nd-e3", {"E3"}), ("nd-e4", {"E4"})):
+        out = run(t, plora(v, gpu=test_gpu(hbm_gb=0.01)))
+        dec = out.summary["strategy_counts"]["decisions"]
+        assert {k for k, c in dec.items() if c and k != "E3 (fallback)"} <= allowed, (v, dec)
+    # without distributed attention no device works on attention
+    s = plora("pure-cxl")
+    run(t, s)
+    assert not s.variant.distributed and s.variant.allowed == (E1, E2)
+
+
+def test_nocxl_pays_a_kernel_stop_per_adapter_job_and_attention_exchange():
+    a, b = plora("nd-e3"), plora("nd-e3")
+    b.variant = VARIANTS["plora-nocxl"].__class__(**{**VARIANTS["nd-e3"].__dict__, "host_mediated": True,
+                                                     "name": "nd-e3-host"})
+    ra = run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)], a)
+    rb = run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)], b)
+    # per layer: one adapter job (E3) + one attention exchange, 2 layers
+    assert (rb.summary["tpot_ms_mean"] - ra.summary["tpot_ms_mean"]) * 1e-3 == pytest.approx(2 * 2 * KERNEL_STOP_S)
+
+
+def host_kw():
+    return dict(gpu=test_gpu(hbm_gb=1.0), gpu_model=FakeGPUModel(dense_s=1e-6), link=test_link())
+
+
+def test_slora_fetch_on_admission_overlaps_one_iteration():
+    s = SLoRASystem(tiny_model(), **host_kw())
+    out = run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)], s)
+    # the rank-8 adapter is 32,768 bytes: fetched over 1 GB/s with a 1 us round trip, longer than the 1 us prefill
+    assert out.table.first_token_s[0] == pytest.approx(32768 / 1e9 + 1e-6)
+    assert out.summary["strategy_counts"]["fetches"] == 1
+    # a second request for the same adapter fetches nothing
+    out2 = run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8), Request(1, 1.0, 8, 3, adapter_id=0, fields=RANK8)],
+               SLoRASystem(tiny_model(), **host_kw()))
+    assert out2.summary["strategy_counts"]["fetches"] == 1
+
+
+def test_slora_unified_pool_limits_admission():
+    # slot = one token's KV over both layers = 256 B; pool = 0.9 x HBM - weights
+    m = tiny_model()
+    gpu = test_gpu(hbm_gb=(m.weight_bytes(1) + 60_000) / 0.9 / 1e9)
+    s = SLoRASystem(m, gpu=gpu, gpu_model=FakeGPUModel(), link=test_link())
+    t = RequestTable(id=np.arange(4), arrival_s=np.zeros(4), prompt_tokens=np.full(4, 40),
+                     output_tokens=np.full(4, 10), adapter_id=np.arange(4), extra={"rank": np.full(4, 8)})
+    out = run(t, s)
+    # each request: 49 KV slots (12,544 B) + its adapter (128 slots = 32,768 B): only one fits at a time
+    assert out.summary["max_batch"] == 1 and out.summary["finished"] == 4
+    assert s.peak["kv"] + s.peak["adapters"] <= s.pool_bytes
+
+
+def test_cpu_lora_offload_stages_per_layer_then_caches():
+    s = CPULoRAOffloadSystem(tiny_model(), **host_kw())
+    out = run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)], s, EngineConfig(fuse_decode=False))
+    d = out.iterations["duration_s"]
+    lora = float(s._lora_layer_s(np.array([0]), np.array([8]))) * 2
+    # first iteration: compute + per layer (kernel stop + round trip) + the adapter over the link
+    assert d[0] == pytest.approx(1e-6 + lora + 2 * (KERNEL_STOP_S + 1e-6) + 32768 / 1e9)
+    # then it is cached in HBM: no staging
+    assert d[1] < 2e-6 + lora + 1e-9
