@@ -111,3 +111,27 @@ def calibrate_pim(config, L_list=(64, 128, 256, 512, 1024), engine: str = "veril
     return {"fixed_cycles": model.fixed_cycles, "residuals": resid,
             "points": {int(L): {"head_cycles": p["head_cycles"], "steady_cycles": p["steady_cycles"]}
                        for L, p in pts.items()}}
+
+
+def calibrate_pim_for(model: str = "tiny", long_context: int = 1024, tokens: int = 16, *, long_requests: int = 1,
+                      bank_groups: int = 4, engine: str = "verilator", log=print) -> dict:
+    """Measure the PIM rank of the run ``(model, long_context, tokens)`` and record it in
+    data/e2e_pim_calibration.json (keyed by the rank's config name)."""
+    from .model import get_tiny
+    from .pim import e2e_pim_config
+    from .run import PIM_CALIBRATION
+    tiny = get_tiny(model)
+    max_tokens = -(-(long_context + tokens) // 16) * 16
+    cfg = e2e_pim_config(tiny.head_dim, max_tokens, max(1, long_requests) * tiny.n_layers * tiny.n_heads,
+                         bank_groups=bank_groups)
+    L = [x for x in (16, 32, 64, 256, 1024, 2048) if x <= max_tokens][-3:] or [max_tokens]
+    t0 = time.perf_counter()
+    res = calibrate_pim(cfg, tuple(L), engine=engine)
+    res["seconds"] = round(time.perf_counter() - t0, 1)
+    res["measured_by"] = "ndpim e2e calibrate --what pim (sim.pim.fused.rtl_cycles, Verilator, timing-only DRAM model)"
+    table = json.loads(PIM_CALIBRATION.read_text()) if PIM_CALIBRATION.exists() else {}
+    table[cfg.name] = res
+    PIM_CALIBRATION.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    log(f"PIM calibration of {cfg.name}: fixed_cycles {res['fixed_cycles']}, residuals {res['residuals']} "
+        f"(wrote {PIM_CALIBRATION})")
+    return res

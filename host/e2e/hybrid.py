@@ -183,6 +183,7 @@ class HybridSystem(System):
         self.pred = L3Predictors(seed=self.seed, n_estimators=4, max_depth=6)
         self.pred.seed(self._startup_profile())
         self._it = 0
+        self.captured = None           # (iteration, layer, stage, jobs per device) of the waveform's wave
         self.busy = {"gpu": 0.0, "ndp": np.zeros(self.n_dev), "pim": 0.0, "time": 0.0}
 
     # ---- memory and strategies (PLoRA) -----------------------------------------------------------------------
@@ -460,6 +461,9 @@ class _Iteration:
     # ---- device calls ----------------------------------------------------------------------------------
     def _waves(self, layer, stage, jobs_by_dev):
         s = self.s
+        if getattr(s, "capture", False) and s.captured is None and self.b.is_decode_only and layer == 0 \
+                and stage == "qkv":
+            s.captured = (s._it, layer, stage, [list(j) for j in jobs_by_dev])
         devs = [d for d in range(s.n_dev) if jobs_by_dev[d]]
         if s._pool is not None and len(devs) > 1:
             res = list(s._pool.map(lambda d: s.ndp.run_wave(d, jobs_by_dev[d]), devs))

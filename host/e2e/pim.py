@@ -38,26 +38,31 @@ def _pow2(n):
     return 1 << max(0, int(n - 1).bit_length())
 
 
-def e2e_pim_config(head_dim: int = 64, max_tokens: int = 2048, heads: int = 8, *, ranks: int = 1) -> PIMConfig:
-    """The rank for ``heads`` heads of up to ``max_tokens`` tokens of width ``head_dim`` (module docstring)."""
+def e2e_pim_config(head_dim: int = 64, max_tokens: int = 2048, heads: int = 8, *, ranks: int = 1,
+                   bank_groups: int = 4) -> PIMConfig:
+    """The rank for ``heads`` heads of up to ``max_tokens`` tokens of width ``head_dim`` (module docstring).
+    ``bank_groups``: 4 (the paper's 16 banks) or 1 (4 banks: a quarter of the bank PUs, for quick tests; a
+    softmax chunk is then 4 scores)."""
     from hdl.pim.mapping import region_rows
     chips = head_dim // 16                      # 16 elements of a K / V vector per x8 chip, as on PAPER / TINY
     buf = _pow2(4 * max_tokens)                 # two heads of max_tokens FP16 exponentials (overlap, L3 4.3)
-    probe = _org(chips, 1 << 20, ranks)
+    probe = _org(chips, 1 << 20, ranks, bank_groups)
     cfg0 = PIMConfig(name="probe", dram=DRAMConfig(name=probe.name, org=probe, timing=DDR4_3200_TIMING),
-                     head_dim=head_dim, rank_buffer_bytes=buf)
+                     head_dim=head_dim, rank_buffer_bytes=buf, rank_adders=max(chips - 1, 1))
     rows = _pow2(heads * sum(region_rows(cfg0, max_tokens)))
-    org = _org(chips, rows, ranks)
-    return PIMConfig(name=f"e2e-d{head_dim}-r{rows}", dram=DRAMConfig(name=org.name, org=org,
-                                                                      timing=DDR4_3200_TIMING),
-                     head_dim=head_dim, rank_buffer_bytes=buf)
+    org = _org(chips, rows, ranks, bank_groups)
+    tag = "" if bank_groups == 4 else f"-g{bank_groups}"
+    return PIMConfig(name=f"e2e-d{head_dim}-r{rows}{tag}", dram=DRAMConfig(name=org.name, org=org,
+                                                                           timing=DDR4_3200_TIMING),
+                     head_dim=head_dim, rank_buffer_bytes=buf,
+                     rank_adders=8 if bank_groups == 4 else max(chips - 1, 2))
 
 
-def _org(chips, rows, ranks):
+def _org(chips, rows, ranks, bank_groups=4):
     # DDR4-3200 x8 devices, 4 bank groups x 4 banks, 1 KB page = 1024 columns (JESD79-4, 8 Gb x8; [L3] Table 2)
-    return DRAMOrg(name=f"ddr4-3200-pim-e2e-c{chips}-r{rows}-k{ranks}", channels=1, ranks=ranks, bank_groups=4,
-                   banks_per_group=4, rows=rows, columns=1024, device_width=8, devices_per_rank=chips,
-                   burst_length=8, beats_per_clock=2)
+    return DRAMOrg(name=f"ddr4-3200-pim-e2e-c{chips}-r{rows}-k{ranks}-g{bank_groups}", channels=1, ranks=ranks,
+                   bank_groups=bank_groups, banks_per_group=4, rows=rows, columns=1024, device_width=8,
+                   devices_per_rank=chips, burst_length=8, beats_per_clock=2)
 
 
 @dataclass
@@ -114,14 +119,14 @@ class PIMDevice:
     calibrated :class:`sim.perf.pim.PIMPerfModel` of the config (timing of the golden and perf backends)."""
 
     def __init__(self, backend: str, *, head_dim: int, slots: int, max_tokens: int, engine: str = "verilator",
-                 perf=None, image: str = "final"):
+                 perf=None, image: str = "final", bank_groups: int = 4):
         if backend not in ("rtl", "golden", "perf"):
             raise ValueError(f"backend must be rtl, golden or perf, got {backend!r}")
         if image not in ("final", "step"):
             raise ValueError(f"image must be 'final' or 'step', got {image!r}")
         self.backend, self.engine, self.image_mode = backend, engine, image
         self.slots, self.max_tokens = max(1, slots), max_tokens
-        self.config = e2e_pim_config(head_dim, max_tokens, self.slots)
+        self.config = e2e_pim_config(head_dim, max_tokens, self.slots, bank_groups=bank_groups)
         from hdl.pim.mapping import head_layout
         self.layout = head_layout(self.config, max_tokens, self.slots)
         self.perf = perf

@@ -25,19 +25,28 @@ def _rope(x, positions, H, d, theta):
     return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1).reshape(len(positions), H * d)
 
 
-def forward_f32(weights: TinyWeights, adapter: LoraAdapter | None, tokens) -> np.ndarray:
-    """Causal forward pass over ``tokens`` in float32; logits (T, vocab) float32 for every position."""
+def _adapter_f32(adapter):
+    if adapter is None:
+        return None
+    return [{m: (a.view(np.float16).astype(np.float32), b.view(np.float16).astype(np.float32))
+             for m, (a, b) in lay.items()} for lay in adapter.mats]
+
+
+def forward_f32(weights: TinyWeights, adapter: LoraAdapter | None, tokens, *, cache=None, start: int = 0
+                ) -> np.ndarray:
+    """Causal forward pass over ``tokens`` (positions ``start ..``) in float32; logits (T, vocab) float32 for
+    every position. ``cache``: a dict the pass appends its K and V to (per layer), holding the ``start`` earlier
+    positions (None: a fresh pass from position 0)."""
     cfg = weights.config
     W = weights.f32
     tokens = np.asarray(tokens, np.int64)
     T = len(tokens)
     H, d = cfg.n_heads, cfg.head_dim
-    pos = np.arange(T)
+    pos = np.arange(start, start + T)
     x = W["embed"][tokens].astype(np.float32)
-    ad = None
-    if adapter is not None:
-        ad = [{m: (a.view(np.float16).astype(np.float32), b.view(np.float16).astype(np.float32))
-               for m, (a, b) in lay.items()} for lay in adapter.mats]
+    ad = _adapter_f32(adapter) if cache is None or "adapter" not in cache else cache["adapter"]
+    if cache is not None:
+        cache["adapter"] = ad
 
     def lin(h, layer, name):
         y = h @ W["layers"][layer][name]
@@ -46,13 +55,19 @@ def forward_f32(weights: TinyWeights, adapter: LoraAdapter | None, tokens) -> np
             y = y + (h @ a) @ b
         return y
 
-    mask = np.triu(np.ones((T, T), bool), 1)
+    Ltot = start + T
+    mask = np.arange(Ltot)[None, :] > (start + np.arange(T))[:, None]
     for li in range(cfg.n_layers):
         L = W["layers"][li]
         h = _rmsnorm(x, L["attn_norm"], cfg.rms_eps)
         q = _rope(lin(h, li, "q"), pos, H, d, cfg.rope_theta).reshape(T, H, d)
         k = _rope(lin(h, li, "k"), pos, H, d, cfg.rope_theta).reshape(T, H, d)
         v = lin(h, li, "v").reshape(T, H, d)
+        if cache is not None:
+            kk, vv = cache.get(("k", li)), cache.get(("v", li))
+            k = k if kk is None else np.concatenate([kk, k])
+            v = v if vv is None else np.concatenate([vv, v])
+            cache[("k", li)], cache[("v", li)] = k, v
         att = np.empty((T, H, d), np.float32)
         for hh in range(H):
             s = (q[:, hh] @ k[:, hh].T) * np.float32(1.0 / np.sqrt(d))
@@ -74,11 +89,16 @@ def teacher_forced_logits(weights, adapter, tokens, n_prompt: int) -> np.ndarray
 
 
 def greedy_f32(weights, adapter, prompt, n_new: int) -> list:
-    """Greedy decoding of ``n_new`` tokens with the float32 reference (one full forward per token)."""
-    toks = list(int(t) for t in prompt)
+    """Greedy decoding of ``n_new`` tokens with the float32 reference (a KV cache of the reference's own K, V)."""
+    cache = {}
+    toks = [int(t) for t in prompt]
+    lg = forward_f32(weights, adapter, toks, cache=cache)[-1]
+    out = []
     for _ in range(n_new):
-        toks.append(int(np.argmax(forward_f32(weights, adapter, toks)[-1])))
-    return toks[len(prompt):]
+        t = int(np.argmax(lg))
+        out.append(t)
+        lg = forward_f32(weights, adapter, [t], cache=cache, start=len(toks) + len(out) - 1)[-1]
+    return out
 
 
 def compare_logits(hybrid, ref) -> dict:

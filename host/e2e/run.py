@@ -42,6 +42,7 @@ class E2EConfig:
     n_adapters: int = 8
     n_dev: int = 2
     budget_kb: float = 400.0
+    pim_bank_groups: int = 4
     seed: int = 0
     select_every_step: bool = True
 
@@ -121,13 +122,14 @@ def _devices(cfg, backend, engine, tiny, reqs):
     max_tokens = max([r.prompt_tokens + r.output_tokens for r in longs], default=64)
     max_tokens = -(-max_tokens // 16) * 16
     slots = max(1, len(longs) * tiny.n_layers * tiny.n_heads)
-    pim = PIMDevice(backend, head_dim=tiny.head_dim, slots=slots, max_tokens=max_tokens, engine=engine)
+    pim = PIMDevice(backend, head_dim=tiny.head_dim, slots=slots, max_tokens=max_tokens, engine=engine,
+                    bank_groups=cfg.pim_bank_groups)
     pim.perf = pim_model_for(pim.config)
     return ndp, pim, timing
 
 
 def run_e2e(cfg: E2EConfig = E2EConfig(), backend: str = "golden", *, engine: str = "verilator",
-            final_kv=None, progress=None) -> E2ERun:
+            final_kv=None, capture: bool = False) -> E2ERun:
     """Serve ``cfg``'s requests on ``backend`` (``rtl``, ``golden`` or ``perf``). On ``rtl`` the PIM image holds
     ``final_kv`` (slot -> (K, V): the golden run's, see :mod:`host.e2e.pim`; computed here when None)."""
     from .hybrid import HybridSystem
@@ -145,6 +147,7 @@ def run_e2e(cfg: E2EConfig = E2EConfig(), backend: str = "golden", *, engine: st
                           pim_model=pim.perf, budget_bytes=cfg.budget_kb * 1024,
                           pim_min_context=cfg.long_context if cfg.long_requests else 1 << 60, seed=cfg.seed,
                           select_every_step=cfg.select_every_step)
+    system.capture = capture
     out = engine_run(reqs, system, EngineConfig(fuse_decode=False))
     run = E2ERun(cfg, backend, out, system, time.perf_counter() - t0)
     for r in system.reqs:
