@@ -35,7 +35,7 @@ def cmd_verilog(args):
         print(f"{'top':<22}{'presets (default first)':<28}configuration of the default preset")
         for name, spec in sorted(cat.items()):
             presets = [spec.default] + sorted(p for p in spec.presets if p != spec.default)
-            print(f"{name:<22}{', '.join(presets):<28}{describe(spec.config(), limit=10)}")
+            print(f"{name:<22}{', '.join(presets):<28}{describe(spec.config(), limit=14)}")
         print("\nndpim verilog --top T [--preset P] [--set FIELD=VALUE ...]: any field of the preset (dotted paths into "
               "nested configurations, e.g. --set ndp.lanes=16 --set ndp.macs=32); every value is validated.")
         return 0

@@ -687,7 +687,7 @@ class _Iteration:
         nl, N = cfg.n_layers, s.n_dev
         W, Lk = s.link.bw_gbps * 1e9, s.link.rtt_ns * 1e-9
         Wp, Lp = s.host_link.bw_gbps * 1e9, s.host_link.rtt_ns * 1e-9
-        tck = s.pim_model.tm.tck_ps * 1e-12
+        tck = s.pim.config.dram.timing.tck_ps * 1e-12
         # base-model GPU times per sub-batch and stage, from the calibrated GPU model (per layer)
         base = np.zeros((2, len(STAGES)))
         head = 0.0

@@ -149,9 +149,24 @@ class PIMDevice:
             V[s, :len(v)] = v
         return kv_store_image(self.config, K, V, self.layout)
 
+    def fast(self) -> bool:
+        """The simulation top loads its KV image at run time (``PIMChannelSystem(..., fast=True)``, Verilator):
+        one build per geometry, each run's image written as a file; then every run holds exactly the KV the run
+        computed (no final image needed)."""
+        import inspect
+        from sim.pim.fused import PIMChannelSystem
+        return self.engine == "verilator" and "fast" in inspect.signature(PIMChannelSystem.__init__).parameters
+
     def component(self, kv=None):
         """The simulation top holding ``kv`` (slot -> (K, V)); cached while the image is the same."""
         from sim.pim.fused import PIMChannelSystem
+        if self.fast():
+            if self._component is None:
+                self._component = PIMChannelSystem(self.config, None, fast=True)
+                cfg = self.config
+                self._component.design_key = lambda: f"PIMChannelSystem(fast=True, config={cfg!r})"
+            self._component.set_image(self._image(kv))
+            return self._component
         kv = self.final_kv if kv is None else kv
         key = tuple(sorted((s, hash(k.tobytes()), hash(v.tobytes()), len(k)) for s, (k, v) in kv.items()))
         if self._component is None or key != self._image_key:
@@ -186,7 +201,9 @@ class PIMDevice:
     def _rtl(self, jobs):
         from sim.pim.fused import run_fused
         from sim.backends import get_backend
-        if self.image_mode == "final":
+        if self.fast():
+            comp = self.component({j.slot: (j.K, j.V) for j in jobs})
+        elif self.image_mode == "final":
             if self.final_kv is None:
                 raise RuntimeError("PIMDevice(image='final') needs set_final_kv() before an rtl run")
             for j in jobs:
@@ -197,7 +214,8 @@ class PIMDevice:
             comp = self.component()
         else:
             comp = self.component({j.slot: (j.K, j.V) for j in jobs})
-        be = get_backend(self.engine) if isinstance(self.engine, str) else self.engine
+        from .ndp import _engine
+        be = _engine(self.engine)
         K = np.zeros((self.slots, self.max_tokens, self.config.head_dim), np.uint16)
         q = np.stack([prepare_query(j.q) for j in jobs])
         fr = run_fused(be, self.config, K, K, q, L=[j.L for j in jobs], heads_order=[j.slot for j in jobs],

@@ -124,7 +124,7 @@ def _devices(cfg, backend, engine, tiny, reqs):
     slots = max(1, len(longs) * tiny.n_layers * tiny.n_heads)
     pim = PIMDevice(backend, head_dim=tiny.head_dim, slots=slots, max_tokens=max_tokens, engine=engine,
                     bank_groups=cfg.pim_bank_groups)
-    pim.perf = pim_model_for(pim.config)
+    pim.perf = pim_model_for(pim.config) if longs else None      # no PIM work without long requests
     return ndp, pim, timing
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sim.backends.verilator import VerilatorBackend, BUILD_ROOT
 
-__all__ = ["source_digest", "design_hash", "CachedVerilatorBackend"]
+__all__ = ["source_digest", "design_hash", "CachedVerilatorBackend", "silence"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,6 +43,23 @@ def design_hash(key: str) -> str:
     return hashlib.sha256((source_digest() + "\0" + key).encode()).hexdigest()
 
 
+def silence(obj, _seen=None, _depth=0):
+    """Mark a component that is not elaborated in this process (its build came from the cache, or it was made
+    only for its signature), and the components it holds, as used: no UnusedElaboratable warnings."""
+    from amaranth._unused import MustUse
+    seen = _seen if _seen is not None else set()
+    if id(obj) in seen or _depth > 8:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, MustUse):
+        obj._MustUse__silence = True
+    for v in (vars(obj).values() if hasattr(obj, "__dict__") else ()):
+        for x in (v if isinstance(v, (list, tuple)) else (v,)):
+            if isinstance(x, MustUse) or (hasattr(x, "__dict__") and type(x).__module__.split(".")[0] in
+                                          ("hdl", "sim")):
+                silence(x, seen, _depth + 1)
+
+
 class CachedVerilatorBackend(VerilatorBackend):
     """The Verilator backend, finding the executable of a component with ``design_key()`` without generating
     its Verilog when the same design (same key, same sources) was built before."""
@@ -59,6 +76,7 @@ class CachedVerilatorBackend(VerilatorBackend):
                     self._exes[component] = exe
                 except TypeError:
                     pass
+                silence(component)
                 return exe
         exe = super().executable(component)
         ptr.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,125 @@
+"""``ndpim l3 ...``: the L3 host's command group (host/cli.py calls :func:`add_parser`).
+
+* ``ndpim l3 run --model M --trace T --system S [--ranksets N] [--host-memory-gb G] [--seed K] [--requests N]
+  --out DIR``: one run; writes the run directory (config.json, requests.csv, iterations.csv, summary.json,
+  trace.json) and prints the summary's main figures. A system that cannot hold a request's KV at all writes
+  config.json and summary.json with ``"oom": true``.
+* ``ndpim l3 sweep --out DIR [--models ...] [--traces ...] [--systems ...]``: throughput per model x trace x
+  system (throughput.csv, throughput.png).
+* ``ndpim l3 figures --out DIR [--only NAME ...]``: every figure of the study (host.l3.figures).
+
+``--jobs`` / ``--cluster`` choose the executor (local process pool or Dask); progress bars show on long runs.
+"""
+
+import sys
+from pathlib import Path
+
+__all__ = ["add_parser"]
+
+_MAIN = ("throughput_tok_s", "tbt_ms_mean", "tbt_ms_p99", "mean_batch", "gpu_bubble_frac", "pim_bubble_frac",
+         "makespan_s", "finished", "preemptions", "pred_re_pim_online", "pred_re_gpu_online")
+
+
+def _csv(s):
+    return [x for x in s.split(",") if x]
+
+
+def cmd_run(args):
+    from host.serving import EngineConfig
+    from host.serving.rundir import write_json
+    from host.l3.run import run_l3
+    out = Path(args.out)
+    try:
+        r = run_l3(args.model, args.trace, args.system, ranksets=args.ranksets, host_memory_gb=args.host_memory_gb,
+                   seed=args.seed, n_requests=args.requests,
+                   engine=EngineConfig(progress=not args.no_progress and sys.stderr.isatty()))
+    except ValueError as exc:
+        raise SystemExit(f"ndpim l3 run: {exc}")
+    if r.output is None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "config.json", r.config)
+        write_json(out / "summary.json", r.summary)
+        print(f"{args.system} on {args.model} / {args.trace}: out of memory: {r.summary['oom_reason']}")
+        print(f"wrote {out}/config.json, summary.json")
+        return 0
+    r.output.write(out, {"command": " ".join(sys.argv)})
+    s = r.summary
+    print(f"{args.system} on {args.model} / {args.trace} ({s['requests']} requests, {s.get('replicas', 1)} "
+          f"replica(s)):")
+    for k in _MAIN:
+        if k in s and s[k] is not None:
+            v = s[k]
+            print(f"  {k:<22}{v:>14.4g}" if isinstance(v, (int, float)) else f"  {k:<22}{v!s:>14}")
+    print(f"wrote {out}/ (config.json, requests.csv, iterations.csv, summary.json, trace.json)")
+    return 0
+
+
+def cmd_sweep(args):
+    from host.sweep import get_executor
+    from host.l3.figures import _write_csv, plot_throughput, throughput_table
+    from host.l3.sweep import run_points, throughput_points
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pts = throughput_points(models=_csv(args.models), traces=_csv(args.traces), systems=_csv(args.systems),
+                            n_requests=args.requests, seed=args.seed)
+    with get_executor(args.cluster, args.jobs) as ex:
+        rows = run_points(pts, executor=ex, desc="l3 sweep")
+    t = throughput_table(rows)
+    _write_csv(out / "throughput.csv", t)
+    plot_throughput(t, out / "throughput.png")
+    for r in t:
+        thr = "OOM" if r.get("oom") else f"{r['throughput_tok_s']:.1f}"
+        print(f"{r['model']:<9}{r['trace']:<13}{r['system']:<12}{thr:>10} tok/s  x{r['normalized']:.2f} "
+              f"(vs {r['norm_to']})")
+    print(f"wrote {out}/throughput.csv, throughput.png")
+    return 0
+
+
+def cmd_figures(args):
+    from host.sweep import get_executor
+    from host.l3.figures import FIGURES, make_figures
+    with get_executor(args.cluster, args.jobs) as ex:
+        make_figures(args.out, n_requests=args.requests, seed=args.seed, only=args.only or FIGURES, executor=ex)
+    return 0
+
+
+def add_parser(subparsers):
+    from host.sweep import add_executor_args
+    from host.l3.figures import FIGURES
+    from host.l3.sweep import MODELS, PAPER_SYSTEMS, PAPER_TRACES
+    from host.l3.systems import SYSTEMS
+    from host.l3.traces import TRACES
+    p = subparsers.add_parser("l3", help="L3 (DIMM-PIM) serving: runs, sweeps, figures",
+                              description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="l3_command", required=True)
+
+    r = sub.add_parser("run", help="one run (a model, a trace, a system) -> a run directory")
+    r.add_argument("--model", required=True, choices=MODELS)
+    r.add_argument("--trace", required=True, choices=TRACES)
+    r.add_argument("--system", required=True, choices=list(SYSTEMS))
+    r.add_argument("--ranksets", type=int, default=None, help="ranks per channel (default 4, L3 Table 2)")
+    r.add_argument("--host-memory-gb", type=float, default=None, help="host memory in GiB (default 2048)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--requests", type=int, default=1000, help="requests of the trace (default 1000)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--out", required=True, help="run directory")
+    r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("sweep", help="throughput per model x trace x system (CSV + PNG)")
+    s.add_argument("--out", required=True)
+    s.add_argument("--models", default=",".join(MODELS))
+    s.add_argument("--traces", default=",".join(PAPER_TRACES))
+    s.add_argument("--systems", default=",".join(PAPER_SYSTEMS))
+    s.add_argument("--requests", type=int, default=1000)
+    s.add_argument("--seed", type=int, default=0)
+    add_executor_args(s)
+    s.set_defaults(func=cmd_sweep)
+
+    f = sub.add_parser("figures", help="every figure of the L3 study (CSV + PNG)")
+    f.add_argument("--out", required=True)
+    f.add_argument("--only", nargs="*", choices=FIGURES, help="only these figures")
+    f.add_argument("--requests", type=int, default=1000)
+    f.add_argument("--seed", type=int, default=0)
+    add_executor_args(f)
+    f.set_defaults(func=cmd_figures)
+    return p

@@ -1,0 +1,176 @@
+"""One run of the L3 study: a deployment, a trace and a system, all data-parallel replicas, one run directory.
+
+:func:`run_l3` deals the requests to the ``DP`` replicas round robin (in arrival order), runs each replica through
+host-core's engine with its own system instance (:mod:`host.l3.systems`), and merges them into one
+:class:`host.serving.RunOutput` (the replicas run concurrently from t = 0, so the run's makespan is the slowest
+replica's). Merged summary keys:
+
+* ``throughput_tok_s`` = all output tokens / makespan; ``tbt_ms_mean`` and the TBT percentiles over every token
+  gap of every replica;
+* ``mean_batch`` = the sum over replicas of their mean batch (requests per iteration): the node's concurrent
+  batch; ``mean_batch_per_replica`` the mean over replicas;
+* ``gpu_bubble_frac`` / ``pim_bubble_frac`` = 1 - busy / priced time summed over replicas (GPU: the TP group's
+  compute; PIM: the busiest rankset's compute and receive time); NaN where a system has no PIM;
+* ``oom``: True when a request's KV can never fit the system's KV memory (GPU-only / HBM-PIM on long requests;
+  L3 6.2 reports such OOMs); the run is then not simulated and its throughput is NaN.
+"""
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from host.serving import (Engine, EngineConfig, RequestTable, RunOutput, summarize)
+from host.serving.metrics import TokenGaps
+from host.l3.config import l3_setup
+from host.l3.systems import SYSTEMS, make_system, hbm_kv_capacity_bytes, BLOCK_TOKENS
+from host.l3.traces import load_trace
+
+__all__ = ["run_l3", "split_replicas", "merge_outputs", "oom_reason", "RUN_KEYS", "FAST_ENGINE"]
+
+#: Keys every summary.json of an L3 run carries (issue 13, item 7).
+RUN_KEYS = ("throughput_tok_s", "tbt_ms_mean", "mean_batch", "gpu_bubble_frac", "pim_bubble_frac")
+
+#: Engine options for sweeps: no per-iteration rows, no trace.
+FAST_ENGINE = EngineConfig(record_iterations=False, trace=False)
+
+
+def split_replicas(table: RequestTable, dp: int) -> list:
+    """Round-robin (arrival order) request tables of ``dp`` replicas; ids are kept."""
+    order = np.argsort(table.arrival_s, kind="stable")
+    out = []
+    for r in range(dp):
+        rows = order[r::dp]
+        out.append(RequestTable(id=table.id[rows], arrival_s=table.arrival_s[rows],
+                                prompt_tokens=table.prompt_tokens[rows], output_tokens=table.output_tokens[rows],
+                                adapter_id=table.adapter_id[rows],
+                                extra={k: v[rows] for k, v in table.extra.items()}))
+    return out
+
+
+def oom_reason(system: str, setup, table: RequestTable) -> str | None:
+    """Why ``system`` can never serve some request of ``table`` (its final KV exceeds the KV memory), or None."""
+    if system not in ("gpu-only", "hbm-pim"):
+        cap = setup.host_capacity_bytes
+        where = "host memory"
+    else:
+        cap = hbm_kv_capacity_bytes(setup)
+        where = "HBM"
+    tok = int(cap // setup.kv_bytes_per_token) // BLOCK_TOKENS * BLOCK_TOKENS
+    final = table.prompt_tokens + table.output_tokens - 1
+    big = final > tok
+    if not big.any():
+        return None
+    return (f"{int(big.sum())} of {table.n} requests need more KV than the replica's {where} holds "
+            f"({tok} tokens = {cap / 1e9:.1f} GB; longest request {int(final.max())} tokens)")
+
+
+def merge_outputs(outs: list, name: str) -> RunOutput:
+    """One :class:`RunOutput` from the replicas' outputs (module docstring)."""
+    if len(outs) == 1:
+        o = outs[0]
+        o.summary["mean_batch_per_replica"] = o.summary["mean_batch"]
+        o.summary["replicas"] = 1
+        return o
+    cols = ("id", "arrival_s", "prompt_tokens", "output_tokens", "adapter_id")
+    t = RequestTable(**{c: np.concatenate([getattr(o.table, c) for o in outs]) for c in cols},
+                     extra={k: np.concatenate([o.table.extra[k] for o in outs]) for k in outs[0].table.extra})
+    for c in ("state", "prefill_len", "prefilled", "generated", "admitted_s", "first_token_s", "last_token_s",
+              "finish_s", "preemptions"):
+        setattr(t, c, np.concatenate([getattr(o.table, c) for o in outs]))
+    order = np.argsort(t.id, kind="stable")
+    for c in cols + ("state", "prefill_len", "prefilled", "generated", "admitted_s", "first_token_s",
+                     "last_token_s", "finish_s", "preemptions"):
+        setattr(t, c, getattr(t, c)[order])
+    t.extra = {k: v[order] for k, v in t.extra.items()}
+    gaps = TokenGaps.merge([o.gaps for o in outs])
+    s = summarize(t, np.zeros(0), np.zeros(0), gaps)
+    rs = [o.summary for o in outs]
+    s["iterations"] = int(sum(r["iterations"] for r in rs))
+    s["mean_batch"] = float(sum(r["mean_batch"] for r in rs))
+    s["mean_batch_per_replica"] = float(np.mean([r["mean_batch"] for r in rs]))
+    s["max_batch"] = int(sum(r["max_batch"] for r in rs))
+    s["mean_batch_tokens"] = float(sum(r["mean_batch_tokens"] for r in rs))
+    s["system"] = name
+    s["replicas"] = len(outs)
+    s["trace_dropped_events"] = int(sum(r.get("trace_dropped_events", 0) for r in rs))
+    busy = {k: sum(r.get(k, 0.0) for r in rs) for k in ("busy_time_s", "gpu_busy_s", "pim_busy_s")}
+    T = busy["busy_time_s"]
+    s.update(busy)
+    s["gpu_bubble_frac"] = 1 - busy["gpu_busy_s"] / T if T > 0 else float("nan")
+    s["pim_bubble_frac"] = (1 - busy["pim_busy_s"] / T if T > 0 else float("nan")) \
+        if np.isfinite(rs[0].get("pim_bubble_frac", float("nan"))) else float("nan")
+    for k in rs[0]:
+        if k in s:
+            continue
+        vals = [r.get(k) for r in rs]
+        if all(isinstance(v, (int, float, np.integer, np.floating)) for v in vals):
+            v = np.asarray(vals, dtype=np.float64)
+            fin = v[np.isfinite(v)]
+            if not len(fin):
+                s[k] = float("nan")
+            elif k.endswith(("_tokens", "_outs", "_samples", "fits")) or k.startswith("kv_"):
+                s[k] = float(fin.sum())
+            else:
+                s[k] = float(fin.mean())
+    keys = set().union(*[o.iterations.keys() for o in outs]) if outs[0].iterations else set()
+    iterations = {}
+    if keys:
+        for k in list(outs[0].iterations) + ["replica"] + sorted(keys - set(outs[0].iterations)):
+            parts = []
+            for r, o in enumerate(outs):
+                n = len(o.iterations["start_s"])
+                parts.append(np.full(n, r) if k == "replica" else np.asarray(o.iterations.get(k, np.full(n, np.nan))))
+            iterations[k] = np.concatenate(parts)
+    from host.serving import Span
+    spans = []
+    for r, o in enumerate(outs):
+        for t0, sp in o.spans:
+            spans.append((t0, sp if sp.lane != "batch" else Span(f"batch (replica {r})", sp.name, sp.start_s,
+                                                                  sp.dur_s, sp.args)))
+    spans.sort(key=lambda x: x[0])
+    config = dict(outs[0].config)
+    config["system"] = {**config["system"], "replica": list(range(len(outs)))}
+    return RunOutput(system_name=name, table=t, iterations=iterations, spans=spans,
+                     dropped_spans=sum(o.dropped_spans for o in outs), gaps=gaps, summary=s, config=config,
+                     wall_s=sum(o.wall_s for o in outs))
+
+
+@dataclass
+class L3Run:
+    output: RunOutput | None
+    summary: dict
+    config: dict
+    systems: list
+
+
+def run_l3(model: str, trace: str, system: str, *, ranksets: int | None = None, host_memory_gb: float | None = None,
+           seed: int = 0, n_requests: int = 1000, workload=None, engine: EngineConfig | None = None,
+           system_kw: dict | None = None) -> L3Run:
+    """Run ``system`` on ``model``'s L3 deployment with ``trace`` (or ``workload``); see the module docstring."""
+    if system not in SYSTEMS:
+        raise ValueError(f"unknown system {system!r}; allowed: {list(SYSTEMS)}")
+    wall0 = time.perf_counter()
+    setup = l3_setup(model, ranksets=ranksets, host_memory_gb=host_memory_gb)
+    w = workload if workload is not None else load_trace(trace, n_requests, seed)
+    table = w.to_table()
+    config = {"model": model, "trace": trace, "system_name": system, "seed": seed, "setup": setup.describe(),
+              "workload": w.describe() if hasattr(w, "describe") else None}
+    reason = oom_reason(system, setup, table)
+    if reason is not None:
+        s = {"system": system, "oom": True, "oom_reason": reason, "requests": int(table.n), "finished": 0,
+             "throughput_tok_s": float("nan"), "tbt_ms_mean": float("nan"), "mean_batch": float("nan"),
+             "gpu_bubble_frac": float("nan"), "pim_bubble_frac": float("nan"),
+             "wall_s": time.perf_counter() - wall0}
+        return L3Run(None, s, config, [])
+    outs, systems = [], []
+    for r, sub in enumerate(split_replicas(table, setup.dp)):
+        sysobj = make_system(system, setup, replica=r, seed=seed + r, **(system_kw or {}))
+        sysobj.emit_spans = engine is None or engine.trace
+        outs.append(Engine(sysobj, engine).run(sub))
+        systems.append(sysobj)
+    out = merge_outputs(outs, system)
+    out.summary["oom"] = False
+    out.summary["wall_s"] = time.perf_counter() - wall0
+    out.config = {**config, **out.config}
+    return L3Run(out, out.summary, out.config, systems)
