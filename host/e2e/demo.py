@@ -113,7 +113,7 @@ def summary_lines(run, checks: dict, wf, wall: dict) -> list:
     if wf[0] is not None:
         L.append(f"waveform   {wf[0]} ({wf[1]})")
     L.append(f"run dir    {wall['out']}: config.json requests.csv iterations.csv summary.json trace.json steps.json "
-             f"tokens.json checks.json")
+             f"tokens.json descriptors.csv checks.json")
     L.append(f"wall       {wall['total']:.1f} s" + "".join(f", {k} {v:.1f} s" for k, v in wall.items()
                                                         if k not in ("total", "out")))
     return L

@@ -179,6 +179,7 @@ class HybridSystem(System):
         self.pending_load = 0.0
         self.steps: list = []
         self.wave_log: list = []       # (iteration, layer, stage, device, rtl cycles, model cycles)
+        self.descriptor_log: list = []  # (iteration, layer, stage, device, job, op, issue, start, done) cycles
         self.pim_log: list = []        # (iteration, layer, sub-batch, rtl cycles, model cycles, heads)
         self.pred = L3Predictors(seed=self.seed, n_estimators=4, max_depth=6)
         self.pred.seed(self._startup_profile())
@@ -474,6 +475,8 @@ class _Iteration:
         for d, w in zip(devs, res):
             out.update(w.outputs)
             s.wave_log.append((s._it, layer, stage, d, w.cycles, w.pred_cycles))
+            for st in w.stamps:
+                s.descriptor_log.append((s._it, layer, stage, d, st.job, st.op, st.issue, st.start, st.done))
             for key in w.job_cycles:
                 i = key[-1]                           # every job key ends with its sub-batch
                 self.dev_cyc[i, layer, si, d] += w.job_cycles[key]

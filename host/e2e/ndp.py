@@ -230,9 +230,10 @@ class WaveScript:
         for (i, _), rec in zip(sorted(self.handles), records):
             if not rec.done:
                 raise RuntimeError(f"descriptor {i} of the run did not complete (flag {rec.flag:#x})")
-            if rec.status not in {e.value for e in ErrorCode}:
-                raise RuntimeError(f"descriptor {i} of the run completed with front-end status "
-                                   f"{rec.status_name}")
+            if rec.status != 0:
+                from host.ndp_status import explain
+                raise RuntimeError(f"descriptor {i} of job {self.jobs[self.items[i][0]].key} failed: "
+                                   f"{explain(rec.status, self.items[i][1], self.config)}")
             per_job.setdefault(self.items[i][0], []).append(_Cpl(ErrorCode(rec.status),
                                                                     rec.result_bits(returned_elems(self.items[i][1]))))
         return {self.jobs[j].key: self.kernels[j].results(per_job[j]) for j in range(len(self.jobs))}
@@ -363,6 +364,10 @@ class NDPDevices:
         for addr, bits in script.stores:
             core.write(addr, bits)
         comps = core.run([(d, x) for _, d, x in script.items])
+        for (j, d, _), c in zip(script.items, comps):
+            if c.status != ErrorCode.OK:
+                from host.ndp_status import explain
+                raise RuntimeError(f"job {script.jobs[j].key} failed: {explain(c.status, d, self.config)}")
         per_job = {}
         for (j, _, _), c in zip(script.items, comps):
             per_job.setdefault(j, []).append(c)

@@ -95,12 +95,17 @@ class E2ERun:
 
     def write(self, out_dir) -> Path:
         """The run directory (config.json, requests.csv, iterations.csv, summary.json, trace.json) plus
-        steps.json (the per-step table) and tokens.json."""
+        steps.json (the per-step table), tokens.json and descriptors.csv (every descriptor's issue / start /
+        completion cycle, relative to its wave run's first issue)."""
         out = Path(out_dir)
         self.output.write(out, extra_config={"e2e": self.config.__dict__, "backend": self.backend})
         steps = [s.__dict__ for s in self.system.steps]
         (out / "steps.json").write_text(json.dumps(steps, indent=1, default=_jsonable) + "\n")
         (out / "tokens.json").write_text(json.dumps({str(k): v for k, v in self.tokens.items()}) + "\n")
+        with open(out / "descriptors.csv", "w") as f:          # per-descriptor cycle stamps of every wave run
+            f.write("iteration,layer,stage,device,job,op,issue_cycle,start_cycle,done_cycle\n")
+            for it, layer, stage, dev, job, op, i, st, dn in self.system.descriptor_log:
+                f.write(f"{it},{layer},{stage},{dev},\"{' '.join(map(str, job))}\",{op},{i},{st},{dn}\n")
         return out
 
 

@@ -63,3 +63,24 @@ def test_bench_and_fuzz_modules_exist():
         assert any(exists(m) for m in mods), name
     with pytest.raises(SystemExit):
         main(["bench", "nope"])
+
+
+def test_status_explanations_name_the_limit():
+    from dataclasses import replace
+    from hdl.ndp.config import TINY
+    from hdl.ndp.descriptor import ErrorCode
+    from firmware.ndp.descriptor import gemv, gemm, load
+    from host.ndp_status import explain
+    d = gemv(0, 688, 16)
+    st = d.validate(TINY)
+    assert st == ErrorCode.OPERAND_TOO_LARGE
+    text = explain(st, d, TINY)
+    assert "OPERAND_TOO_LARGE" in text and "22016 bytes" in text and "dram_buffer_bytes = 4096" in text
+    g = gemm(0, 8, 64, 16)
+    assert g.validate(TINY) == ErrorCode.INPUT_TOO_LARGE or g.validate(TINY) == ErrorCode.BATCH_TOO_LARGE
+    assert "max_batch = 4" in explain(ErrorCode.BATCH_TOO_LARGE, g, TINY)
+    m = gemv(32, 64, 16)
+    assert explain(m.validate(TINY), m, TINY).startswith("MISALIGNED: base_addr 0x20")
+    assert "window [0x1000, 0x2000)" in explain(16, load(0, 1, 32), TINY, window=(0x1000, 0x2000))
+    for code in ErrorCode:
+        assert explain(code, gemv(0, 64, 16), TINY)

@@ -83,7 +83,7 @@ def test_run_directory(runs, tmp_path):
     _, rtl, _ = runs
     out = rtl.write(tmp_path / "run")
     for f in ("config.json", "requests.csv", "iterations.csv", "summary.json", "trace.json", "steps.json",
-              "tokens.json"):
+              "tokens.json", "descriptors.csv"):
         assert (out / f).stat().st_size > 0, f
     import json
     trace = json.loads((out / "trace.json").read_text())
