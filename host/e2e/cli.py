@@ -20,6 +20,10 @@ def _demo_args(p):
     p.add_argument("--tokens", type=int, default=16, help="output tokens per request")
     p.add_argument("--long-context", type=int, default=1024, help="prompt tokens of the long requests")
     p.add_argument("--budget-kb", type=float, default=400.0, help="GPU memory for adapter caches and KV duplicates")
+    p.add_argument("--short-prompt", type=int, nargs=2, default=(24, 64), metavar=("MIN", "MAX"),
+                   help="prompt lengths of the short requests")
+    p.add_argument("--pim-bank-groups", type=int, choices=[1, 4], default=4,
+                   help="bank groups of the PIM rank (4: 16 banks as the paper's DIMMs; 1: 4 banks, quick)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--waveform", action=argparse.BooleanOptionalAction, default=True,
                    help="write a waveform of one decode step's NDP wave (default: on)")

@@ -43,7 +43,7 @@ def step_table(system) -> list:
 
 
 def write_waveform(system, out: Path, engine: str = "amaranth", fmt: str = "vcd") -> tuple:
-    """Re-run the captured wave (device 0, layer 0, Q/K/V stage of the first decode-only iteration) on
+    """Re-run the captured wave (layer 0, O-projection stage of the first decode-only iteration) on
     ``engine`` writing a waveform; returns ``(path, description)``."""
     from sim.e2e.waveform import waveform_backend
     from .ndp import NDPDevices, plan_runs
@@ -78,8 +78,9 @@ def summary_lines(run, checks: dict, wf, wall: dict) -> list:
              f"{cfg.long_requests} long of {cfg.long_context} prompt tokens on the DIMM-PIM) x {cfg.tokens} tokens; "
              f"backend {run.backend}")
     for r in sys_.reqs:
+        toks = run.tokens[r.rid] if run.tokens[r.rid] is not None else "(perf backend: timing only, no data)"
         L.append(f"  r{r.rid} (adapter {r.adapter}, rank {sys_.adapters[r.adapter].rank}, prompt {r.prompt_len}, "
-                 f"{'PIM' if r.place == 0 else 'NDP'}): {run.tokens[r.rid]}")
+                 f"{'PIM' if r.place == 0 else 'NDP'}): {toks}")
     sc = s.get("strategy_counts", {}).get("decisions", {})
     used = {}
     for st in sys_.steps:
@@ -122,7 +123,8 @@ def summary_lines(run, checks: dict, wf, wall: dict) -> list:
 def demo(args) -> int:
     t0 = time.perf_counter()
     cfg = E2EConfig(model=args.model, requests=args.requests, long_requests=args.long, tokens=args.tokens,
-                    long_context=args.long_context, budget_kb=args.budget_kb, seed=args.seed)
+                    long_context=args.long_context, budget_kb=args.budget_kb, seed=args.seed,
+                    short_prompt=tuple(args.short_prompt), pim_bank_groups=args.pim_bank_groups)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"ndpim demo: {cfg.requests} requests x {cfg.tokens} tokens on backend {args.backend}"

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from host.serving import System, Batch, IterationResult, Span
+from host.serving.request import RUNNING
 from host.attention import merge_partials, prepare_query, to_fp16_bits
 from host.plora.lora import E1, E2, E3, E4, STRATEGIES, LEVEL_OF, LEVEL_NONE, LEVEL_NAMES
 from host.plora.cost import CostModel, LinkParams, GPUParams
@@ -194,7 +195,7 @@ class HybridSystem(System):
     def _remaining(self, a):
         t = self.table
         rem = [int(t.output_tokens[r.idx] - t.generated[r.idx]) for r in self.reqs
-               if r.adapter == a and t.state[r.idx] == 2]
+               if r.adapter == a and t.state[r.idx] == RUNNING]
         return max(1.0, float(max(rem))) if rem else 1.0
 
     def _decide(self, a, tokens, remaining):
@@ -244,7 +245,7 @@ class HybridSystem(System):
 
     def _refresh_kv(self):
         st, t = self.state, self.table
-        live = [r for r in self.reqs if r.place == NDP and t.state[r.idx] == 2]
+        live = [r for r in self.reqs if r.place == NDP and t.state[r.idx] == RUNNING]
         st.kv_dup_tokens = float(sum(r.dup for r in live))
         st.kv_dev_tokens = float(sum(max(0, r.n_kv - r.dup) for r in live))
         st.n_dev_req = float(sum(1 for r in live if r.n_kv > r.dup))
@@ -270,7 +271,7 @@ class HybridSystem(System):
     def before_batch(self, view, now):
         st = self.state
         for r in self.reqs:                     # the duplicated prefix keeps its fraction as the request grows
-            if r.place == NDP and self.table.state[r.idx] == 2 and r.pfrac > 0:
+            if r.place == NDP and self.table.state[r.idx] == RUNNING and r.pfrac > 0:
                 want = int(np.floor(r.pfrac * (r.n_kv + 1)))
                 room = int(max(st.free_bytes(self.cost), 0.0) // self.cost.kv_tok)
                 r.dup = min(max(r.dup, min(want, r.dup + room)), r.n_kv)
@@ -463,7 +464,7 @@ class _Iteration:
     def _waves(self, layer, stage, jobs_by_dev):
         s = self.s
         if getattr(s, "capture", False) and s.captured is None and self.b.is_decode_only and layer == 0 \
-                and stage == "qkv":
+                and stage == "o":
             s.captured = (s._it, layer, stage, [list(j) for j in jobs_by_dev])
         devs = [d for d in range(s.n_dev) if jobs_by_dev[d]]
         if s._pool is not None and len(devs) > 1:
@@ -811,7 +812,18 @@ class _Deferred:
     def __getitem__(self, key):
         if self.res is None:
             raise RuntimeError("stage results read before the stage ran")
+        if key not in self.res and self.it.s.ndp.backend == "perf":
+            return self._placeholder(key)        # the perf backend computes no data: zeros of the right shape
         return self.res[key]
+
+    def _placeholder(self, key):
+        layer, m, a, strat, _ = key
+        A, B = self.it.s.adapters[a].ab(layer, m)
+        job = next(j for jobs in self.jobs for j in jobs if j.key == key)
+        rows = len(job._rows)
+        if strat == E2:
+            return A, B
+        return np.zeros((rows, B.shape[1] if strat == E3 else A.shape[1]), np.uint16)
 
     def run(self, H):
         for dev_jobs in self.jobs:

@@ -155,9 +155,9 @@ def run_e2e(cfg: E2EConfig = E2EConfig(), backend: str = "golden", *, engine: st
     system.capture = capture
     out = engine_run(reqs, system, EngineConfig(fuse_decode=False))
     run = E2ERun(cfg, backend, out, system, time.perf_counter() - t0)
-    for r in system.reqs:
-        run.tokens[r.rid] = r.tokens[r.prompt_len:]
-        run.logits[r.rid] = np.array(r.logits, np.float32)
+    for r in system.reqs:                    # the perf backend computes no data: no tokens, no logits
+        run.tokens[r.rid] = r.tokens[r.prompt_len:] if backend != "perf" else None
+        run.logits[r.rid] = np.array(r.logits, np.float32) if backend != "perf" else None
     return run
 
 

@@ -89,3 +89,14 @@ def test_run_directory(runs, tmp_path):
     trace = json.loads((out / "trace.json").read_text())
     lanes = {e["args"]["name"] for e in trace["traceEvents"] if e.get("ph") == "M" and "args" in e}
     assert {"GPU 0", "NDP 0", "NDP 1", "PIM rank 0"} <= lanes, lanes
+
+
+def test_demo_command_on_the_perf_backend(tmp_path, capsys):
+    from host.cli import main
+    rc = main(["demo", "--backend", "perf", "--model", "micro", "--requests", "3", "--tokens", "3",
+               "--long-context", "48", "--short-prompt", "16", "32", "--budget-kb", "24", "--pim-bank-groups", "1",
+               "--no-waveform", "--out", str(tmp_path / "demo")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "NDP0 cyc" in out and "sub-batch 0" in out and "strategy per adapter" in out
+    assert (tmp_path / "demo" / "iterations.csv").exists() and (tmp_path / "demo" / "descriptors.csv").exists()
