@@ -24,8 +24,8 @@ def main(argv=None):
     V = rng.standard_normal((args.tokens, d)).astype(np.float16).view(np.uint16)
     q = rng.standard_normal(d).astype(np.float16).view(np.uint16)
     job = PIMJob(("head",), 0, q, K, V)
-    # a rank of 4 x8 chips x 4 banks (head dim 64, the paper's 16 elements per chip), sized for 64 tokens
-    kw = dict(head_dim=d, slots=1, max_tokens=64, bank_groups=1)
+    # a rank of 4 x8 chips x 4 banks (head dim 64, the paper's 16 elements per chip), two heads of 64 tokens
+    kw = dict(head_dim=d, slots=2, max_tokens=64, bank_groups=1)    # the geometry of the e2e test's rank
     rtl = PIMDevice("rtl", engine=args.engine, **kw)
     rtl.set_final_kv({0: (K, V)})                  # the DRAM image: this head's K and V
     out = rtl.run([job])

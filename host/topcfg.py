@@ -230,12 +230,20 @@ def port_table(component) -> list:
 
     def flat(layout, base, prefix):
         out = []
-        if isinstance(layout, data.StructLayout) or isinstance(layout, data.Layout) and hasattr(layout, "__iter__"):
+        if isinstance(layout, data.ArrayLayout):
+            w = Shape.cast(layout.elem_shape).width
+            if isinstance(layout.elem_shape, data.StructLayout) and layout.length <= 4:
+                for i in range(layout.length):
+                    out += flat(layout.elem_shape, base + i * w, f"{prefix}[{i}].")
+            else:
+                out.append((f"{prefix}[0..{layout.length})" if prefix else f"[0..{layout.length})",
+                            base, base + layout.length * w))
+            return out
+        if isinstance(layout, data.StructLayout):
             for fname, f in layout:
                 sub = f.shape
-                lay = sub if isinstance(sub, data.Layout) else None
-                if lay is not None and isinstance(lay, data.StructLayout):
-                    out += flat(lay, base + f.offset, f"{prefix}{fname}.")
+                if isinstance(sub, (data.StructLayout, data.ArrayLayout)):
+                    out += flat(sub, base + f.offset, f"{prefix}{fname}.")
                 else:
                     w = Shape.cast(sub).width
                     out.append((f"{prefix}{fname}", base + f.offset, base + f.offset + w))
@@ -247,12 +255,11 @@ def port_table(component) -> list:
         if member.is_signature and isinstance(member.signature, stream.Signature):
             shape = member.signature.members["payload"].shape
             w = Shape.cast(shape).width
-            layout = shape if isinstance(shape, data.StructLayout) else None
-            rows.append((name, direction + " stream", w, flat(layout, 0, "") if layout is not None else []))
+            rows.append((name, direction + " stream", w, flat(shape, 0, "")))
         elif member.is_signature:
             rows.append((name, direction + " interface", None, []))
         else:
-            rows.append((name, direction, Shape.cast(member.shape).width, []))
+            rows.append((name, direction, Shape.cast(member.shape).width, flat(member.shape, 0, "")))
     return rows
 
 

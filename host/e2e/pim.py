@@ -55,7 +55,7 @@ def e2e_pim_config(head_dim: int = 64, max_tokens: int = 2048, heads: int = 8, *
     return PIMConfig(name=f"e2e-d{head_dim}-r{rows}{tag}", dram=DRAMConfig(name=org.name, org=org,
                                                                            timing=DDR4_3200_TIMING),
                      head_dim=head_dim, rank_buffer_bytes=buf,
-                     rank_adders=8 if bank_groups == 4 else max(chips - 1, 2))
+                     rank_adders=8 if bank_groups == 4 else 4)
 
 
 def _org(chips, rows, ranks, bank_groups=4):

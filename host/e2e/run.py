@@ -71,15 +71,22 @@ def make_requests(cfg: E2EConfig, vocab: int) -> tuple:
     return reqs, prompts
 
 
+def config_sha(config) -> str:
+    """A short hash of a configuration's every field (a calibration belongs to exactly one configuration)."""
+    import hashlib
+    return hashlib.sha256(repr(config).encode()).hexdigest()[:16]
+
+
 def pim_model_for(config):
     """The PIM performance model of ``config`` with its measured ``fixed_cycles`` (data/e2e_pim_calibration.json,
     written by ``ndpim e2e calibrate``)."""
     from sim.perf.pim import PIMPerfModel
     table = json.loads(PIM_CALIBRATION.read_text()) if PIM_CALIBRATION.exists() else {}
     ent = table.get(config.name)
-    if ent is None:
-        raise FileNotFoundError(f"{PIM_CALIBRATION}: no calibration for PIM config {config.name!r}; run "
-                                f"`ndpim e2e calibrate` (measures it on the RTL)")
+    if ent is None or ent.get("config_sha") != config_sha(config):
+        what = "no calibration" if ent is None else "a calibration of another configuration"
+        raise FileNotFoundError(f"{PIM_CALIBRATION}: {what} for PIM config {config.name!r}; run `ndpim e2e "
+                                f"calibrate --what pim` with the run's options (measures it on the RTL)")
     return PIMPerfModel(config, fixed_cycles=int(ent["fixed_cycles"]))
 
 
