@@ -87,7 +87,7 @@ def test_run_directory(runs, tmp_path):
         assert (out / f).stat().st_size > 0, f
     import json
     trace = json.loads((out / "trace.json").read_text())
-    lanes = {e["args"]["name"] for e in trace["traceEvents"] if e.get("ph") == "M" and "args" in e}
+    lanes = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
     assert {"GPU 0", "NDP 0", "NDP 1", "PIM rank 0"} <= lanes, lanes
 
 
