@@ -10,6 +10,8 @@ def _demo_args(p):
     p.add_argument("--backend", choices=["rtl", "golden", "perf"], default="rtl",
                    help="device fidelity: rtl (the RTL, cycle counts are the run's device timings), golden (golden "
                         "models, timing from the calibrated models), perf (timing only)")
+    p.add_argument("--pim-backend", choices=["rtl", "golden", "perf"], default=None,
+                   help="the DIMM-PIM rank's backend (default: --backend)")
     p.add_argument("--engine", choices=["verilator", "amaranth"], default="verilator",
                    help="RTL simulator of the rtl backend")
     p.add_argument("--model", choices=["tiny", "micro"], default="tiny",

@@ -76,7 +76,8 @@ def summary_lines(run, checks: dict, wf, wall: dict) -> list:
              f"{sorted(set(int(a.rank) for a in sys_.adapters))}) on every matrix")
     L.append(f"requests   {cfg.requests} ({cfg.requests - cfg.long_requests} short on the NDP devices, "
              f"{cfg.long_requests} long of {cfg.long_context} prompt tokens on the DIMM-PIM) x {cfg.tokens} tokens; "
-             f"backend {run.backend}")
+             f"backend {run.backend}" + (f", DIMM-PIM on {sys_.pim.backend}" if sys_.pim.backend != run.backend
+                                          else ""))
     for r in sys_.reqs:
         toks = run.tokens[r.rid] if run.tokens[r.rid] is not None else "(perf backend: timing only, no data)"
         L.append(f"  r{r.rid} (adapter {r.adapter}, rank {sys_.adapters[r.adapter].rank}, prompt {r.prompt_len}, "
@@ -127,17 +128,31 @@ def demo(args) -> int:
                     short_prompt=tuple(args.short_prompt), pim_bank_groups=args.pim_bank_groups)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    pim_be = args.pim_backend or args.backend
     print(f"ndpim demo: {cfg.requests} requests x {cfg.tokens} tokens on backend {args.backend}"
-          + (f" ({args.engine})" if args.backend == "rtl" else "") + f", run directory {out}", flush=True)
+          + (f" ({args.engine})" if args.backend == "rtl" else "")
+          + (f", DIMM-PIM on {pim_be}" if pim_be != args.backend else "") + f", run directory {out}", flush=True)
     wall, checks = {"out": str(out)}, {}
     golden = None
-    if args.backend == "rtl" and (args.check or cfg.long_requests):
+    pim_be = args.pim_backend or args.backend
+    if pim_be == "rtl" and cfg.long_requests:          # fail before the golden pass if the rank cannot be built
+        from .run import _devices
+        from .model import get_tiny
+        from .run import make_requests
+        tiny = get_tiny(cfg.model)
+        try:
+            _devices(cfg, args.backend, args.engine, tiny, make_requests(cfg, tiny.vocab)[0],
+                     pim_be)[1].check_buildable()
+        except RuntimeError as exc:
+            print(f"ndpim demo: {exc}", file=sys.stderr)
+            return 2
+    if "rtl" in (args.backend, pim_be) and (args.check or cfg.long_requests):
         t = time.perf_counter()
         golden = run_e2e(cfg, "golden")
         wall["golden run"] = time.perf_counter() - t
         print(f"  golden run: {wall['golden run']:.1f} s", flush=True)
     t = time.perf_counter()
-    run = run_e2e(cfg, args.backend, engine=args.engine,
+    run = run_e2e(cfg, args.backend, engine=args.engine, pim_backend=pim_be,
                   final_kv=final_kv_of(golden) if golden is not None else None, capture=args.waveform)
     wall[f"{args.backend} run"] = time.perf_counter() - t
     print(f"  {args.backend} run: {wall[f'{args.backend} run']:.1f} s", flush=True)
@@ -150,7 +165,7 @@ def demo(args) -> int:
         t = time.perf_counter()
         if golden is not None:
             checks["logits"] = compare_logits(run, golden)
-        if args.backend == "rtl":
+        if "rtl" in (args.backend, pim_be):
             checks["perf"] = perf_error(run)
         if args.backend != "perf":
             checks["reference"] = reference_check(run)

@@ -131,6 +131,8 @@ class PIMDevice:
         self.layout = head_layout(self.config, max_tokens, self.slots)
         self.perf = perf
         self.final_kv = None          # slot -> (K, V) of the whole run, for image="final"
+        #: largest DRAM (bits) built into a design with its image (Amaranth writes every bit: ~3-10 us each)
+        self.max_image_bits = 8 << 20
         self._component = None
         self._image_key = None
 
@@ -157,6 +159,20 @@ class PIMDevice:
         from sim.pim.fused import PIMChannelSystem
         return self.engine == "verilator" and "fast" in inspect.signature(PIMChannelSystem.__init__).parameters
 
+    def check_buildable(self):
+        """Raise (naming the size and the way out) if an ``rtl`` run would compile a DRAM image too large to
+        generate (no run-time image: :meth:`fast` is False)."""
+        if self.backend != "rtl" or self.fast():
+            return
+        org = self.config.dram.org
+        bits = org.ranks * self.config.banks * org.rows * org.bursts_per_row * org.burst_bits
+        if bits > self.max_image_bits:
+            raise RuntimeError(
+                f"the PIM rank's DRAM ({bits / 1e6:.0f} Mbit) would be compiled into the design with its KV image: "
+                f"sim/pim/fused.PIMChannelSystem here has no run-time image (fast=True), and generating that "
+                f"Verilog takes hours. Use a shorter context, the PIM on another backend (ndpim demo "
+                f"--pim-backend golden), or a tree whose PIMChannelSystem loads its image at run time")
+
     def component(self, kv=None):
         """The simulation top holding ``kv`` (slot -> (K, V)); cached while the image is the same."""
         from sim.pim.fused import PIMChannelSystem
@@ -168,6 +184,7 @@ class PIMDevice:
             self._component.set_image(self._image(kv))
             return self._component
         kv = self.final_kv if kv is None else kv
+        self.check_buildable()
         key = tuple(sorted((s, hash(k.tobytes()), hash(v.tobytes()), len(k)) for s, (k, v) in kv.items()))
         if self._component is None or key != self._image_key:
             self._component = PIMChannelSystem(self.config, self._image(kv))

@@ -126,7 +126,7 @@ def _jsonable(x):
     return str(x)
 
 
-def _devices(cfg, backend, engine, tiny, reqs):
+def _devices(cfg, backend, engine, tiny, reqs, pim_backend=None):
     ndp_cfg = e2e_ndp_config()
     timing = NDPTiming(ndp_cfg)
     ndp = NDPDevices(backend, cfg.n_dev, engine=engine, config=ndp_cfg, perf=timing)
@@ -134,14 +134,14 @@ def _devices(cfg, backend, engine, tiny, reqs):
     max_tokens = max([r.prompt_tokens + r.output_tokens for r in longs], default=64)
     max_tokens = -(-max_tokens // 16) * 16
     slots = max(1, len(longs) * tiny.n_layers * tiny.n_heads)
-    pim = PIMDevice(backend, head_dim=tiny.head_dim, slots=slots, max_tokens=max_tokens, engine=engine,
+    pim = PIMDevice(pim_backend or backend, head_dim=tiny.head_dim, slots=slots, max_tokens=max_tokens, engine=engine,
                     bank_groups=cfg.pim_bank_groups)
     pim.perf = pim_model_for(pim.config) if longs else None      # no PIM work without long requests
     return ndp, pim, timing
 
 
 def run_e2e(cfg: E2EConfig = E2EConfig(), backend: str = "golden", *, engine: str = "verilator",
-            final_kv=None, capture: bool = False) -> E2ERun:
+            final_kv=None, capture: bool = False, pim_backend: str | None = None) -> E2ERun:
     """Serve ``cfg``'s requests on ``backend`` (``rtl``, ``golden`` or ``perf``). On ``rtl`` the PIM image holds
     ``final_kv`` (slot -> (K, V): the golden run's, see :mod:`host.e2e.pim`; computed here when None)."""
     from .hybrid import HybridSystem
@@ -150,8 +150,10 @@ def run_e2e(cfg: E2EConfig = E2EConfig(), backend: str = "golden", *, engine: st
     weights = make_weights(tiny, cfg.seed)
     adapters = make_adapters(tiny, cfg.n_adapters, cfg.seed)
     reqs, prompts = make_requests(cfg, tiny.vocab)
-    ndp, pim, timing = _devices(cfg, backend, engine, tiny, reqs)
-    if backend == "rtl" and cfg.long_requests:
+    ndp, pim, timing = _devices(cfg, backend, engine, tiny, reqs, pim_backend)
+    if cfg.long_requests:
+        pim.check_buildable()
+    if pim.backend == "rtl" and cfg.long_requests and not pim.fast():
         if final_kv is None:
             final_kv = golden_final_kv(cfg)
         pim.set_final_kv(final_kv)
@@ -236,7 +238,10 @@ def perf_error(run: E2ERun) -> dict:
     w = np.array([(c, p) for *_, c, p in sys_.wave_log], float).reshape(-1, 2)
     pm = np.array([(c, p) for *_, c, p, _ in sys_.pim_log], float).reshape(-1, 2)
     out = {}
+    backends = {"ndp": sys_.ndp.backend, "pim": sys_.pim.backend}
     for name, arr in (("ndp", w), ("pim", pm)):
+        if backends[name] != "rtl":
+            continue
         if len(arr) and arr[:, 0].sum() > 0:
             rel = (arr[:, 1] - arr[:, 0]) / arr[:, 0]
             out[name] = {"waves": int(len(arr)), "total_rtl": float(arr[:, 0].sum()),
