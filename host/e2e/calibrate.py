@@ -119,7 +119,7 @@ def calibrate_pim_for(model: str = "tiny", long_context: int = 1024, tokens: int
     data/e2e_pim_calibration.json (keyed by the rank's config name)."""
     from .model import get_tiny
     from .pim import e2e_pim_config
-    from .run import PIM_CALIBRATION, config_sha
+    from .run import PIM_CALIBRATION, config_fields
     tiny = get_tiny(model)
     max_tokens = -(-(long_context + tokens) // 16) * 16
     cfg = e2e_pim_config(tiny.head_dim, max_tokens, max(1, long_requests) * tiny.n_layers * tiny.n_heads,
@@ -128,7 +128,7 @@ def calibrate_pim_for(model: str = "tiny", long_context: int = 1024, tokens: int
     t0 = time.perf_counter()
     res = calibrate_pim(cfg, tuple(L), engine=engine)
     res["seconds"] = round(time.perf_counter() - t0, 1)
-    res["config_sha"] = config_sha(cfg)
+    res["config"] = config_fields(cfg)
     res["measured_by"] = "ndpim e2e calibrate --what pim (sim.pim.fused.rtl_cycles, Verilator, timing-only DRAM model)"
     table = json.loads(PIM_CALIBRATION.read_text()) if PIM_CALIBRATION.exists() else {}
     table[cfg.name] = res

@@ -71,10 +71,27 @@ def make_requests(cfg: E2EConfig, vocab: int) -> tuple:
     return reqs, prompts
 
 
-def config_sha(config) -> str:
-    """A short hash of a configuration's every field (a calibration belongs to exactly one configuration)."""
-    import hashlib
-    return hashlib.sha256(repr(config).encode()).hexdigest()[:16]
+def config_fields(config) -> dict:
+    """A configuration's fields, flattened (``dram.org.rows``: 64), names excluded: what a calibration records so
+    that it is used only for the configuration it measured."""
+    from dataclasses import asdict
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out.update(flat(v, f"{prefix}{k}."))
+            elif k != "name":
+                out[f"{prefix}{k}"] = v
+        return out
+    return flat(asdict(config))
+
+
+def same_config(stored: dict, config) -> bool:
+    """The stored fields equal the configuration's (fields added to the configuration class later are not
+    compared: they did not exist when the calibration was measured)."""
+    now = config_fields(config)
+    return bool(stored) and all(now.get(k, v) == v for k, v in stored.items())
 
 
 def pim_model_for(config):
@@ -83,7 +100,7 @@ def pim_model_for(config):
     from sim.perf.pim import PIMPerfModel
     table = json.loads(PIM_CALIBRATION.read_text()) if PIM_CALIBRATION.exists() else {}
     ent = table.get(config.name)
-    if ent is None or ent.get("config_sha") != config_sha(config):
+    if ent is None or not same_config(ent.get("config", {}), config):
         what = "no calibration" if ent is None else "a calibration of another configuration"
         raise FileNotFoundError(f"{PIM_CALIBRATION}: {what} for PIM config {config.name!r}; run `ndpim e2e "
                                 f"calibrate --what pim` with the run's options (measures it on the RTL)")
