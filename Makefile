@@ -8,7 +8,7 @@ SYNTH_STAMP := $(VENV)/.installed-synth
 # pytest workers: the machine (and CI) has 2 cores.
 JOBS   ?= 2
 
-.PHONY: demo test verilog lint cocotb synth fp-report bench-fp bench-dram bench-ndp bench-pim bench-host fuzz clean
+.PHONY: demo test verilog lint cocotb synth synth-fast ports calibrate fp-report bench-fp bench-dram bench-ndp bench-pim bench-host bench-e2e fuzz clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ndpim needs Python >= 3.11: make PYTHON=python3.11 ...")'
@@ -20,7 +20,10 @@ $(SYNTH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,synth]'
 	touch $@
 
-demo: fp-report
+# The main job: a tiny LLaMA-style model decoding through the RTL of both devices (docs/e2e.md); ndpim demo --help.
+DEMO_ARGS ?=
+demo: $(STAMP)
+	$(NDPIM) demo $(DEMO_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) -q --durations=25 tests
@@ -40,30 +43,46 @@ cocotb: $(STAMP)
 synth: $(SYNTH_STAMP)
 	$(NDPIM) synth
 
+# Word-level cell counts in seconds (proc; flatten; stat), with progress.
+synth-fast: $(SYNTH_STAMP)
+	$(NDPIM) synth --mode fast
+
+# The generated page of every top's port bit layouts.
+ports: $(STAMP)
+	$(NDPIM) ports --out docs/ports.md
+
+# Re-measure the end-to-end run's timing models on the RTL (data/e2e_*_calibration.json).
+calibrate: $(STAMP)
+	$(NDPIM) e2e calibrate
+
 bench-fp: $(STAMP)
-	$(NDPIM) bench-fp
+	$(NDPIM) bench fp
 
 bench-dram: $(STAMP)
-	$(PY) -m sim.perf.dram_bench
+	$(NDPIM) bench dram
 
 bench-ndp: $(STAMP)
-	$(PY) -m sim.perf.ndp_bench
+	$(NDPIM) bench ndp
 
 # DIMM-PIM: fused-kernel cycles (RTL on Verilator and the calibrated model), utilization vs the all-bank ideal up
 # to 128K tokens, system bandwidth vs the 406 GB/s CPU bus, rankset compute preserved, accuracy vs float64.
 bench-pim: $(STAMP)
-	$(PY) -m sim.perf.pim_bench --rtl
+	$(NDPIM) bench pim --rtl
 
 # Host model: serving-engine speed, GPU-model held-out error, and the PLoRA / L3 system grids when present
 # (plora_grid_s, l3_grid_s); writes build/bench/host.json.
 bench-host: $(STAMP)
-	$(PY) -m host.bench
+	$(NDPIM) bench host
+
+# End-to-end run: wall time per backend, model-vs-RTL error; writes build/bench/e2e.json.
+bench-e2e: $(STAMP)
+	$(NDPIM) bench e2e
 
 # Long CXL device fuzz campaign (Verilator, both cores): ~20-50 ms per case per core, so FUZZ_CASES=1000000
 # takes hours.
 FUZZ_CASES ?= 1000000
 fuzz: $(STAMP)
-	$(PY) -m sim.perf.cxl_fuzz --cases $(FUZZ_CASES) --jobs $(JOBS)
+	$(NDPIM) fuzz --cases $(FUZZ_CASES) --jobs $(JOBS)
 
 clean:
 	rm -rf build sim_build .pytest_cache

@@ -29,10 +29,59 @@ def _tops(names):
 
 
 def cmd_verilog(args):
-    from sim.backends.verilog import write_verilog
-    paths = write_verilog(Path(args.out), _tops(args.top))
-    for path in paths:
+    from host.topcfg import catalogue, configure, parse_sets, describe
+    if args.list:
+        cat = catalogue()
+        print(f"{'top':<22}{'presets (default first)':<28}configuration of the default preset")
+        for name, spec in sorted(cat.items()):
+            presets = [spec.default] + sorted(p for p in spec.presets if p != spec.default)
+            print(f"{name:<22}{', '.join(presets):<28}{describe(spec.config(), limit=14)}")
+        print("\nndpim verilog --top T [--preset P] [--set FIELD=VALUE ...]: any field of the preset (dotted paths into "
+              "nested configurations, e.g. --set ndp.lanes=16 --set ndp.macs=32); every value is validated.")
+        return 0
+    out = Path(args.out)
+    if args.preset or args.set:
+        if not args.top or len(args.top) != 1:
+            raise SystemExit("ndpim verilog: --preset / --set need exactly one --top")
+        try:
+            spec, cfg = configure(args.top[0], args.preset, parse_sets(args.set))
+        except ValueError as exc:
+            raise SystemExit(f"ndpim verilog: {exc}") from None
+        path = _cached_verilog(spec.name, cfg, lambda: spec.build(cfg), out)
         print(path)
+        return 0
+    from host.topcfg import get_spec
+    for name in _tops(args.top):
+        spec = get_spec(name)
+        print(_cached_verilog(name, spec.config(), lambda s=spec: s.build(s.config()), out))
+    return 0
+
+
+def _cached_verilog(name, config, make, out_dir) -> Path:
+    """``out_dir/<name>.v``, from ``build/verilog-cache/`` when the same design (a hash of the sources of hdl/ and
+    sim/ and of ``config``) was generated before."""
+    import shutil
+    from sim.e2e.design_cache import design_hash
+    from sim.backends.verilog import verilog_text
+    key = design_hash(f"verilog {name} {config!r}")
+    cache = Path("build/verilog-cache") / f"{key}.v"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.v"
+    if not cache.exists():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(verilog_text(make(), name))
+        tmp.replace(cache)
+    shutil.copyfile(cache, path)
+    return path
+
+
+def cmd_ports(args):
+    from host.topcfg import ports_markdown
+    text = ports_markdown(args.top)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    print(args.out)
 
 
 def cmd_lint(args):
@@ -49,9 +98,10 @@ def cmd_lint(args):
 
 def cmd_synth(args):
     from sim.synth import synth_stats
-    print(f"{'top':<22}{'cells':>8}{'flops':>8}   largest cell groups")
+    print(f"{'top':<22}{'cells':>8}{'flops':>8}   largest cell groups"
+          + ("   (fast: word-level cells, registers per word)" if args.mode == "fast" else ""))
     for name, factory in _tops(args.top).items():
-        stats = synth_stats(name, factory())
+        stats = synth_stats(name, factory(), mode=args.mode, progress=True)
         top = sorted(stats["by_type"].items(), key=lambda kv: -kv[1])[:4]
         groups = ", ".join(f"{k}:{v}" for k, v in top)
         print(f"{name:<22}{stats['cells']:>8}{stats['flops']:>8}   {groups}", flush=True)
@@ -115,8 +165,45 @@ def cmd_bench_fp(args):
                   f"{rate:>12,.0f}", flush=True)
 
 
+# `ndpim bench NAME` and `ndpim fuzz`: the first importable module of each list (benches may move between
+# packages), called as main(argv) with the remaining arguments.
+BENCHES = {
+    "dram": ("sim.bench.dram", "sim.perf.dram_bench"),
+    "ndp": ("sim.bench.ndp", "sim.perf.ndp_bench"),
+    "pim": ("sim.bench.pim", "sim.perf.pim_bench"),
+    "host": ("host.bench",),
+    "e2e": ("host.e2e.bench",),
+}
+FUZZ = ("sim.fuzz.cxl", "sim.perf.cxl_fuzz")
+BENCH_DEFAULT_ARGS = {"pim": ["--rtl"]}
+
+
+def _module_main(candidates, argv):
+    for name in candidates:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and name.startswith(exc.name):
+                continue
+            raise
+        return mod.main(argv) or 0
+    raise SystemExit(f"ndpim: none of {list(candidates)} exists")
+
+
+def cmd_bench(args):
+    if args.name == "fp":
+        return cmd_bench_fp(args)
+    argv = list(args.args) or BENCH_DEFAULT_ARGS.get(args.name, [])
+    return _module_main(BENCHES[args.name], argv)
+
+
+def cmd_fuzz(args):
+    argv = ["--cases", str(args.cases), "--jobs", str(args.jobs)] + list(args.args)
+    return _module_main(FUZZ, argv)
+
+
 # Modules that may add a command group: each defines add_parser(subparsers).
-BUILTIN_GROUPS = ("host.gpu.cli",)
+BUILTIN_GROUPS = ("host.gpu.cli", "host.e2e.cli")
 PLUGINS = ("host.plora.cli", "host.l3.cli")
 
 
@@ -136,17 +223,31 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="ndpim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("verilog", help="write one .v per top-level component")
+    p = sub.add_parser("verilog", help="write one .v per top-level component (any validated configuration)",
+                       description="Write Verilog of the tops (cached by a hash of the design and its configuration "
+                                   "in build/verilog-cache). `--list` shows every top, its presets and configuration.")
     p.add_argument("--out", default="build/verilog", help="output directory (default: build/verilog)")
-    p.add_argument("--top", action="append", help="only this top (repeatable)")
+    p.add_argument("--top", action="append", help="only this top (repeatable); see --list")
+    p.add_argument("--preset", help="configuration preset of the top (see --list)")
+    p.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                   help="override a configuration field (repeatable; dotted paths for nested configurations)")
+    p.add_argument("--list", action="store_true", help="list the tops with their presets and configurations")
     p.set_defaults(func=cmd_verilog)
+
+    p = sub.add_parser("ports", help="write the page of every top's port bit layouts (docs/ports.md)")
+    p.add_argument("--out", default="docs/ports.md")
+    p.add_argument("--top", action="append", help="only this top (repeatable)")
+    p.set_defaults(func=cmd_ports)
 
     p = sub.add_parser("lint", help="verilator --lint-only on every .v in a directory")
     p.add_argument("dir", nargs="?", default="build/verilog")
     p.set_defaults(func=cmd_lint)
 
-    p = sub.add_parser("synth", help="Yosys generic-gate cell counts per top (needs the synth extra)")
+    p = sub.add_parser("synth", help="Yosys cell counts per top, with progress (needs the synth extra)")
     p.add_argument("--top", action="append", help="only this top (repeatable)")
+    p.add_argument("--mode", choices=["full", "fast"], default="full",
+                   help="full: synth -flatten to generic gates (minutes for the big tops); fast: proc; flatten; "
+                        "stat (word-level cells, seconds)")
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("fp-report", help="bit-exactness of every FP unit, and the exp error table")
@@ -162,6 +263,22 @@ def main(argv=None):
     p.add_argument("--verilator-vectors", type=int, default=500_000)
     p.add_argument("--top", action="append", help="only this unit (repeatable)")
     p.set_defaults(func=cmd_bench_fp)
+
+    p = sub.add_parser("bench", help="benchmarks: fp, dram, ndp, pim, host, e2e (figures to build/bench/*.json)",
+                       description="Run a benchmark; arguments after the name go to it (e.g. `ndpim bench pim --rtl`).")
+    p.add_argument("name", choices=["fp"] + sorted(BENCHES))
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the benchmark")
+    p.add_argument("--backends", default="amaranth,verilator", help=argparse.SUPPRESS)
+    p.add_argument("--amaranth-vectors", type=int, default=3000, help=argparse.SUPPRESS)
+    p.add_argument("--verilator-vectors", type=int, default=500_000, help=argparse.SUPPRESS)
+    p.add_argument("--top", action="append", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("fuzz", help="the CXL device fuzz campaign under Verilator")
+    p.add_argument("--cases", type=int, default=1_000_000)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("args", nargs=argparse.REMAINDER, help="further arguments of the campaign")
+    p.set_defaults(func=cmd_fuzz)
 
     for mod in _plugin_modules():
         mod.add_parser(sub)

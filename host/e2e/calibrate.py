@@ -1,0 +1,138 @@
+"""Calibration of the end-to-end run's performance models on the RTL (``ndpim e2e calibrate``).
+
+* NDP device: random waves of the kernels the run uses (E2 loads, E3, E4 of rank 8 / 16 on matrices of the
+  model's widths, attention shares of 8-64 tokens), run on the RTL with per-descriptor cycle stamps; the
+  coefficients of :class:`host.e2e.perf.NDPTiming` are fitted on them (least squares) and the host stream's gate
+  latency chosen to minimise the waves' error; written to ``data/e2e_ndp_calibration.json`` with the fit's
+  residuals. The test (tests/host/e2e) holds the model to the RTL on *other* waves: the run's own.
+* PIM rank: ``fixed_cycles`` of :class:`sim.perf.pim.PIMPerfModel` from RTL single heads
+  (:func:`sim.pim.fused.rtl_cycles` on the timing-only DRAM model: cycle counts do not depend on the data).
+"""
+
+import json
+import time
+
+import numpy as np
+
+from .model import TINY_LLAMA, make_adapters
+from .ndp import NDPDevices, NDPJob, WaveScript, plan_runs
+from .perf import fit, NDPTiming, CALIBRATION
+
+__all__ = ["calibration_waves", "measure_ndp", "calibrate_ndp", "calibrate_pim", "wave_errors"]
+
+
+def _bits(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float16).view(np.uint16)
+
+
+def calibration_waves(seed: int = 0, n: int = 12) -> list:
+    """``n`` random waves (lists of :class:`NDPJob`) over the shapes the run meets."""
+    rng = np.random.default_rng([seed, 0xCA1])
+    dims = (128, 256, 344, 688)
+    waves = []
+    for w in range(n):
+        jobs = []
+        for k in range(int(rng.integers(2, 6))):
+            kind = str(rng.choice(["E2", "E3", "E4", "ATT"]))
+            key = (w, k, kind)
+            if kind == "ATT":
+                l = int(rng.integers(1, 9)) * 8
+                jobs.append(NDPJob(key, kind, {"K": _bits(rng, (l, 64)), "V": _bits(rng, (l, 64))},
+                                   _bits(rng, (64,))))
+                continue
+            d_in, d_out = int(rng.choice(dims)), int(rng.choice(dims))
+            r = int(rng.choice([8, 16]))
+            b = int(rng.integers(1, 7))
+            t = {"A": _bits(rng, (d_in, r), 0.1), "B": _bits(rng, (r, d_out), 0.1)}
+            jobs.append(NDPJob(key, kind, t, None if kind == "E2" else _bits(rng, (b, d_in))))
+        waves.append(jobs)
+    return waves
+
+
+def measure_ndp(devices: NDPDevices, waves) -> list:
+    """RTL records ``(wave, [(descriptor, issue, start, done, prev_done)], measured cycles)`` per run."""
+    out = []
+    for jobs in waves:
+        for run_jobs in plan_runs(jobs, devices.config, devices.depth):
+            script = WaveScript(run_jobs, devices.config, devices.depth)
+            _, st = devices._rtl(script)
+            recs, prev = [], None
+            for (j, desc, _), s in zip(script.items, st):
+                recs.append((desc, s.issue, s.start, s.done, prev))
+                prev = s.done
+            out.append((script, recs, max(s.done for s in st) + 1))
+    return out
+
+
+def wave_errors(timing: NDPTiming, measured) -> np.ndarray:
+    """Relative error (model - rtl) / rtl of each measured run's cycles."""
+    err = []
+    for script, _, cycles in measured:
+        st = timing.stamps(script)
+        err.append((max(s.done for s in st) + 1 - cycles) / cycles)
+    return np.array(err)
+
+
+def calibrate_ndp(seed: int = 0, n: int = 12, engine: str = "verilator", path=CALIBRATION, log=print) -> dict:
+    t0 = time.perf_counter()
+    dev = NDPDevices("rtl", engine=engine)
+    measured = measure_ndp(dev, calibration_waves(seed, n))
+    recs = [r for _, rr, _ in measured for r in rr]
+    coef = fit(recs, dev.config)
+    best = None
+    for gate in range(0, 17):
+        coef["gate"] = gate
+        e = wave_errors(NDPTiming(dev.config, coef), measured)
+        if best is None or np.abs(e).max() < best[1]:
+            best = (gate, float(np.abs(e).max()), float(np.abs(e).mean()))
+    coef["gate"] = best[0]
+    svc_err = []
+    tm = NDPTiming(dev.config, coef)
+    for desc, issue, start, done, prev in recs:
+        svc_err.append(tm.service(desc) - (done - start + 1))
+    coef["fit"] = {"runs": len(measured), "descriptors": len(recs), "wave_max_rel_err": best[1],
+                   "wave_mean_rel_err": best[2], "service_max_abs_err_cycles": float(np.abs(svc_err).max()),
+                   "seed": seed, "config": dev.config.name, "seconds": round(time.perf_counter() - t0, 1)}
+    if path is not None:
+        from pathlib import Path
+        Path(path).write_text(json.dumps(coef, indent=1) + "\n")
+        log(f"wrote {path}")
+    log(f"NDP calibration: {len(measured)} runs, {len(recs)} descriptors; wave error max {best[1]:.2%}, "
+        f"mean {best[2]:.2%}; service max |error| {np.abs(svc_err).max():.1f} cycles")
+    return coef
+
+
+def calibrate_pim(config, L_list=(64, 128, 256, 512, 1024), engine: str = "verilator") -> dict:
+    """``fixed_cycles`` of the PIM model for ``config`` from RTL single heads (timing-only DRAM model)."""
+    from sim.pim.fused import rtl_cycles
+    from sim.perf.pim import PIMPerfModel, calibrate
+    pts = rtl_cycles(config, [L for L in L_list if L <= config.max_tokens // 2], backend=engine, heads=3)
+    model, resid = calibrate(PIMPerfModel(config), [(L, p["head_cycles"]) for L, p in pts.items()])
+    return {"fixed_cycles": model.fixed_cycles, "residuals": resid,
+            "points": {int(L): {"head_cycles": p["head_cycles"], "steady_cycles": p["steady_cycles"]}
+                       for L, p in pts.items()}}
+
+
+def calibrate_pim_for(model: str = "tiny", long_context: int = 1024, tokens: int = 16, *, long_requests: int = 1,
+                      bank_groups: int = 4, engine: str = "verilator", log=print) -> dict:
+    """Measure the PIM rank of the run ``(model, long_context, tokens)`` and record it in
+    data/e2e_pim_calibration.json (keyed by the rank's config name)."""
+    from .model import get_tiny
+    from .pim import e2e_pim_config
+    from .run import PIM_CALIBRATION, config_fields
+    tiny = get_tiny(model)
+    max_tokens = -(-(long_context + tokens) // 16) * 16
+    cfg = e2e_pim_config(tiny.head_dim, max_tokens, max(1, long_requests) * tiny.n_layers * tiny.n_heads,
+                         bank_groups=bank_groups)
+    L = [x for x in (16, 32, 64, 256, 1024, 2048) if x <= max_tokens][-3:] or [max_tokens]
+    t0 = time.perf_counter()
+    res = calibrate_pim(cfg, tuple(L), engine=engine)
+    res["seconds"] = round(time.perf_counter() - t0, 1)
+    res["config"] = config_fields(cfg)
+    res["measured_by"] = "ndpim e2e calibrate --what pim (sim.pim.fused.rtl_cycles, Verilator, timing-only DRAM model)"
+    table = json.loads(PIM_CALIBRATION.read_text()) if PIM_CALIBRATION.exists() else {}
+    table[cfg.name] = res
+    PIM_CALIBRATION.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    log(f"PIM calibration of {cfg.name}: fixed_cycles {res['fixed_cycles']}, residuals {res['residuals']} "
+        f"(wrote {PIM_CALIBRATION})")
+    return res

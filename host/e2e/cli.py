@@ -1,0 +1,77 @@
+"""``ndpim demo`` and ``ndpim e2e {calibrate,check}`` (plugged into host/cli.py)."""
+
+import argparse
+import sys
+
+__all__ = ["add_parser"]
+
+
+def _demo_args(p):
+    p.add_argument("--backend", choices=["rtl", "golden", "perf"], default="rtl",
+                   help="device fidelity: rtl (the RTL, cycle counts are the run's device timings), golden (golden "
+                        "models, timing from the calibrated models), perf (timing only)")
+    p.add_argument("--pim-backend", choices=["rtl", "golden", "perf"], default=None,
+                   help="the DIMM-PIM rank's backend (default: --backend)")
+    p.add_argument("--engine", choices=["verilator", "amaranth"], default="verilator",
+                   help="RTL simulator of the rtl backend")
+    p.add_argument("--model", choices=["tiny", "micro"], default="tiny",
+                   help="tiny: 2 layers, hidden 256, 4 heads of 64, FFN 688, vocabulary 512; micro: 1 layer, "
+                        "hidden 128")
+    p.add_argument("--requests", type=int, default=5, help="concurrent requests (each on its own adapter)")
+    p.add_argument("--long", type=int, default=1, help="of which long (decode attention on the DIMM-PIM)")
+    p.add_argument("--tokens", type=int, default=16, help="output tokens per request")
+    p.add_argument("--long-context", type=int, default=1024, help="prompt tokens of the long requests")
+    p.add_argument("--budget-kb", type=float, default=400.0, help="GPU memory for adapter caches and KV duplicates")
+    p.add_argument("--short-prompt", type=int, nargs=2, default=(24, 64), metavar=("MIN", "MAX"),
+                   help="prompt lengths of the short requests")
+    p.add_argument("--pim-bank-groups", type=int, choices=[1, 4], default=4,
+                   help="bank groups of the PIM rank (4: 16 banks as the paper's DIMMs; 1: 4 banks, quick)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--waveform", action=argparse.BooleanOptionalAction, default=True,
+                   help="write a waveform of one decode step's NDP wave (default: on)")
+    p.add_argument("--waveform-engine", choices=["amaranth", "verilator"], default="amaranth",
+                   help="amaranth: VCD from Amaranth's simulator (no extra build); verilator: a traced build")
+    p.add_argument("--waveform-format", choices=["vcd", "fst"], default="vcd")
+    p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                   help="rtl: compare logits with the golden run bit for bit, tokens with the float32 reference, "
+                        "device cycles with the performance model")
+    p.add_argument("--out", default="build/demo", help="run directory")
+
+
+def add_parser(sub):
+    p = sub.add_parser("demo", help="the tiny LLM decoding through the RTL of both devices (the main job)",
+                       description="Serve a tiny LLaMA-style model on the hybrid PLoRA + L3 system: GPU layers in "
+                                   "numpy, LoRA adapters and a token-interleaved KV share on CXL NDP devices, "
+                                   "long-context decode attention on a DIMM-PIM rank; prints a per-step table and a "
+                                   "summary, writes the run directory and a waveform.")
+    _demo_args(p)
+    p.set_defaults(func=_demo)
+
+    p = sub.add_parser("e2e", help="end-to-end run tools: calibrate the timing models on the RTL")
+    esub = p.add_subparsers(dest="e2e_command", required=True)
+    c = esub.add_parser("calibrate", help="measure the NDP device and PIM rank timing models on the RTL "
+                                          "(writes data/e2e_ndp_calibration.json, data/e2e_pim_calibration.json)")
+    c.add_argument("--what", choices=["all", "ndp", "pim"], default="all")
+    c.add_argument("--waves", type=int, default=12, help="random NDP waves measured")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--engine", choices=["verilator", "amaranth"], default="verilator")
+    c.add_argument("--model", choices=["tiny", "micro"], default="tiny")
+    c.add_argument("--long-context", type=int, default=1024)
+    c.add_argument("--tokens", type=int, default=16)
+    c.add_argument("--pim-bank-groups", type=int, choices=[1, 4], default=4)
+    c.set_defaults(func=_calibrate)
+
+
+def _demo(args):
+    from .demo import demo
+    return demo(args)
+
+
+def _calibrate(args):
+    from .calibrate import calibrate_ndp, calibrate_pim_for
+    if args.what in ("all", "ndp"):
+        calibrate_ndp(seed=args.seed, n=args.waves, engine=args.engine)
+    if args.what in ("all", "pim"):
+        calibrate_pim_for(args.model, args.long_context, args.tokens, bank_groups=args.pim_bank_groups,
+                          engine=args.engine)
+    return 0

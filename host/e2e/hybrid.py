@@ -1,0 +1,834 @@
+"""The hybrid serving system of the end-to-end run: PLoRA's CXL NDP devices and L3's DIMM-PIM in one system on the
+serving engine (:mod:`host.serving`), computing every token of the tiny model through the device backends.
+
+**Where things live.** The GPU (numpy, :mod:`host.e2e.ops`) holds the base weights, the adapter caches the
+memory manager chose (P1: A and B, P3: B) and the duplicated KV prefixes. ``n_dev`` CXL NDP devices hold every
+adapter (adapter ``a`` on device ``a mod n_dev``, PLoRA's placement: :meth:`host.plora.cost.CostModel.device_of`)
+and the KV of the *short* requests, token-interleaved (token ``t`` on device ``t mod n_dev``); the DIMM-PIM rank
+holds the KV of the *long* requests (final context >= ``pim_min_context``), whose decode attention it computes.
+
+**Decisions: the Llama-scale code, not a copy.**
+
+* The PLoRA memory manager (:mod:`host.plora.manager`: Algorithm 1 over the cost model of
+  :mod:`host.plora.cost`, the temperature metric of :mod:`host.plora.temperature`) picks each serving adapter's
+  strategy E1-E4 -- at admission, as the PLoRA system does, and again before every iteration (the adapter's batch
+  and the HBM taken by KV duplicates change), under ``budget_bytes`` of HBM for adapter caches and KV duplicates.
+  The cost model prices the NDP device with the e2e device's calibrated model (:class:`host.e2e.perf.NDPTiming`).
+  Prefill tokens use the fastest strategy the adapter's caching level allows (PLoRA's rule for prompts).
+* The L3 scheduler (:func:`host.l3.scheduler.schedule`) forms the two sub-batches of every iteration (balanced
+  split by context, with the PIM / NDP residence as the requests' class; prefills added by the stop rule, the
+  last one chunked to a multiple of 16), with L3's predictors (:class:`host.l3.predictors.L3Predictors`) seeded by
+  a start-up profile and trained online. Design choice: the predictors learn from the *performance model's*
+  times of each iteration on every backend, so the ``rtl``, ``golden`` and ``perf`` runs make the same decisions
+  and are comparable iteration by iteration (the charged times are each backend's own).
+
+**One iteration** (:meth:`HybridSystem.price`): every layer runs five stages, each a wave of device jobs per NDP
+device (both sub-batches' jobs in one run, sub-batch 0 first; each sub-batch is charged the device cycles its
+descriptors occupied, from the cycle stamps) beside the GPU's share: ``qkv`` (Q/K/V projections and their LoRA),
+``attn`` (decode attention: the devices' shares of the short requests' KV merged with the GPU's share -- the
+duplicated prefix and the tail that does not fill a whole beat of 8 tokens on a device -- by
+:func:`host.attention.merge_partials`; the long requests' heads on the PIM rank; prefills on the GPU), ``o``,
+``ffn_in`` (gate and up) and ``down``. A stage lasts ``max(GPU, L_link + max(device, link))`` per device
+(PLoRA VI-B's form); a sub-batch's GPU side ``T_GPU_i`` is the sum of its stages, its PIM side ``T_PIM_i`` the
+rank's cycles for its heads plus the PCIe transfers (Q/K/V in, outputs back, the other sub-batch's prefill KV
+offload: L3 eq. 4), and the iteration lasts ``max(T_GPU_0, T_PIM_1) + max(T_GPU_1, T_PIM_0)`` (L3 5.2) plus the
+embedding and LM head, at least as long as the CXL links are busy (adapter loads included). GPU operator times
+come from the calibrated GPU model (:mod:`host.gpu`, an H100); links from :mod:`host.link` (CXL 3.1 to the NDP
+devices, PCIe 5.0 x16 to the host's DIMMs).
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from host.serving import System, Batch, IterationResult, Span
+from host.serving.request import RUNNING
+from host.attention import merge_partials, prepare_query, to_fp16_bits
+from host.plora.lora import E1, E2, E3, E4, STRATEGIES, LEVEL_OF, LEVEL_NONE, LEVEL_NAMES
+from host.plora.cost import CostModel, LinkParams, GPUParams
+from host.plora.manager import ManagerState, select, apply, rebuild_wave
+from host.plora.temperature import Temperature
+from host.plora.system import shape_of
+from host.l3.scheduler import PrefillItem, SchedState, schedule, ridge_tokens
+from host.l3.predictors import L3Predictors, ProfiledBatches
+
+from . import ops
+from .model import llm_config
+from .ndp import NDPJob
+from .pim import PIMJob
+
+__all__ = ["HybridSystem", "STAGES", "StepRecord"]
+
+STAGES = ("qkv", "attn", "o", "ffn_in", "down")
+_STAGE_MATS = {"qkv": ("q", "k", "v"), "o": ("o",), "ffn_in": ("gate", "up"), "down": ("down",)}
+PIM, NDP = 0, 1          # residence classes (the L3 scheduler's decode_class)
+
+
+class _Req:
+    """One request's functional state: its tokens, its KV (per layer, FP16 bits), residence, duplicated prefix."""
+
+    def __init__(self, idx, rid, adapter, prompt, out_tokens, cfg, place):
+        self.idx, self.rid, self.adapter = idx, rid, adapter
+        self.tokens = [int(t) for t in prompt]
+        self.prompt_len = len(prompt)
+        self.place = place
+        n = len(prompt) + out_tokens
+        self.K = [np.zeros((n, cfg.hidden), np.uint16) for _ in range(cfg.n_layers)]
+        self.V = [np.zeros((n, cfg.hidden), np.uint16) for _ in range(cfg.n_layers)]
+        self.n_kv = 0
+        self.dup = 0                  # tokens of the KV duplicated in HBM (short requests)
+        self.pfrac = 0.0
+        self.logits = []              # float32 rows, one per emitted token
+        self.slot0 = None             # first PIM slot (long requests)
+
+
+@dataclass
+class StepRecord:
+    """One iteration of the demo's per-step table."""
+    iteration: int
+    start_s: float
+    duration_s: float
+    sub_batches: list                  # per sub-batch: [(request id, "P<tokens>" or "D")]
+    strategies: dict                   # adapter -> strategy name
+    ndp_cycles: list                   # per device
+    ndp_pred_cycles: list
+    pim_cycles: int
+    pim_pred_cycles: int
+    cxl_bytes: list                    # per device: (out, in)
+    pcie_bytes: tuple
+    gpu_busy_s: float
+    ndp_busy_s: list
+    pim_busy_s: float
+    t_gpu: list
+    t_pim: list
+    extra: dict = field(default_factory=dict)
+
+
+class HybridSystem(System):
+    """The hybrid system (module docstring). ``ndp``: :class:`host.e2e.ndp.NDPDevices`; ``pim``:
+    :class:`host.e2e.pim.PIMDevice`; ``ndp_timing``: the calibrated NDP model (cost model, predictors);
+    ``pim_model``: the calibrated :class:`sim.perf.pim.PIMPerfModel`; ``prompts``: request id -> token ids."""
+
+    name = "hybrid"
+
+    def __init__(self, *, weights, adapters, prompts, ndp, pim, ndp_timing, pim_model, budget_bytes: float,
+                 pim_min_context: int = 1024, gpu: str = "h100", link: str = "cxl3.1", host_link: str = "pcie5-x16",
+                 seed: int = 0, min_gpu_tokens: int | None = None, parallel: bool = True,
+                 select_every_step: bool = True):
+        super().__init__(None)
+        from host.gpu import get_gpu_model
+        from host.link import get_link
+        from host.models.hardware import GPUS
+        self.w, self.adapters, self.prompts = weights, list(adapters), dict(prompts)
+        self.cfg = weights.config
+        self.ndp, self.pim, self.ndp_timing, self.pim_model = ndp, pim, ndp_timing, pim_model
+        self.n_dev = ndp.n
+        self.model = llm_config(self.cfg)
+        self.gpu_cfg = GPUS[gpu]
+        self.gpu = get_gpu_model(gpu)
+        self.link, self.host_link = get_link(link), get_link(host_link)
+        self.budget_bytes = float(budget_bytes)
+        self.pim_min_context = int(pim_min_context)
+        self.seed = seed
+        # L3's token floor (host.l3.scheduler): the roofline ridge of the GPU, the lower of its two documented
+        # choices (the efficiency knee of a model this small is beyond any batch it runs)
+        self.min_gpu_tokens = ridge_tokens(self.gpu_cfg.fp16_tflops, self.gpu_cfg.hbm_bw_gbps) \
+            if min_gpu_tokens is None else int(min_gpu_tokens)
+        self.parallel = parallel
+        self.select_every_step = select_every_step
+        self.shape = shape_of(self.model)
+        self.cost = CostModel(self.shape, ndp=ndp_timing, n_dev=self.n_dev,
+                              link=LinkParams(self.link.bw_gbps, self.link.rtt_ns),
+                              gpu=GPUParams(self.gpu_cfg.name, self.gpu_cfg.hbm_gb, self.gpu_cfg.hbm_bw_gbps,
+                                            self.gpu_cfg.fp16_tflops))
+        self.t0_gpu = float(self.gpu.gemm(1, 8, 8).calibrated_s)      # one kernel's fixed cost (the fitted t0)
+        self._pool = ThreadPoolExecutor(max_workers=2) if parallel and ndp.backend == "rtl" else None
+
+    # ---- run set-up --------------------------------------------------------------------------------------
+    def bind(self, table):
+        super().bind(table)
+        cfg = self.cfg
+        self.reqs = []
+        pim_slots = 0
+        for i in range(table.n):
+            rid = int(table.id[i])
+            prompt = self.prompts[rid]
+            if len(prompt) != int(table.prompt_tokens[i]):
+                raise ValueError(f"request {rid}: prompt of {len(prompt)} tokens, the table says "
+                                 f"{int(table.prompt_tokens[i])}")
+            a = int(table.adapter_id[i])
+            if not 0 <= a < len(self.adapters):
+                raise ValueError(f"request {rid}: adapter {a} outside the {len(self.adapters)} adapters")
+            final = len(prompt) + int(table.output_tokens[i])
+            place = PIM if final >= self.pim_min_context else NDP
+            r = _Req(i, rid, a, prompt, int(table.output_tokens[i]), cfg, place)
+            if place == PIM:
+                r.slot0 = pim_slots
+                pim_slots += cfg.n_layers * cfg.n_heads
+            self.reqs.append(r)
+        if pim_slots > self.pim.slots:
+            raise ValueError(f"{pim_slots} PIM head slots needed, the rank was laid out for {self.pim.slots}")
+        n_ad = len(self.adapters)
+        self.ranks = np.array([ad.rank for ad in self.adapters], np.int64)
+        self.count = np.zeros(n_ad, np.int64)
+        self.state = ManagerState(budget_bytes=self.budget_bytes, allowed=(E1, E2, E3, E4), distributed=True)
+        rebuild_wave(self.state, self.cost)
+        self.temp = Temperature(n_ad)
+        self.decisions = {s: 0 for s in STRATEGIES}
+        self.paths, self.evictions = {}, {"cold": 0, "kv": 0, "hot": 0, "serving": 0}
+        self.pending_load = 0.0
+        self.steps: list = []
+        self.wave_log: list = []       # (iteration, layer, stage, device, rtl cycles, model cycles)
+        self.descriptor_log: list = []  # (iteration, layer, stage, device, job, op, issue, start, done) cycles
+        self.pim_log: list = []        # (iteration, layer, sub-batch, rtl cycles, model cycles, heads)
+        self.pred = L3Predictors(seed=self.seed, n_estimators=4, max_depth=6)
+        self.pred.seed(self._startup_profile())
+        self._it = 0
+        self.captured = None           # (iteration, layer, stage, jobs per device) of the waveform's wave
+        self.busy = {"gpu": 0.0, "ndp": np.zeros(self.n_dev), "pim": 0.0, "time": 0.0}
+
+    # ---- memory and strategies (PLoRA) -----------------------------------------------------------------------
+    def _rank(self, a):
+        return int(self.ranks[a])
+
+    def _remaining(self, a):
+        t = self.table
+        rem = [int(t.output_tokens[r.idx] - t.generated[r.idx]) for r in self.reqs
+               if r.adapter == a and t.state[r.idx] == RUNNING]
+        return max(1.0, float(max(rem))) if rem else 1.0
+
+    def _decide(self, a, tokens, remaining):
+        st, cost = self.state, self.cost
+        d = select(st, cost, a, tokens, rank=self._rank(a), remaining=remaining)
+        kv_ev = sum(e.kv_tokens for e in d.evictions if e.kind == "kv")
+        apply(st, cost, d, tokens=tokens, rank=self._rank(a), remaining=remaining)
+        if kv_ev > 0:
+            self._drop_dup(kv_ev)
+        self.pending_load += d.load_bytes
+        self.decisions[STRATEGIES[d.strategy]] += 1
+        self.paths[d.path] = self.paths.get(d.path, 0) + 1
+        for e in d.evictions:
+            self.evictions[e.kind] += 1
+        return d
+
+    def on_admit(self, idx, now):
+        t, st, cost = self.table, self.state, self.cost
+        for i in np.atleast_1d(idx).tolist():
+            r = self.reqs[i]
+            a = r.adapter
+            self.count[a] += 1
+            self.temp.on_requests([a])
+            self._decide(a, int(self.count[a]), max(1.0, float(t.output_tokens[i])))
+            if r.place == NDP:
+                prompt = r.prompt_len
+                p = cost.dup_fraction_for(st.n_req, st.kv_dup_tokens, st.kv_dev_tokens,
+                                          st.n_req if st.n_dev_req is None else st.n_dev_req, prompt)
+                free = st.free_bytes(cost)
+                r.pfrac = p
+                r.dup = max(0, min(int(p * prompt), int(max(free, 0.0) // cost.kv_tok)))
+                st.kv_dup_tokens += r.dup
+                st.kv_dev_tokens += prompt - r.dup
+                st.n_dev_req = (st.n_dev_req or 0) + (1 if prompt > r.dup else 0)
+                st.n_req += 1
+
+    def _drop_dup(self, tokens):
+        run = [r for r in self.reqs if r.dup > 0]
+        total = sum(r.dup for r in run)
+        if total <= 0:
+            return
+        keep = max(0.0, 1.0 - tokens / total)
+        for r in run:
+            r.dup = int(np.floor(r.dup * keep))
+            r.pfrac *= keep
+        self._refresh_kv()
+
+    def _refresh_kv(self):
+        st, t = self.state, self.table
+        live = [r for r in self.reqs if r.place == NDP and t.state[r.idx] == RUNNING]
+        st.kv_dup_tokens = float(sum(r.dup for r in live))
+        st.kv_dev_tokens = float(sum(max(0, r.n_kv - r.dup) for r in live))
+        st.n_dev_req = float(sum(1 for r in live if r.n_kv > r.dup))
+        st.n_req = len(live)
+
+    def on_finish(self, idx, now):
+        for i in np.atleast_1d(idx).tolist():
+            r = self.reqs[i]
+            self.count[r.adapter] -= 1
+            r.dup = 0
+            s = self.state.adapters.get(r.adapter)
+            if s is not None and s.serving:
+                self.state.wave.add(self.cost.terms(s.rank, s.tokens)[s.strategy], self.cost.device_of(r.adapter),
+                                    sign=-1.0)
+                if self.count[r.adapter] > 0:
+                    s.tokens = int(self.count[r.adapter])
+                    self.state.wave.add(self.cost.terms(s.rank, s.tokens)[s.strategy],
+                                        self.cost.device_of(r.adapter))
+                else:
+                    s.tokens, s.strategy = 0, None
+        self._refresh_kv()
+
+    def before_batch(self, view, now):
+        st = self.state
+        for r in self.reqs:                     # the duplicated prefix keeps its fraction as the request grows
+            if r.place == NDP and self.table.state[r.idx] == RUNNING and r.pfrac > 0:
+                want = int(np.floor(r.pfrac * (r.n_kv + 1)))
+                room = int(max(st.free_bytes(self.cost), 0.0) // self.cost.kv_tok)
+                r.dup = min(max(r.dup, min(want, r.dup + room)), r.n_kv)
+        self._refresh_kv()
+        st.temperature = {k: float(v) for k, v in enumerate(self.temp.t)}
+        st.hot = frozenset(self.temp.hot(self.count > 0).tolist())
+        if self.select_every_step:              # Algorithm 1 again for every serving adapter, at its batch
+            for a in np.flatnonzero(self.count).tolist():
+                self._decide(int(a), int(self.count[a]), self._remaining(a))
+
+    def _strategy(self, a, prefill_tokens=0):
+        """Decode strategy of adapter ``a`` (the manager's), or for ``prefill_tokens`` prompt tokens the fastest
+        its caching level allows (PLoRA's rule for prompts: no new caching)."""
+        s = self.state.adapters.get(a)
+        if not prefill_tokens:
+            if s is None or s.strategy is None:
+                return E3
+            return s.strategy
+        lvl = s.level if s is not None else LEVEL_NONE
+        times = self.cost.standalone_s(self._rank(a), int(prefill_tokens))
+        ok = [x for x in (E1, E2, E3, E4) if LEVEL_OF[x] <= lvl]
+        return min(ok, key=lambda x: times[x])
+
+    # ---- the batch (L3) ----------------------------------------------------------------------------------------
+    def form_batch(self, view, now):
+        t = self.table
+        run = view.running
+        in_pre = t.in_prefill(run)
+        dec = run[~in_pre]
+        items, waiting_pos = [], {}
+        for i in run[in_pre].tolist():
+            items.append(PrefillItem(int(i), int(t.prefill_len[i] - t.prefilled[i]), int(t.prefilled[i])))
+        for i in list(view.waiting):
+            waiting_pos[i] = len(items)
+            items.append(PrefillItem(int(i), int(t.prefill_len[i] - t.prefilled[i]), int(t.prefilled[i])))
+        state = SchedState(decode_rids=tuple(dec.tolist()), decode_context=tuple(t.context(dec).tolist()),
+                           prefills=tuple(items), decode_class=tuple(self.reqs[i].place for i in dec.tolist()))
+        plan = schedule(state, self.pred, min_gpu_tokens=self.min_gpu_tokens)
+        d_idx, d_sb, p_idx, p_chunk, p_sb = [], [], [], [], []
+        for s, sb in enumerate(plan.sub):
+            d_idx += sb.decode_rids
+            d_sb += [s] * len(sb.decode_rids)
+            p_idx += sb.prefill_rids
+            p_chunk += sb.chunks
+            p_sb += [s] * len(sb.prefill_rids)
+        chosen = set(p_idx)
+        for i in [r for r in view.waiting if r in waiting_pos and r in chosen]:
+            view.admit(i)
+        if not d_idx and not p_idx:
+            return None
+        return Batch.of(t, d_idx, p_idx, p_chunk, sub_batch=np.array(d_sb + p_sb, np.int8),
+                        meta={"pred": [(sb.t_gpu, sb.t_pim) for sb in plan.sub]})
+
+    # ---- the price: the functional iteration and its time ------------------------------------------------
+    def price(self, batch, now):
+        it = _Iteration(self, batch)
+        it.run()
+        res = it.compose()
+        self._learn(batch, it)
+        self._it += 1
+        return res
+
+    def on_iteration_end(self, batch, result, now):
+        self.temp.step(1)
+
+    def price_decode_run(self, batch, max_iters, now):
+        return None                              # every iteration computes its tokens
+
+    # ---- predictors (L3) ---------------------------------------------------------------------------------
+    def _estimate(self, ctx, cls, chunks, done, other_chunks):
+        """Model estimate (T_GPU, T_PIM) of one sub-batch (start-up profile): decodes with contexts ``ctx`` and
+        classes ``cls``, prefill ``chunks`` over ``done`` tokens, the other sub-batch's prefill ``other_chunks``."""
+        cfg, cost = self.cfg, self.cost
+        nl = cfg.n_layers
+        nd = len(ctx)
+        tokens = int(np.sum(chunks)) + nd
+        g = 0.0
+        if tokens:
+            ti = self.gpu.iteration(self.model, tp=1, prefill_q=list(chunks), prefill_kv=list(np.add(chunks, done)),
+                                    decode_requests=0, logits_tokens=0)
+            g = float(ti.total_s)
+            ndp_ctx = np.array([c for c, k in zip(ctx, cls) if k == NDP], np.int64)
+            if len(ndp_ctx):
+                g += nl * cost.attention(ndp_ctx + 1, np.zeros(len(ndp_ctx), np.int64)).total_s
+            g += nl * len(_STAGE_MATS) * (self.link.rtt_ns * 1e-9 + 2e-6)
+        pim_ctx = [c + 1 for c, k in zip(ctx, cls) if k == PIM]
+        p = 0.0
+        if pim_ctx:
+            cyc = sum(self._pim_run_cycles([L] * cfg.n_heads) for L in pim_ctx)
+            p = nl * (cyc * self.pim_model.tm.tck_ps * 1e-12 + self.host_link.rtt_ns * 1e-9)
+        if len(other_chunks):
+            p += nl * float(np.sum(other_chunks)) * cfg.kv_bytes_per_token_layer / (self.host_link.bw_gbps * 1e9)
+        return g, p
+
+    def _pim_run_cycles(self, Ls):
+        from .pim import run_cycles_model
+        return run_cycles_model(self.pim_model, [min(int(L), self.pim.max_tokens) for L in Ls])
+
+    def _startup_profile(self, n=48):
+        rng = np.random.default_rng(self.seed + 7919)
+        parts = []
+        for _ in range(n):
+            nd = int(rng.integers(0, 6))
+            ctx = rng.integers(16, max(32, self.pim.max_tokens), nd)
+            cls = np.where(ctx >= self.pim_min_context, PIM, NDP)
+            npre = int(rng.integers(0, 3))
+            c = rng.integers(1, 32, npre) * 16
+            f = np.where(rng.random(npre) < 0.5, 0, rng.integers(0, 512, npre))
+            oc = rng.integers(1, 32, int(rng.integers(0, 2))) * 16
+            g, p = self._estimate(ctx, cls, c, f, oc)
+            fc = g
+            parts.append(ProfiledBatches(
+                pim_X=np.array([[float(np.sum(ctx)), nd, float(np.sum(oc))]]), pim_y=np.array([p]),
+                p_X=np.stack([c.astype(float), f.astype(float)], axis=1).reshape(-1, 2),
+                p_y=np.full(npre, g / max(npre, 1)), batch_X=np.array([[float(np.sum(c)), nd]]),
+                batch_y=np.array([fc]), gpu_y=np.array([g]), p_owner=np.zeros(npre, np.int64)))
+        return ProfiledBatches.concat(parts)
+
+    def _learn(self, batch, it):
+        """Profile both sub-batches with the model's times (module docstring) for the predictors."""
+        parts = []
+        sb = batch.sub_batch
+        for i in (0, 1):
+            d = ~batch.prefill & (sb == i)
+            p = batch.prefill & (sb == i)
+            po = batch.prefill & (sb == 1 - i)
+            nd = int(d.sum())
+            if not nd and not p.any():
+                continue
+            c, f = batch.new_tokens[p].astype(float), batch.context[p].astype(float)
+            g, pm = it.model_t_gpu[i], it.model_t_pim[i]
+            parts.append(ProfiledBatches(
+                pim_X=np.array([[float(batch.context[d].sum()), nd, float(batch.new_tokens[po].sum())]]),
+                pim_y=np.array([pm]), p_X=np.stack([c, f], axis=1).reshape(-1, 2),
+                p_y=np.full(len(c), g / max(len(c), 1)), batch_X=np.array([[float(c.sum()), nd]]),
+                batch_y=np.array([g]), gpu_y=np.array([g]), p_owner=np.zeros(len(c), np.int64)))
+        if parts:
+            self.pred.observe(ProfiledBatches.concat(parts))
+
+    # ---- outputs -----------------------------------------------------------------------------------------
+    def config(self):
+        return {**super().config(), "model": self.model.name, "gpu": self.gpu_cfg.name, "n_dev": self.n_dev,
+                "link": {"name": self.link.name, "bw_gbps": self.link.bw_gbps, "rtt_ns": self.link.rtt_ns},
+                "host_link": {"name": self.host_link.name, "bw_gbps": self.host_link.bw_gbps,
+                              "rtt_ns": self.host_link.rtt_ns},
+                "budget_bytes": self.budget_bytes, "pim_min_context": self.pim_min_context,
+                "ndp_backend": self.ndp.backend, "pim_backend": self.pim.backend, "ndp_config": self.ndp.config.name,
+                "pim_config": self.pim.config.name, "select_every_step": self.select_every_step}
+
+    def summary(self):
+        b = self.busy
+        T = max(b["time"], 1e-30)
+        return {"strategy_counts": {"decisions": dict(self.decisions), "paths": dict(self.paths),
+                                    "evictions": dict(self.evictions)},
+                "gpu_busy_frac": b["gpu"] / T, "pim_busy_frac": b["pim"] / T,
+                "ndp_busy_frac": (b["ndp"] / T).tolist(),
+                "residence": {str(r.rid): ("pim" if r.place == PIM else "ndp") for r in self.reqs}}
+
+
+class _Iteration:
+    """One iteration's functional pass and its timing (see :class:`HybridSystem`)."""
+
+    def __init__(self, sys_: HybridSystem, batch):
+        self.s, self.b = sys_, batch
+        cfg = sys_.cfg
+        n = len(batch)
+        sb = batch.sub_batch if batch.sub_batch is not None else np.zeros(n, np.int8)
+        self.order = sorted(range(n), key=lambda j: (int(sb[j]), j))        # sub-batch 0's rows first
+        self.sb = sb
+        rows, start = [], 0
+        self.entries = []
+        for j in self.order:
+            r = sys_.reqs[int(batch.req[j])]
+            nt, ctx, pre = int(batch.new_tokens[j]), int(batch.context[j]), bool(batch.prefill[j])
+            toks = r.tokens[ctx:ctx + nt] if pre else [r.tokens[-1]]
+            self.entries.append(dict(j=j, r=r, n=nt, ctx=ctx, pre=pre, sb=int(sb[j]), lo=start, hi=start + nt,
+                                     toks=toks, emit=(not pre) or bool(batch.completes_prefill[j])))
+            start += nt
+        self.M = start
+        L, S, D = cfg.n_layers, len(STAGES), sys_.n_dev
+        z = lambda: np.zeros((2, L, S, D))  # noqa: E731
+        self.dev_cyc, self.dev_pred, self.cxl_out, self.cxl_in = z(), z(), z(), z()
+        self.gpu_extra = np.zeros((2, L, S))          # GPU LoRA / attention-partial work beyond the base model
+        self.pim_cyc = np.zeros((2, L))
+        self.pim_pred = np.zeros((2, L))
+        self.pcie = np.zeros((2, L, 2))
+        self.strat = {}
+
+    # ---- device calls ----------------------------------------------------------------------------------
+    def _waves(self, layer, stage, jobs_by_dev):
+        s = self.s
+        if getattr(s, "capture", False) and s.captured is None and self.b.is_decode_only and layer == 0 \
+                and stage == "o":
+            s.captured = (s._it, layer, stage, [list(j) for j in jobs_by_dev])
+        devs = [d for d in range(s.n_dev) if jobs_by_dev[d]]
+        if s._pool is not None and len(devs) > 1:
+            res = list(s._pool.map(lambda d: s.ndp.run_wave(d, jobs_by_dev[d]), devs))
+        else:
+            res = [s.ndp.run_wave(d, jobs_by_dev[d]) for d in devs]
+        si = STAGES.index(stage)
+        out = {}
+        for d, w in zip(devs, res):
+            out.update(w.outputs)
+            s.wave_log.append((s._it, layer, stage, d, w.cycles, w.pred_cycles))
+            for st in w.stamps:
+                s.descriptor_log.append((s._it, layer, stage, d, st.job, st.op, st.issue, st.start, st.done))
+            for key in w.job_cycles:
+                i = key[-1]                           # every job key ends with its sub-batch
+                self.dev_cyc[i, layer, si, d] += w.job_cycles[key]
+                self.dev_pred[i, layer, si, d] += w.job_pred.get(key, w.job_cycles[key])
+                o, n = w.job_link[key]
+                self.cxl_out[i, layer, si, d] += o
+                self.cxl_in[i, layer, si, d] += n
+        return out
+
+    def _gpu_lora(self, layer, stage, sub, rows, d_in, d_out, r):
+        """Roofline of the GPU's part of a LoRA job (PLoRA's terms), charged to the stage."""
+        cost = self.s.cost
+        flops = 2.0 * rows * r * (d_in + d_out)
+        nbytes = 2.0 * (r * (d_in + d_out) + rows * (d_in + d_out + r))
+        self.gpu_extra[sub, layer, STAGES.index(stage)] += max(nbytes / cost.gpu.W_hbm, flops / cost.gpu.F)
+
+    # ---- the forward pass ------------------------------------------------------------------------------
+    def run(self):
+        s, cfg, W = self.s, self.s.cfg, self.s.w
+        X = np.concatenate([ops.embed(W.embed, e["toks"]) for e in self.entries]) if self.entries else \
+            np.zeros((0, cfg.hidden), np.uint16)
+        pos = np.concatenate([np.arange(e["ctx"], e["ctx"] + e["n"]) for e in self.entries])
+        # strategies of this iteration: decode rows use the manager's, prefill rows PLoRA's rule for prompts
+        groups = {}
+        for e in self.entries:
+            a = e["r"].adapter
+            strat = s._strategy(a, e["n"] if e["pre"] else 0)
+            groups.setdefault((a, strat, e["sb"]), []).append(e)
+            if not e["pre"]:
+                self.strat[a] = STRATEGIES[strat]
+        self.groups = groups
+        for layer in range(cfg.n_layers):
+            Lw = W.layers[layer]
+            H = ops.rmsnorm(X, Lw["attn_norm"], cfg.rms_eps)
+            Q, K, V = (self._proj(layer, "qkv", m, H, Lw[m]) for m in ("q", "k", "v"))
+            Q = ops.rope(Q, pos, cfg.n_heads, cfg.head_dim, cfg.rope_theta)
+            K = ops.rope(K, pos, cfg.n_heads, cfg.head_dim, cfg.rope_theta)
+            for e in self.entries:
+                r = e["r"]
+                r.K[layer][e["ctx"]:e["ctx"] + e["n"]] = K[e["lo"]:e["hi"]]
+                r.V[layer][e["ctx"]:e["ctx"] + e["n"]] = V[e["lo"]:e["hi"]]
+            A = self._attention(layer, Q)
+            X = ops.add(X, self._proj(layer, "o", "o", A, Lw["o"]))
+            H2 = ops.rmsnorm(X, Lw["ffn_norm"], cfg.rms_eps)
+            G = self._proj(layer, "ffn_in", "gate", H2, Lw["gate"])
+            U = self._proj(layer, "ffn_in", "up", H2, Lw["up"], wave=False)
+            X = ops.add(X, self._proj(layer, "down", "down", ops.swiglu(G, U), Lw["down"]))
+        for e in self.entries:
+            r = e["r"]
+            r.n_kv = e["ctx"] + e["n"]
+            if e["emit"]:
+                lg = ops.logits(X[e["hi"] - 1:e["hi"]], W.final_norm, W.lm_head, cfg.rms_eps)[0]
+                r.logits.append(lg)
+                r.tokens.append(int(np.argmax(lg)))
+
+    def _proj(self, layer, stage, m, H, Wm, wave=True):
+        """``H @ W_m`` plus every entry's LoRA delta. The stage's device jobs for all its matrices run as one wave
+        (on the stage's first matrix; ``wave=False`` for the others, whose results the first call kept)."""
+        if wave:
+            self._stage_results = self._stage_wave(layer, stage).run(H)
+        base = ops.linear(H, Wm)
+        out = base.copy()
+        s = self.s
+        for (a, strat, sub), ents in self.groups.items():
+            rows = np.concatenate([np.arange(e["lo"], e["hi"]) for e in ents])
+            x = H[rows]
+            ad = s.adapters[a]
+            Am, Bm = ad.ab(layer, m)
+            key = (layer, m, a, strat, sub)
+            if strat == E1:
+                delta = ops.linear(ops.linear(x, Am), Bm)
+                self._gpu_lora(layer, stage, sub, len(rows), *Am.shape[:1], Bm.shape[1], ad.rank)
+            elif strat == E2:
+                A2, B2 = self._stage_results[key]
+                delta = ops.linear(ops.linear(x, A2), B2)
+                self._gpu_lora(layer, stage, sub, len(rows), Am.shape[0], Bm.shape[1], ad.rank)
+            elif strat == E3:
+                delta = np.asarray(self._stage_results[key], np.uint16).reshape(len(rows), -1)
+            else:
+                mm = np.asarray(self._stage_results[key], np.uint16).reshape(len(rows), -1)
+                delta = ops.linear(mm, Bm)
+                self._gpu_lora(layer, stage, sub, len(rows), 0, Bm.shape[1], ad.rank)
+            out[rows] = ops.add(base[rows], delta)
+        return out
+
+    def _stage_wave(self, layer, stage):
+        """The device jobs of a LoRA stage (every matrix of the stage, every (adapter, strategy, sub-batch)
+        group with device work), one wave per device."""
+        s = self.s
+        jobs = [[] for _ in range(s.n_dev)]
+        for sub in (0, 1):
+            for (a, strat, gsub), ents in self.groups.items():
+                if gsub != sub or strat == E1:
+                    continue
+                rows = np.concatenate([np.arange(e["lo"], e["hi"]) for e in ents])
+                dev = s.cost.device_of(a)
+                for m in _STAGE_MATS[stage]:
+                    Am, Bm = s.adapters[a].ab(layer, m)
+                    key = (layer, m, a, strat, sub)
+                    if strat == E2:
+                        jobs[dev].append(NDPJob(key, "E2", {"A": Am, "B": Bm}))
+                    elif strat == E3:
+                        jobs[dev].append(NDPJob(key, "E3", {"A": Am, "B": Bm}, None))
+                    else:
+                        jobs[dev].append(NDPJob(key, "E4", {"A": Am}, None))
+                    jobs[dev][-1]._rows = rows
+        return _Deferred(self, layer, stage, jobs)
+
+    def _attention(self, layer, Q):
+        """Attention of every entry (module docstring): returns (M, hidden) FP16 bits."""
+        s, cfg = self.s, self.s.cfg
+        hd, nh, N = cfg.head_dim, cfg.n_heads, s.n_dev
+        out = np.zeros((self.M, cfg.hidden), np.uint16)
+        si = STAGES.index("attn")
+        jobs = [[] for _ in range(N)]
+        gpu_parts, pim_jobs = {}, {0: [], 1: []}
+        kvb = cfg.kv_bytes_per_token_layer
+        for e in self.entries:
+            r, sub = e["r"], e["sb"]
+            L = e["ctx"] + e["n"]
+            if e["pre"]:
+                for h in range(nh):
+                    sl = slice(h * hd, (h + 1) * hd)
+                    out[e["lo"]:e["hi"], sl] = ops.attention_full(Q[e["lo"]:e["hi"], sl], r.K[layer][:L, sl],
+                                                                  r.V[layer][:L, sl])
+                if r.place == PIM:
+                    self.pcie[1 - sub, layer, 0] += e["n"] * kvb         # offloaded meanwhile (L3 eq. 4)
+                else:
+                    for d in range(N):                                   # the prompt's KV streams to the devices
+                        self.cxl_out[sub, layer, si, d] += e["n"] * kvb / N
+                fl = 4.0 * nh * hd * e["n"] * (L - (e["n"] - 1) / 2)
+                self.gpu_extra[sub, layer, si] += max(fl / s.cost.gpu.F,
+                                                      (4.0 * e["n"] * cfg.hidden + 2.0 * L * cfg.hidden) /
+                                                      s.cost.gpu.W_hbm)
+                continue
+            q = Q[e["lo"]]
+            if r.place == PIM:
+                for h in range(nh):
+                    sl = slice(h * hd, (h + 1) * hd)
+                    pim_jobs[sub].append(PIMJob((layer, r.rid, h, sub), r.slot0 + layer * nh + h, q[sl],
+                                                r.K[layer][:L, sl], r.V[layer][:L, sl]))
+                self.pcie[sub, layer, 0] += 3 * cfg.hidden * 2      # q, k, v of the new token to the host
+                self.pcie[sub, layer, 1] += cfg.hidden * 2          # the attention output back
+                continue
+            # short request: device shares (whole beats, beyond the duplicated prefix), the rest on the GPU
+            lanes = s.ndp.config.lanes
+            cap = s.ndp_timing.max_share(hd)
+            dev_pos = []
+            for d in range(N):
+                p = np.arange(d, L, N)
+                p = p[p >= r.dup]
+                p = p[:len(p) // lanes * lanes]
+                dev_pos.append(p)
+            on_dev = np.zeros(L, bool)
+            for p in dev_pos:
+                on_dev[p] = True
+            gpos = np.flatnonzero(~on_dev)
+            self.cxl_out[sub, layer, si, int((L - 1) % N)] += kvb         # the new token's K, V to its device
+            for h in range(nh):
+                sl = slice(h * hd, (h + 1) * hd)
+                Kh, Vh = r.K[layer][:L, sl], r.V[layer][:L, sl]
+                for d in range(N):
+                    p = dev_pos[d]
+                    for c0 in range(0, len(p), cap):
+                        pc = p[c0:c0 + cap]
+                        jobs[d].append(NDPJob((layer, r.rid, h, d, c0, sub), "ATT",
+                                              {"K": Kh[pc], "V": Vh[pc]}, q[sl]))
+                if len(gpos):
+                    gpu_parts[(r.rid, h)] = ops.gpu_attention_partial(prepare_query(q[sl]), Kh[gpos], Vh[gpos])
+            if len(gpos):
+                self.gpu_extra[sub, layer, si] += float(s.gpu.attention_decode(
+                    1, len(gpos), heads=nh, kv_heads=nh, head_dim=hd).calibrated_s) + \
+                    nh * (N + 1) * (2 * hd + 6) / s.cost.gpu.W_hbm
+            e["_dev"] = dev_pos
+            e["_gpos"] = gpos
+        res = self._waves(layer, "attn", jobs) if any(jobs) else {}
+        for sub in (0, 1):
+            if pim_jobs[sub]:
+                pr = s.pim.run(pim_jobs[sub])
+                pred = s._pim_run_cycles([j.L for j in pim_jobs[sub]])
+                cyc = pr.cycles if s.pim.backend == "rtl" else pred
+                self.pim_cyc[sub, layer] += cyc
+                self.pim_pred[sub, layer] += pred
+                s.pim_log.append((s._it, layer, sub, cyc, pred, len(pim_jobs[sub])))
+                for j in pim_jobs[sub]:
+                    _, rid, h, _ = j.key
+                    e = next(x for x in self.entries if x["r"].rid == rid and not x["pre"])
+                    out[e["lo"], h * hd:(h + 1) * hd] = pr.outputs.get(j.key, np.zeros(hd, np.uint16))
+        for e in self.entries:
+            r = e["r"]
+            if e["pre"] or r.place == PIM:
+                continue
+            for h in range(nh):
+                parts = []
+                for d in range(N):
+                    for c0 in range(0, len(e["_dev"][d]), s.ndp_timing.max_share(hd)):
+                        key = (layer, r.rid, h, d, c0, e["sb"])
+                        if key in res:
+                            o, m, sm = res[key]
+                            parts.append((d * 1_000_000 + c0, o, m, sm))
+                g = gpu_parts.get((r.rid, h))
+                if g is not None:
+                    parts.append((N * 1_000_000, *g))
+                if parts and s.ndp.backend != "perf":
+                    out[e["lo"], h * hd:(h + 1) * hd] = to_fp16_bits(merge_partials(parts))
+        return out
+
+    # ---- time ------------------------------------------------------------------------------------------
+    def compose(self) -> IterationResult:
+        s, b, cfg = self.s, self.b, self.s.cfg
+        nl, N = cfg.n_layers, s.n_dev
+        W, Lk = s.link.bw_gbps * 1e9, s.link.rtt_ns * 1e-9
+        Wp, Lp = s.host_link.bw_gbps * 1e9, s.host_link.rtt_ns * 1e-9
+        tck = s.pim.config.dram.timing.tck_ps * 1e-12
+        # base-model GPU times per sub-batch and stage, from the calibrated GPU model (per layer)
+        base = np.zeros((2, len(STAGES)))
+        head = 0.0
+        for i in (0, 1):
+            es = [e for e in self.entries if e["sb"] == i]
+            if not es:
+                continue
+            pre = [e for e in es if e["pre"]]
+            nd = sum(1 for e in es if not e["pre"])
+            ti = s.gpu.iteration(s.model, tp=1, prefill_q=[e["n"] for e in pre],
+                                 prefill_kv=[e["ctx"] + e["n"] for e in pre], decode_requests=nd,
+                                 decode_kv_tokens=0, logits_tokens=sum(1 for e in es if e["emit"]))
+            o = {k: float(np.sum(v)) / nl for k, v in ti.ops.items()}
+            base[i] = [o.get("attn_pre_proj", 0) + o.get("input_layernorm", 0) + o.get("attn_rope", 0),
+                       0.0,
+                       o.get("attn_post_proj", 0) + o.get("add", 0) / 2,
+                       o.get("mlp_up_proj", 0) + o.get("post_attention_layernorm", 0) + o.get("mlp_act", 0),
+                       o.get("mlp_down_proj", 0) + o.get("add", 0) / 2]
+            head += nl * (o.get("emb", 0) + o.get("final_norm", 0) + o.get("lm_head", 0))
+
+        def times(dev_cyc):
+            gpu = base[:, None, :] + self.gpu_extra                        # (2, L, S)
+            dev = dev_cyc / s.ndp.config.clock_mhz / 1e6                   # (2, L, S, D) seconds
+            link = np.maximum(self.cxl_out, self.cxl_in) / W
+            side = np.where((dev > 0) | (link > 0), Lk + np.maximum(dev, link), 0.0).max(axis=3)
+            stage = np.maximum(gpu, side)
+            return stage, gpu, dev, link
+
+        def total(stage, pim_cyc):
+            G = stage.sum(axis=(1, 2))
+            pl = self.pcie.sum(axis=2)
+            P = (pim_cyc * tck + np.where(pl > 0, Lp + np.max(self.pcie, axis=2) / Wp, 0.0)).sum(axis=1)
+            A, B = max(G[0], P[1]), max(G[1], P[0])
+            return G, P, A, B
+
+        stage, gpu, dev, link = times(self.dev_cyc)
+        G, P, A, B = total(stage, self.pim_cyc)
+        link_busy = (link.sum(axis=(0, 1, 2)).max() if N else 0.0) + s.pending_load / W
+        compute = A + B + head
+        dur = max(compute, link_busy, 1e-9)
+        s.pending_load = 0.0
+        pstage, *_ = times(self.dev_pred)
+        self.model_t_gpu, self.model_t_pim, *_ = total(pstage, self.pim_pred)
+        # spans: sub-batch 0's GPU side from 0, 1's from A; PIM for sub-batch 1 from 0, sub-batch 0 from A
+        spans = []
+        for i, t0 in ((0, 0.0), (1, A)):
+            t = t0
+            for layer in range(nl):
+                for si, st in enumerate(STAGES):
+                    if stage[i, layer, si] <= 0:
+                        continue
+                    name = f"L{layer} {st} sb{i}"
+                    if gpu[i, layer, si] > 0:
+                        spans.append(Span("GPU 0", name, t, float(gpu[i, layer, si])))
+                    for d in range(N):
+                        if dev[i, layer, si, d] > 0:
+                            spans.append(Span(f"NDP {d}", name, t + Lk / 2, float(dev[i, layer, si, d]),
+                                              {"cycles": int(self.dev_cyc[i, layer, si, d])}))
+                        if link[i, layer, si, d] > 0:
+                            spans.append(Span(f"CXL {d}", name, t, float(link[i, layer, si, d])))
+                    t += float(stage[i, layer, si])
+        for i, t0 in ((1, 0.0), (0, A)):
+            if P[i] > 0:
+                pc = float(self.pim_cyc[i].sum() * tck)
+                spans.append(Span("PIM rank 0", f"attention sb{i}", t0, max(pc, 1e-12),
+                                  {"cycles": int(self.pim_cyc[i].sum())}))
+                spans.append(Span("PCIe", f"QKV/out sb{i}", t0, max(P[i] - pc, 1e-12)))
+        gpu_busy = float(gpu.sum()) + head
+        ndp_busy = dev.sum(axis=(0, 1, 2))
+        pim_busy = float(self.pim_cyc.sum() * tck)
+        s.busy["gpu"] += gpu_busy
+        s.busy["ndp"] += ndp_busy
+        s.busy["pim"] += pim_busy
+        s.busy["time"] += dur
+        strategies = {}
+        for (a, strat, _), ents in self.groups.items():
+            for e in ents:
+                name = STRATEGIES[strat] + ("p" if e["pre"] else "")
+                if name not in strategies.setdefault(int(a), []):
+                    strategies[int(a)].append(name)
+        strategies = {a: "+".join(sorted(v)) for a, v in sorted(strategies.items())}
+        rec = StepRecord(
+            iteration=s._it, start_s=0.0, duration_s=dur,
+            sub_batches=[[(e["r"].rid, f"P{e['n']}" if e["pre"] else "D") for e in self.entries if e["sb"] == i]
+                         for i in (0, 1)],
+            strategies=strategies, ndp_cycles=self.dev_cyc.sum(axis=(0, 1, 2)).astype(int).tolist(),
+            ndp_pred_cycles=self.dev_pred.sum(axis=(0, 1, 2)).round().astype(int).tolist(),
+            pim_cycles=int(self.pim_cyc.sum()), pim_pred_cycles=int(self.pim_pred.sum()),
+            cxl_bytes=[(int(self.cxl_out[..., d].sum()), int(self.cxl_in[..., d].sum())) for d in range(N)],
+            pcie_bytes=(int(self.pcie[..., 0].sum()), int(self.pcie[..., 1].sum())),
+            gpu_busy_s=gpu_busy, ndp_busy_s=ndp_busy.tolist(), pim_busy_s=pim_busy, t_gpu=G.tolist(),
+            t_pim=P.tolist())
+        s.steps.append(rec)
+        record = {"t_gpu0_s": G[0], "t_gpu1_s": G[1], "t_pim0_s": P[0], "t_pim1_s": P[1], "gpu_busy_s": gpu_busy,
+                  "pim_busy_s": pim_busy, "pim_cycles": rec.pim_cycles, "pcie_out_bytes": rec.pcie_bytes[0],
+                  "pcie_in_bytes": rec.pcie_bytes[1], "link_busy_s": link_busy}
+        for d in range(N):
+            record[f"ndp{d}_cycles"] = rec.ndp_cycles[d]
+            record[f"ndp{d}_model_cycles"] = rec.ndp_pred_cycles[d]
+            record[f"cxl{d}_out_bytes"], record[f"cxl{d}_in_bytes"] = rec.cxl_bytes[d]
+        for (a, strat, _), ents in self.groups.items():
+            if any(not e["pre"] for e in ents):
+                record[f"adapter{a}_strategy"] = strat + 1          # 1..4 = E1..E4 (decode)
+        return IterationResult(dur, breakdown={"gpu_s": float(G.sum()), "pim_s": float(P.sum()),
+                                               "head_s": head, "link_busy_s": link_busy},
+                               spans=spans, record=record)
+
+
+class _Deferred:
+    """The results of a LoRA stage's wave, computed on first use with the inputs known by then: a stage's
+    matrices share one input (Q/K/V: the normed activations; gate/up: the FFN input), except ``down`` whose
+    input is the SwiGLU output (given to the first lookup)."""
+
+    def __init__(self, it, layer, stage, jobs):
+        self.it, self.layer, self.stage, self.jobs = it, layer, stage, jobs
+        self.res = None
+
+    def __getitem__(self, key):
+        if self.res is None:
+            raise RuntimeError("stage results read before the stage ran")
+        if key not in self.res and self.it.s.ndp.backend == "perf":
+            return self._placeholder(key)        # the perf backend computes no data: zeros of the right shape
+        return self.res[key]
+
+    def _placeholder(self, key):
+        layer, m, a, strat, _ = key
+        A, B = self.it.s.adapters[a].ab(layer, m)
+        job = next(j for jobs in self.jobs for j in jobs if j.key == key)
+        rows = len(job._rows)
+        if strat == E2:
+            return A, B
+        return np.zeros((rows, B.shape[1] if strat == E3 else A.shape[1]), np.uint16)
+
+    def run(self, H):
+        for dev_jobs in self.jobs:
+            for j in dev_jobs:
+                if j.kind != "E2":
+                    j.x = H[j._rows]
+        self.res = self.it._waves(self.layer, self.stage, self.jobs) if any(self.jobs) else {}
+        return self

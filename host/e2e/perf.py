@@ -1,0 +1,274 @@
+"""Performance model of the end-to-end run's CXL NDP device, calibrated on its RTL, and the PIM rank's model.
+
+**NDP device** (:class:`NDPTiming`). A wave run is replayed event by event, as the RTL runs it:
+
+* the host's CXL.mem stream (the driver script's ``hmem`` requests, in order): one line per cycle; a request
+  gated on ``after = a`` completions waits until ``gate`` cycles after the ``a``-th completion; descriptor
+  ``k`` is *issued* when its valid word is written;
+* the queue engine takes one descriptor at a time: descriptor ``k`` starts ``lat(k)`` cycles after its issue
+  (header fetch, window check, staging its input lines) or ``gap(k)`` cycles after the previous completion,
+  whichever is later; it completes ``service(k)`` cycles after its start.
+
+``service``, ``lat`` and ``gap`` are linear in the descriptor's sizes (:func:`features`: operand beats times PE
+passes, input / output beats and lines, softmax terms), one coefficient set per operation class (LOAD, GEMV,
+GEMM, SOFTMAX); the coefficients are fitted by least squares on the per-descriptor cycle stamps of RTL runs
+(:func:`fit`, ``ndpim e2e calibrate``: data/e2e_ndp_calibration.json) -- measured, never typed in. A wave's
+cycles are its last completion minus its first issue, plus one, as on the RTL.
+
+:class:`NDPTiming` also answers the PLoRA host's device-timing interface (``load_s``, ``lora_e3_s``,
+``lora_e4_s``, ``attention_s``, ``descriptor_overhead_s``: :mod:`host.plora.ndp_model`) for the e2e device, by
+replaying the kernels' programs back to back, so the memory manager's cost model ranks strategies with the
+device the run actually has.
+
+**PIM rank**: :class:`sim.perf.pim.PIMPerfModel` of the e2e config with its ``fixed_cycles`` fitted to RTL single
+heads (:func:`sim.perf.pim.calibrate`), runs of heads by :func:`host.e2e.pim.run_cycles_model`.
+"""
+
+import json
+from math import ceil, log2
+from pathlib import Path
+
+import numpy as np
+
+from hdl.ndp.descriptor import DescType, DescOp
+
+__all__ = ["features", "op_class", "NDPTiming", "fit", "CALIBRATION", "load_calibration", "CLASSES"]
+
+CALIBRATION = Path(__file__).resolve().parents[2] / "data" / "e2e_ndp_calibration.json"
+CLASSES = ("LOAD", "STORE", "GEMV", "GEMM", "SOFTMAX")
+#: feature names of :func:`features` (the same vector for every class; unused ones are 0)
+FEATURES = ("one", "op_beats", "pass_beats", "in_beats", "in_lines", "out_beats", "out_lines", "sm_nb", "sm_rows_nb")
+
+
+def op_class(desc) -> str:
+    if desc.type == DescType.READ_COMPUTE:
+        return desc.op.name
+    return desc.type.name
+
+
+def _returned(desc) -> int:
+    if desc.type == DescType.READ_COMPUTE and desc.op == DescOp.SOFTMAX:
+        return 3 * desc.input_dim0 if desc.keep else desc.output_elems()
+    return 0 if desc.keep else desc.output_elems()
+
+
+def features(desc, config) -> np.ndarray:
+    """The descriptor's size features (:data:`FEATURES`)."""
+    lanes, beat = config.lanes, 2 * config.lanes
+    cls = op_class(desc)
+    op_beats = desc.operand_bytes / beat if desc.has_operand else 0.0
+    passes = ceil(desc.input_dim0 / config.pe_batch) if cls == "GEMM" else 1
+    gpu_input = desc.has_input and not desc.chain
+    in_beats = desc.input_bytes / beat if desc.has_input else 0.0
+    in_lines = ceil(desc.input_bytes / 64) if gpu_input else 0
+    out = _returned(desc)
+    nb = ceil(desc.input_dim1 / lanes) if cls == "SOFTMAX" else 0
+    rows = desc.input_dim0 if cls == "SOFTMAX" else 0
+    return np.array([1.0, op_beats, op_beats * (passes - 1), in_beats, in_lines, ceil(out / lanes),
+                     ceil(2 * out / 64), nb, rows * nb], np.float64)
+
+
+def fit(records, config) -> dict:
+    """Least-squares coefficients from RTL records ``[(descriptor, issue, start, done, prev_done)]`` (cycles;
+    ``prev_done`` None for the first of a run). Returns ``{"service": {class: coef}, "lat": coef, "gap": coef,
+    "gate": cycles, "points": n}``."""
+    by = {}
+    lat_X, lat_y, gap_X, gap_y = [], [], [], []
+    for desc, issue, start, done, prev in records:
+        f = features(desc, config)
+        by.setdefault(op_class(desc), ([], []))
+        by[op_class(desc)][0].append(f)
+        by[op_class(desc)][1].append(done - start + 1)
+        fl = np.array([1.0, f[4]])
+        if prev is None or issue > prev + 64:          # the engine was idle waiting for this issue
+            lat_X.append(fl), lat_y.append(start - issue)
+        elif issue < prev:                              # valid long before the previous completion
+            gap_X.append(fl), gap_y.append(start - prev)
+    out = {"service": {}, "points": len(records), "lanes": config.lanes, "pe_batch": config.pe_batch}
+    for cls, (X, y) in by.items():
+        X, y = np.array(X), np.array(y, float)
+        used = np.flatnonzero(np.any(X != 0, axis=0))
+        coef = np.zeros(X.shape[1])
+        sol, *_ = np.linalg.lstsq(X[:, used], y, rcond=None)
+        coef[used] = sol
+        out["service"][cls] = coef.tolist()
+    for name, X, y in (("lat", lat_X, lat_y), ("gap", gap_X, gap_y)):
+        if len(X) >= 2:
+            sol, *_ = np.linalg.lstsq(np.array(X), np.array(y, float), rcond=None)
+            out[name] = sol.tolist()
+        else:
+            out[name] = [float(np.mean(y)) if y else 0.0, 0.0]
+    return out
+
+
+def load_calibration(path=None) -> dict:
+    p = Path(path or CALIBRATION)
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no NDP calibration; run `ndpim e2e calibrate` (measures it on the RTL)")
+    return json.loads(p.read_text())
+
+
+class NDPTiming:
+    """The calibrated event model of the NDP device (module docstring). ``coef``: :func:`fit`'s output."""
+
+    kind = "calibrated-e2e"
+
+    def __init__(self, config, coef: dict | None = None, *, clock_hz: float = 1e9, gate: int = 4):
+        self.config = config
+        self.coef = coef if coef is not None else load_calibration()
+        self.clock_hz = clock_hz
+        self.gate = int(self.coef.get("gate", gate))
+        self._svc = {k: np.asarray(v) for k, v in self.coef["service"].items()}
+        self.cache_key = ("e2e-ndp", json.dumps(self.coef, sort_keys=True))
+
+    # ---- per descriptor --------------------------------------------------------------------------------
+    def service(self, desc) -> float:
+        c = self._svc.get(op_class(desc))
+        if c is None:
+            raise ValueError(f"no calibration for {op_class(desc)} descriptors")
+        return max(1.0, float(features(desc, self.config) @ c))
+
+    def _lat(self, desc, which) -> float:
+        a, b = self.coef[which]
+        return max(0.0, a + b * features(desc, self.config)[4])
+
+    # ---- a wave run ------------------------------------------------------------------------------------
+    def replay(self, descs, hmem=None) -> list:
+        """``[(issue, start, done)]`` per descriptor, relative to the first issue. ``hmem``: the script's
+        requests ``[(lines, after, is_valid_word)]`` in order (None: descriptors issued back to back, the
+        steady state of a long stream)."""
+        n = len(descs)
+        issue = [0.0] * n
+        if hmem is not None:
+            t, k, first = 0.0, 0, None
+            done_at = {}
+            pending = []
+            # two passes are not needed: gates refer to earlier descriptors, resolved in order below
+            ops = list(hmem)
+            out, starts, dones = [], [], []
+            prev_done = None
+            oi = 0
+            for k in range(n):
+                # advance the host stream to this descriptor's valid word
+                while oi < len(ops):
+                    lines, after, valid = ops[oi]
+                    if after and after > len(dones):
+                        raise ValueError("hmem gate on a completion that comes later")
+                    g = (dones[after - 1] + self.gate) if after else -1e18
+                    t = max(t + lines, g + lines)
+                    oi += 1
+                    if valid:
+                        break
+                if first is None:
+                    first = t
+                iss = t - first
+                d = descs[k]
+                s = iss + self._lat(d, "lat")
+                if prev_done is not None:
+                    s = max(s, prev_done + self._lat(d, "gap"))
+                e = s + self.service(d) - 1
+                out.append((iss, s, e))
+                dones.append(e + first)
+                prev_done = e
+            return out
+        out, prev = [], None
+        for d in descs:
+            s = 0.0 if prev is None else prev + self._lat(d, "gap")
+            e = s + self.service(d) - 1
+            out.append((0.0, s, e))
+            prev = e
+        return out
+
+    def stamps(self, script) -> list:
+        """Predicted :class:`host.e2e.ndp.DescriptorStamp` of a :class:`host.e2e.ndp.WaveScript`."""
+        from host.e2e.ndp import DescriptorStamp, _op_name
+        rows = self.replay([d for _, d, _ in script.items], script_hmem(script))
+        return [DescriptorStamp(script.jobs[j].key, _op_name(d), int(round(i)), int(round(s)), int(round(e)))
+                for (j, d, _), (i, s, e) in zip(script.items, rows)]
+
+    # ---- the PLoRA host's device-timing interface ------------------------------------------------------
+    def program_s(self, program) -> float:
+        descs = [d for d, _ in program]
+        if not descs:
+            return 0.0
+        rows = self.replay(descs)
+        return (rows[-1][2] + 1 + self._lat(descs[0], "lat")) / self.clock_hz
+
+    @property
+    def descriptor_overhead_s(self) -> float:
+        return float(self.coef["gap"][0]) / self.clock_hz
+
+    def load_s(self, nbytes) -> float:
+        from hdl.ndp.descriptor import FIELD_BITS
+        from firmware.ndp.descriptor import load
+        if nbytes <= 0:
+            return 0.0
+        cols = 8 * self.config.lanes
+        rows = max(1, ceil(nbytes / 2 / cols))
+        per = max(1, min(self.config.output_buffer_bytes, self.config.dram_buffer_bytes,
+                         (1 << FIELD_BITS) - 1) // (2 * cols))
+        prog = [(load(0, min(per, rows - r0), cols), None) for r0 in range(0, rows, per)]
+        return self.program_s(prog)
+
+    def lora_e3_s(self, d_in, d_out, rank, batch) -> float:
+        return self._e3(int(d_in), int(d_out), int(rank), int(batch))
+
+    def _e3(self, d_in, d_out, rank, batch):
+        from . import programs
+        L = self.config.lanes
+        d_in, d_out, rank = _up(d_in, L), _up(d_out, L), _up(rank, L)
+        x = np.zeros((batch, d_in), np.uint16)
+        a = 0
+        b = _up(d_in * rank * 2, 64)
+        return self.program_s(programs.lora_e3(x, a, b, d_in, d_out, rank, config=self.config).program)
+
+    def lora_e4_s(self, d_in, rank, batch) -> float:
+        from . import programs
+        L = self.config.lanes
+        x = np.zeros((int(batch), _up(d_in, L)), np.uint16)
+        return self.program_s(programs.lora_e4(x, 0, _up(d_in, L), _up(rank, L), config=self.config).program)
+
+    def max_share(self, head_dim) -> int:
+        """Tokens of one attention descriptor chain at most: K^T (d x l) must fit the DRAM buffer and the
+        20-bit field, rounded down to whole beats."""
+        from hdl.ndp.descriptor import FIELD_BITS
+        lim = min(self.config.dram_buffer_bytes, (1 << FIELD_BITS) - 1) // (2 * head_dim)
+        return lim // self.config.lanes * self.config.lanes
+
+    def _att_one(self, t, head_dim):
+        from . import programs
+        key = (t, head_dim)
+        c = self._att_cache.get(key)
+        if c is None:
+            q = np.zeros(head_dim, np.uint16)
+            prog = programs.attention(q, 0, _up(head_dim * t * 2, 64), head_dim, t, config=self.config).program
+            c = self._att_cache[key] = self.program_s(prog)
+        return c
+
+    def attention_s(self, tokens, head_dim, q_heads, kv_heads):
+        """One request's decode attention over ``tokens`` on this device (all its KV heads; whole beats only:
+        the share's tail stays on the GPU), in shares of at most :meth:`max_share` tokens."""
+        if not hasattr(self, "_att_cache"):
+            self._att_cache = {}
+        tok = np.asarray(tokens, np.float64)
+        L = self.config.lanes
+        cap = self.max_share(head_dim)
+
+        def one(t):
+            t = int(t) // L * L
+            if t <= 0:
+                return 0.0
+            full, rest = divmod(t, cap)
+            return kv_heads * (full * self._att_one(cap, head_dim) + (self._att_one(rest, head_dim) if rest else 0))
+        out = np.vectorize(one, otypes=[float])(tok)
+        return float(out) if np.ndim(tokens) == 0 else out
+
+
+def _up(v, m):
+    return -(-int(v) // m) * m
+
+
+def script_hmem(script) -> list:
+    """``[(lines, after, is_valid_word)]`` of a wave script's hmem requests from its first submission on (the
+    preload stores before it are not part of the wave)."""
+    return script.hmem_ops

@@ -1,0 +1,102 @@
+"""The shorter end-to-end case on the rtl and perf backends (the issue's items 3 and 4): micro model, two short
+requests on the NDP devices and one long request on the DIMM-PIM, three tokens each.
+
+* logits bit-exact between ``rtl`` and ``golden``; tokens equal;
+* tokens equal to the float32 reference's greedy decoding for this seed; logits within 5e-3 of its range;
+* the performance model within 5 % of the RTL's device cycles, per run and in total, for the NDP devices and
+  the PIM rank; the ``perf`` backend makes the same decisions and predicts the same cycles;
+* every checker can fail (a flipped logit bit, a wrong model)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from host.e2e.run import E2EConfig, run_e2e, compare_logits, reference_check, perf_error, final_kv_of
+
+CFG = E2EConfig(model="micro", requests=3, long_requests=1, tokens=3, long_context=48, short_prompt=(16, 32),
+                pim_bank_groups=1, budget_kb=24, seed=0)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    golden = run_e2e(CFG, "golden")
+    rtl = run_e2e(CFG, "rtl", final_kv=final_kv_of(golden))
+    perf = run_e2e(CFG, "perf")
+    return golden, rtl, perf
+
+
+def test_logits_bit_exact_rtl_vs_golden(runs):
+    golden, rtl, _ = runs
+    c = compare_logits(rtl, golden)
+    assert c["equal"], c
+    assert c["rows"] == CFG.requests * CFG.tokens
+    # the checker sees one flipped bit
+    mut = dataclasses.replace(rtl, logits={k: v.copy() for k, v in rtl.logits.items()})
+    mut.logits[0].view(np.uint32)[1, 7] ^= 1
+    assert not compare_logits(mut, golden)["equal"]
+
+
+def test_tokens_match_the_float32_reference(runs):
+    _, rtl, _ = runs
+    chk = reference_check(rtl)
+    assert chk["tokens_match"], chk
+    assert chk["max_rel_err"] < 5e-3
+
+
+def test_the_run_exercises_both_devices_and_the_decision_code(runs):
+    _, rtl, _ = runs
+    sys_ = rtl.system
+    assert {r.place for r in sys_.reqs} == {0, 1}                      # one long request on the PIM
+    used = {x for s in sys_.steps for v in s.strategies.values() for x in v.split("+")}
+    assert {"E2p", "E3", "E4"} <= used, used
+    assert any(s.sub_batches[0] and s.sub_batches[1] for s in sys_.steps)        # two sub-batches
+    assert sum(s.pim_cycles for s in sys_.steps) > 0
+    assert all(sum(s.ndp_cycles[d] for s in sys_.steps) > 0 for d in range(sys_.n_dev))
+
+
+def test_perf_model_within_5_percent_of_the_rtl(runs):
+    _, rtl, perf = runs
+    pe = perf_error(rtl)
+    for dev in ("ndp", "pim"):
+        assert abs(pe[dev]["total_rel_err"]) < 0.05, pe
+        assert pe[dev]["max_abs_rel_err"] < 0.05, pe
+    # the perf backend: same decisions, its cycles are the model's cycles of the rtl run
+    assert [s.sub_batches for s in perf.system.steps] == [s.sub_batches for s in rtl.system.steps]
+    assert [s.strategies for s in perf.system.steps] == [s.strategies for s in rtl.system.steps]
+    assert [s.ndp_cycles for s in perf.system.steps] == [s.ndp_pred_cycles for s in rtl.system.steps]
+    assert [s.pim_cycles for s in perf.system.steps] == [s.pim_pred_cycles for s in rtl.system.steps]
+    t_rtl, t_perf = rtl.output.summary["makespan_s"], perf.output.summary["makespan_s"]
+    assert abs(t_perf - t_rtl) / t_rtl < 0.05
+    # the check can fail: the model's cycles scaled by 1.1 are caught
+    bad = dataclasses.replace(rtl)
+    log = rtl.system.wave_log
+    rtl.system.wave_log = [(*w[:-1], 1.1 * w[-1]) for w in log]
+    try:
+        assert perf_error(rtl)["ndp"]["max_abs_rel_err"] > 0.05
+    finally:
+        rtl.system.wave_log = log
+    assert bad is not None
+
+
+def test_run_directory(runs, tmp_path):
+    _, rtl, _ = runs
+    out = rtl.write(tmp_path / "run")
+    for f in ("config.json", "requests.csv", "iterations.csv", "summary.json", "trace.json", "steps.json",
+              "tokens.json", "descriptors.csv"):
+        assert (out / f).stat().st_size > 0, f
+    import json
+    trace = json.loads((out / "trace.json").read_text())
+    lanes = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert {"GPU 0", "NDP 0", "NDP 1", "PIM rank 0"} <= lanes, lanes
+
+
+def test_demo_command_on_the_perf_backend(tmp_path, capsys):
+    from host.cli import main
+    rc = main(["demo", "--backend", "perf", "--model", "micro", "--requests", "3", "--tokens", "3",
+               "--long-context", "48", "--short-prompt", "16", "32", "--budget-kb", "24", "--pim-bank-groups", "1",
+               "--no-waveform", "--out", str(tmp_path / "demo")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "NDP0 cyc" in out and "sub-batch 0" in out and "strategy per adapter" in out
+    assert (tmp_path / "demo" / "iterations.csv").exists() and (tmp_path / "demo" / "descriptors.csv").exists()
