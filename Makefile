@@ -44,7 +44,7 @@ bench-fp: $(STAMP)
 	$(NDPIM) bench-fp
 
 bench-dram: $(STAMP)
-	$(PY) -m sim.perf.dram_bench
+	$(PY) -m sim.perf.dram_bench && $(PY) -m sim.devmem.bench --verilog --synth
 
 bench-ndp: $(STAMP)
 	$(PY) -m sim.perf.ndp_bench

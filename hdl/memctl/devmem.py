@@ -59,8 +59,8 @@ from .commands import command_layout
 from .controller import MemoryController
 from .timing import LPDDR5X_8533
 
-__all__ = ["DeviceMemory", "DeviceChannel", "dram_pins_signature", "module_instance", "GRANULE_BYTES",
-           "MAX_CHANNELS"]
+__all__ = ["DeviceMemory", "DeviceChannel", "dram_pins_signature", "module_instance", "channel_burst_address",
+           "GRANULE_BYTES", "MAX_CHANNELS"]
 
 #: Interleave granule = the CXL.mem line (CXL 2.0 / 3.0 cache-line size, 64 bytes): a host access is one granule.
 GRANULE_BYTES = 64
@@ -91,6 +91,15 @@ def module_instance(component, module_name: str) -> Instance:
         name = "__".join(str(p) for p in path)
         ports[("i_" if member.flow == In else "o_") + name] = Value.cast(value)
     return Instance(module_name, **ports)
+
+
+def channel_burst_address(amap, bursts_per_granule: int, entry, sub):
+    """Controller burst address (``amap``: the channel's :class:`AddressMap`) of burst ``sub`` of channel granule
+    ``entry`` (ints or numpy arrays): ``sub`` in the low bits of the ``col`` field, the granule address in the
+    other bits, so a granule's bursts are neighbouring columns of one row."""
+    off, sb = amap.offsets["col"], exact_log2(bursts_per_granule)
+    low = entry & ((1 << off) - 1)
+    return low | (sub << off) | ((entry >> off) << (off + sb))
 
 
 def _pow2(n):
@@ -222,9 +231,10 @@ class DeviceMemory(wiring.Component):
     * ``ndp_tag_width`` (0..32, default 8), ``host_tag_width`` (0..64, default 24: a 20-bit PASID plus a
       4-bit transaction tag, or any pass-through field).
     * ``ndp_slots``: NDP lines in flight (read requests granted and not yet handed over), a power of two in 2..256
-      (default 16: enough for the full bus rate, see docs/devmem.md).
-    * ``host_slots``: host reads in flight per channel, a power of two in 1..64 (default 4); ``host_outstanding``:
-      host reads in flight in total, 1..256 (default 16).
+      (default 32: 99.7 % of peak on sequential and 64 % on random line reads; see docs/devmem.md).
+    * ``host_slots``: host reads in flight per channel, a power of two in 1..64 (default 8); ``host_outstanding``:
+      host reads in flight in total, 1..256 (default 64: at ~60 cycles of read latency, 64 lines in flight carry
+      one 64-byte line per cycle, 68 GB/s at 1066.7 MHz, the rate of a CXL x16 link).
     * ``fifo_depth``: entries of each channel's request FIFO, 1..16 (default 2).
     * ``channel_module``: ``None`` (default) elaborates every channel; a Verilog module name instead instantiates
       the channels as that module (:func:`module_instance`), whose Verilog is ``self.chans[0]`` converted under
@@ -242,7 +252,7 @@ class DeviceMemory(wiring.Component):
     """
 
     def __init__(self, *, config=LPDDR5X_8533, channels: int = MAX_CHANNELS, ndp_tag_width: int = 8,
-                 host_tag_width: int = 24, ndp_slots: int = 16, host_slots: int = 4, host_outstanding: int = 16,
+                 host_tag_width: int = 24, ndp_slots: int = 32, host_slots: int = 8, host_outstanding: int = 64,
                  fifo_depth: int = 2, channel_module: str | None = None, **controller_kwargs):
         org = config.org
         if GRANULE_BYTES % org.burst_bytes:
@@ -299,6 +309,20 @@ class DeviceMemory(wiring.Component):
             "dram": Out(dram_pins_signature(org)).array(channels),
         })
 
+    #: Fixed cycles of the device memory system around a channel's controller on an unloaded read: grant ->
+    #: request FIFO -> splitter (2) and ROB write -> pop -> output register (2).
+    front_cycles = 2
+    back_cycles = 2
+
+    def read_latency(self, kind: str) -> int:
+        """Unloaded read latency (acceptance on ``*_req`` to the response on ``*_rsp``) of a granule whose bank is
+        ``kind`` (``"hit"``, ``"closed"``, ``"miss"``, as :meth:`MemoryController.read_latency`): the controller's
+        latency of the first burst, ``tCCD_L`` per further burst of the granule (same bank group), plus
+        :attr:`front_cycles` + :attr:`back_cycles`."""
+        ctl = self.chans[0].controller
+        return (self.front_cycles + ctl.read_latency(kind) + (self.bursts_per_granule - 1) * self.config.timing.tCCD_L
+                + self.back_cycles)
+
     def channel_verilog(self) -> str:
         """Verilog of the channel module named ``channel_module`` (all channels are identical)."""
         if not self.channel_module:
@@ -308,11 +332,8 @@ class DeviceMemory(wiring.Component):
 
     # ---- address helpers (Python) -----------------------------------------------------------------------
     def channel_burst(self, entry, sub):
-        """Controller burst address of burst ``sub`` of channel granule ``entry`` (ints or numpy arrays): ``sub``
-        in the low bits of the ``col`` field, the granule address in the other bits."""
-        off, sb = self.chans[0].col_offset, exact_log2(self.bursts_per_granule)
-        low = entry & ((1 << off) - 1)
-        return low | (sub << off) | ((entry >> off) << (off + sb))
+        """Controller burst address of burst ``sub`` of channel granule ``entry`` (:func:`channel_burst_address`)."""
+        return channel_burst_address(self.amap, self.bursts_per_granule, entry, sub)
 
     def locate(self, byte_addr: int) -> tuple:
         """``(channel, controller burst address, byte offset in the burst)`` of a device byte address."""

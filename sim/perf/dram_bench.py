@@ -23,11 +23,14 @@ def _backend(name):
     return _backends.setdefault(name, get_backend(name))
 
 
-def memory_system(cfg, policy="fr-fcfs"):
+def memory_system(cfg, policy="fr-fcfs", queue_depth=None):
+    """The bench's RTL top: controller (default scheduling window unless ``queue_depth``) + timing-only device."""
     from sim.dram.system import MemorySystem
-    key = (cfg.name, policy)
+    from hdl.memctl.controller import DEFAULT_QUEUE_DEPTH
+    q = DEFAULT_QUEUE_DEPTH if queue_depth is None else queue_depth
+    key = (cfg.name, policy, q)
     if key not in _systems:
-        _systems[key] = MemorySystem(controller_config=cfg, policy=policy, queue_depth=16, tag_width=16,
+        _systems[key] = MemorySystem(controller_config=cfg, policy=policy, queue_depth=q, tag_width=16,
                                      device_kwargs={"storage": False})
     return _systems[key]
 
@@ -49,9 +52,9 @@ def pattern_addresses(amap, pattern, n, seed=1):
     raise ValueError(pattern)
 
 
-def rtl_stream(cfg, addrs, backend="verilator", max_cycles=None, policy="fr-fcfs"):
+def rtl_stream(cfg, addrs, backend="verilator", max_cycles=None, policy="fr-fcfs", queue_depth=None):
     """Read requests for ``addrs`` offered back to back to the RTL memory system; returns the StreamRun."""
-    sys_ = memory_system(cfg, policy)
+    sys_ = memory_system(cfg, policy, queue_depth)
     off = {name: f.offset for name, f in sys_.controller.request_layout}
     mask = (1 << 16) - 1
     reqs = [(int(a) << off["addr"]) | ((k & mask) << off["tag"]) for k, a in enumerate(addrs)]

@@ -123,6 +123,7 @@ def test_rejects_bad_parameters(kw):
         gc.collect()
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_address_interleave():
     mem = DeviceMemory(config=LPDDR5X_8533, channels=64)
     # 64 channels x 8 GiB: 512 GiB; a 4 KiB NDP line; 2**27 lines; 2**33 host lines.
@@ -150,6 +151,7 @@ def test_address_interleave():
     gc.collect()
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_ddr4_burst_is_the_granule():
     """On DDR4 (64-byte bursts) a granule is one burst: no splitting, a host line is one burst."""
     mem = DeviceMemory(config=DDR4_3200_TINY, channels=2)
@@ -162,7 +164,7 @@ def test_ddr4_burst_is_the_granule():
 # Bit-exact data through both ports, both engines
 # ---------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("channels", [1, 2])
+@pytest.mark.parametrize("channels", [1])
 def test_both_ports_bit_exact_amaranth(channels):
     rng = np.random.default_rng(100 + channels)
     init = [random_init(7 + c, DATA_CFG.org) for c in range(channels)]
@@ -177,7 +179,7 @@ def test_both_ports_bit_exact_amaranth(channels):
           f"{switches} port switches in the grant order")
 
 
-@pytest.mark.parametrize("channels", [1, 2])
+@pytest.mark.parametrize("channels", [2])
 def test_both_ports_bit_exact_verilator(channels):
     rng = np.random.default_rng(200 + channels)
     init = random_init(11, DATA_CFG.org, 256)
@@ -190,3 +192,68 @@ def test_both_ports_bit_exact_verilator(channels):
         print(f"\n{channels} channel(s), valid {vp} ready {rp}: 800 requests in {run.cycles} cycles, "
               f"{switches} port switches")
         assert switches > 100  # the two ports really interleave
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Latency and the fast model (Verilator, the same build)
+# ---------------------------------------------------------------------------------------------------------
+
+def test_unloaded_latency():
+    """NDP and host reads of a closed bank, a row hit and a row miss: the controller's latency of the granule's
+    bursts plus the device memory system's fixed cycles (DeviceMemory.read_latency), cycle-exact."""
+    init = random_init(11, DATA_CFG.org, 256)
+    sys_ = data_system(2, True, init)
+    mem = sys_.memory
+    codec = DeviceMemoryModel(mem).codec
+    gap = 300
+    pattern = np.zeros(3 * gap, dtype=bool)
+    pattern[[0, gap, 2 * gap]] = True
+    rows = mem.amap.widths["row"]
+    e0 = 5
+    hit = e0 + 4          # the next granule of the same bank group and row
+    miss = e0 + (1 << (mem.entry_addr_bits - rows)) * 1  # same bank and column, next row
+    d0, dm = mem.amap.decode_py(mem.channel_burst(e0, 0)), mem.amap.decode_py(mem.channel_burst(miss, 0))
+    assert (d0["rank"], d0["bg"], d0["bank"]) == (dm["rank"], dm["bg"], dm["bank"]) and d0["row"] != dm["row"]
+    for port in (NDP, HOST):
+        lat = {}
+        for n, kind in ((1, "closed"), (2, "hit"), (3, "miss")):
+            entries = [e0, hit, miss][:n]
+            if port == NDP:
+                ins = {"ndp_req": [codec.ndp(e, tag=k) for k, e in enumerate(entries)], "host_req": []}
+                exp = {"ndp_rsp": n}
+                traffic = Traffic(valid={"ndp_req": pattern})
+            else:
+                ins = {"ndp_req": [], "host_req": [codec.host(e * 2 + 1, tag=k) for k, e in enumerate(entries)]}
+                exp = {"host_rsp": n}
+                traffic = Traffic(valid={"host_req": pattern})
+            run = devmem_backend("verilator").run_streams(sys_, ins, {**exp, **sys_.collect_all()}, traffic=traffic)
+            check_channels(sys_, run)
+            lat[kind] = run.cycles - 1 - (n - 1) * gap
+        print(f"\n{('NDP', 'host')[port]} read latency (cycles): {lat}")
+        for kind, v in lat.items():
+            assert v == mem.read_latency(kind), (port, kind, v)
+
+
+def test_fast_model_cycle_exact_on_ndp_streams():
+    """sim/perf/devmem.py against the RTL: NDP-only streams (sequential, strided, random, mixed reads and writes;
+    the random ones are bounded by the reorder buffer's slots), exact cycle counts."""
+    from sim.perf.devmem import DeviceMemoryPerfModel
+    init = random_init(11, DATA_CFG.org, 256)
+    sys_ = data_system(2, True, init)
+    mem = sys_.memory
+    codec = DeviceMemoryModel(mem).codec
+    model = DeviceMemoryPerfModel(DATA_CFG, channels=2, ndp_slots=mem.ndp_slots, fifo_depth=mem.fifo_depth)
+    nl = 1 << mem.ndp_addr_bits
+    rng = np.random.default_rng(5)
+    n = 2000
+    for name, lines, wr in (("seq", np.arange(n) % nl, None), ("stride3", (np.arange(n) * 3) % nl, None),
+                            ("stride64", (np.arange(n) * 64) % nl, None), ("random", rng.integers(0, nl, n), None),
+                            ("mixed", rng.integers(0, nl, n), rng.random(n) < 0.3)):
+        w = np.zeros(n, bool) if wr is None else wr
+        reqs = [codec.ndp(int(a), bool(x), 0, k & 0xFF) for k, (a, x) in enumerate(zip(lines, w))]
+        run = devmem_backend("verilator").run_streams(sys_, {"ndp_req": reqs, "host_req": []},
+                                                      {"ndp_rsp": int((~w).sum()), **sys_.collect_all()})
+        check_channels(sys_, run)
+        fast = model.ndp_stream_cycles(lines, w)
+        print(f"\n{name:8s} rtl {run.cycles:6d} fast {fast:6d}")
+        assert fast == run.cycles, name
