@@ -49,6 +49,29 @@ def rtl_slice(channels, lines, *, config=LPDDR5X_8533, **memory_kwargs):
     return run, bad
 
 
+def rtl_ports(channels, ndp_lines, host_lines, *, config=LPDDR5X_8533):
+    """Both ports saturated at once (sequential NDP lines, sequential host lines in another address range) on
+    a ``channels``-channel slice; returns (run, violations). Host-only when ``ndp_lines`` is 0."""
+    from sim.devmem.system import DeviceMemorySystem
+    from sim.devmem.backend import backend
+    from sim.devmem.model import Codec
+    from sim.dram.trace import decode_trace
+    from sim.dram.checker import check_trace
+    sys_ = DeviceMemorySystem(config=config, channels=channels, device_kwargs={"storage": False}, hierarchical=True)
+    mem = sys_.memory
+    codec = Codec(mem)
+    base = 1 << (mem.host_addr_bits - 1)  # host lines in the upper half of the address space
+    ndp = [codec.ndp(k, tag=k & 0xFF) for k in range(ndp_lines)]
+    host = [codec.host(base + k, tag=k & 0xFFFFFF) for k in range(host_lines)]
+    run = backend("verilator").run_streams(sys_, {"ndp_req": ndp, "host_req": host},
+                                           {"ndp_rsp": ndp_lines, "host_rsp": host_lines, **sys_.collect_all()})
+    bad = 0
+    for c in range(channels):
+        cmds = decode_trace(run.outputs[f"trace{c}"], config.org)
+        bad += len(check_trace(cmds, config, end_cycle=run.cycles - 1)) + len(run.outputs[f"errors{c}"])
+    return run, bad
+
+
 def verilog_64(out_dir):
     """Hierarchical Verilog of the 64-channel memory system (top + one channel module), linted."""
     from amaranth.back import verilog
@@ -108,6 +131,25 @@ def main(argv=None):
           f"{all(s['fast_cycles'] == s['rtl_cycles'] for s in slices)}")
     print(f"bare controller on the same per-channel stream: {bare:.0f} cycles -> NDP port delivers "
           f"{100 * bare / fast:.2f} % of the channels' aggregate bandwidth")
+
+    # The host port (RTL, the largest slice): alone, and sharing the channels with a saturating NDP stream.
+    nmax = max(int(x) for x in args.channels.split(","))
+    tck = cfg.timing.tck_ps * 1e-12
+    run, bad = rtl_ports(nmax, 0, 8000)
+    host_alone = 8000 * 64 / (run.cycles * tck) / 1e9
+    nl = 2000
+    run2, bad2 = rtl_ports(nmax, nl, 8000)
+    from sim.devmem.model import grants_order
+    order = grants_order(run2.outputs["grants"])
+    both = min(max(i for i, p in enumerate(order) if p == 1), max(i for i, p in enumerate(order) if p == 0)) + 1
+    g_host = sum(order[:both])
+    out["host"] = {"channels": nmax, "host_alone_gbps": host_alone, "violations": bad + bad2,
+                   "shared_cycles": run2.cycles, "shared_grants": both, "shared_host_grants": g_host}
+    print(f"while both ports had requests ({both} grants): host {g_host}, NDP {both - g_host} grants "
+          f"(round robin per grant when both can be granted)")
+    print(f"\nhost port on {nmax} channels: 8000 sequential 64-byte reads alone {host_alone:.1f} GB/s "
+          f"({run.cycles} cycles); with {nl} NDP lines at the same time: both done in {run2.cycles} cycles "
+          f"(NDP alone: {nl * 2 * org.burst_cycles} cycles at peak); violations {bad + bad2}")
 
     m64 = DeviceMemoryPerfModel(cfg, channels=64)
     n = 20_000

@@ -69,6 +69,7 @@ class DeviceMemorySystem(wiring.Component):
         self.channels = channels
         self.config = config
         kw = dict(device_kwargs or {})
+        kw.setdefault("all_bank", False)  # controllers never issue all-bank commands
         if device_init is not None and len(device_init) != channels:
             raise ValueError(f"device_init needs one entry per channel ({channels}), got {len(device_init)}")
         self.devices = [DRAMChannel(config, **kw, **({"init": device_init[c]} if device_init else {}))

@@ -19,7 +19,7 @@ def test_cached_stream_cycles_within_bound():
     rng = np.random.default_rng(4)
     for pattern in ("seq", "random"):
         worst = 0.0
-        for n in [1, 17, 64] + sorted(int(x) for x in rng.integers(65, 20_000, 6)):
+        for n in [1, 17, 64] + sorted(int(x) for x in rng.integers(65, 6_000, 4)):
             cached = stream_cycles(n, pattern)
             exact = stream_cycles(n, pattern, exact=True)
             err = abs(cached - exact) / exact
@@ -45,6 +45,6 @@ def test_stream_time_is_cycles_times_tck_and_near_peak():
 def test_per_channel_schedule_does_not_depend_on_the_channel_count():
     """An NDP line is one granule of every channel at the same address: the per-channel stream, hence the cycle
     count, is the same at every slice (the RTL shows it at 1, 2, 4, 8 channels: make bench-dram)."""
-    lines = np.random.default_rng(2).integers(0, 1 << 20, 3000)
+    lines = np.random.default_rng(2).integers(0, 1 << 20, 1500)
     counts = {n: DeviceMemoryPerfModel(LPDDR5X_8533, channels=n).ndp_stream_cycles(lines) for n in (1, 8, 64)}
     assert len(set(counts.values())) == 1, counts
