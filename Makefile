@@ -59,7 +59,7 @@ bench-fp: $(STAMP)
 	$(NDPIM) bench fp
 
 bench-dram: $(STAMP)
-	$(NDPIM) bench dram
+	$(NDPIM) bench dram && $(NDPIM) bench devmem --verilog --synth
 
 bench-ndp: $(STAMP)
 	$(NDPIM) bench ndp

@@ -169,6 +169,7 @@ def cmd_bench_fp(args):
 # packages), called as main(argv) with the remaining arguments.
 BENCHES = {
     "dram": ("sim.bench.dram", "sim.perf.dram_bench"),
+    "devmem": ("sim.bench.devmem", "sim.devmem.bench"),
     "ndp": ("sim.bench.ndp", "sim.perf.ndp_bench"),
     "pim": ("sim.bench.pim", "sim.perf.pim_bench"),
     "host": ("host.bench",),
@@ -264,7 +265,7 @@ def main(argv=None):
     p.add_argument("--top", action="append", help="only this unit (repeatable)")
     p.set_defaults(func=cmd_bench_fp)
 
-    p = sub.add_parser("bench", help="benchmarks: fp, dram, ndp, pim, host, e2e (figures to build/bench/*.json)",
+    p = sub.add_parser("bench", help="benchmarks: fp, dram, devmem, ndp, pim, host, e2e (figures to build/bench/*.json)",
                        description="Run a benchmark; arguments after the name go to it (e.g. `ndpim bench pim --rtl`).")
     p.add_argument("name", choices=["fp"] + sorted(BENCHES))
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the benchmark")

@@ -62,13 +62,17 @@ class DRAMChannel(wiring.Component):
     ``storage``: ``False`` drops the data arrays (writes are discarded, a read returns its own flat burst
     address): a timing-only model that converts to Verilog in a fraction of the time (Amaranth emits every
     memory bit's initial value, ~2-3 us per bit).
+    ``all_bank``: ``False`` drops the RD_AB data path (``ab_rdata`` stays 0, ``ab_valid`` low; the all-bank rules
+    are still checked): for a channel behind a memory controller, which never issues all-bank commands, it
+    saves the per-bank read rings and a ``banks x burst_bits``-bit output that simulators evaluate every cycle.
     """
 
-    def __init__(self, config, init=None, *, storage: bool = True):
+    def __init__(self, config, init=None, *, storage: bool = True, all_bank: bool = True):
         self.config = config
         self.org = org = config.org
         self.timing = tm = config.timing
         self.storage = storage
+        self.all_bank = all_bank
         if tm.CL < 3 or tm.CWL < 2:
             raise ValueError("DRAMChannel needs CL >= 3 and CWL >= 2")
         self._init = init
@@ -415,47 +419,61 @@ class DRAMChannel(wiring.Component):
             return Cat(col_v[:CLB], row_v[:RB], rank_v[:KB])
 
         rows_of_rank = [A(b_row[r * NB + b] for r in range(R))[rank] for b in range(NB)]
-        # Read pipeline: stage j holds the read issued j + 1 cycles ago.
+        # Read pipeline: bit j of rp_dq / rp_ab is set when a RD / RD_AB issued j + 1 cycles ago (one shift vector
+        # each, not a register per stage). The data go through small rings in issue order: the write slot is taken
+        # at issue, the read pointer advances on each read-out (FIFO order), so no slot travels down the pipeline.
         n_dq = (CL - 2) // BC + 2
         n_ab = CL
         NRP = CL + BC - 1
-        rp_dq = [Signal(name=f"rp_dq_{j}") for j in range(NRP)]
-        rp_ab = [Signal(name=f"rp_ab_{j}") for j in range(NRP)]
+        rp_dq = Signal(NRP)
+        rp_ab = Signal(NRP)
         rp_bank = Signal(range(NB))  # bank of the read issued last cycle (stage 0)
-        rp_dslot = [Signal(range(n_dq), name=f"rp_dslot_{j}") for j in range(NRP)]
-        rp_aslot = [Signal(range(n_ab), name=f"rp_aslot_{j}") for j in range(NRP)]
-        dslot = Signal(range(n_dq))
+        dslot = Signal(range(n_dq))  # next ring slot of a RD (written at stage 0)
         aslot = Signal(range(n_ab))
+        dq_rptr = Signal(range(n_dq))
+        ab_rptr = Signal(range(n_ab))
+        dslot0 = Signal(range(n_dq))  # the slot of the read at stage 0
+        aslot0 = Signal(range(n_ab))
         with m.If(ok["rd"]):
             m.d.sync += dslot.eq(Mux(dslot == n_dq - 1, 0, dslot + 1))
         with m.If(ok["rdab"]):
             m.d.sync += aslot.eq(Mux(aslot == n_ab - 1, 0, aslot + 1))
-        m.d.sync += [rp_dq[0].eq(ok["rd"]), rp_ab[0].eq(ok["rdab"]), rp_bank.eq(bi),
-                     rp_dslot[0].eq(dslot), rp_aslot[0].eq(aslot)]
-        for j in range(1, NRP):
-            m.d.sync += [rp_dq[j].eq(rp_dq[j - 1]), rp_ab[j].eq(rp_ab[j - 1]),
-                         rp_dslot[j].eq(rp_dslot[j - 1]), rp_aslot[j].eq(rp_aslot[j - 1])]
+        with m.If(rp_dq[CL - 2]):
+            m.d.sync += dq_rptr.eq(Mux(dq_rptr == n_dq - 1, 0, dq_rptr + 1))
+        with m.If(rp_ab[CL - 2]):
+            m.d.sync += ab_rptr.eq(Mux(ab_rptr == n_ab - 1, 0, ab_rptr + 1))
+        m.d.sync += [rp_dq.eq(Cat(ok["rd"], rp_dq[:-1])), rp_ab.eq(Cat(ok["rdab"], rp_ab[:-1])), rp_bank.eq(bi),
+                     dslot0.eq(dslot), aslot0.eq(aslot)]
 
-        # Write pipeline: stage j holds the write issued j + 1 cycles ago.
+        # Write pipeline: bit j of wp_v is set when a WR / WR_AB issued j + 1 cycles ago; the writes' rank, bank,
+        # column and all-bank flag wait in a ring (issue order) until their last beat is on the pins.
         NWP = CWL + BC - 1
-        wp_v = [Signal(name=f"wp_v_{j}") for j in range(NWP)]
-        wp_ab = [Signal(name=f"wp_ab_{j}") for j in range(NWP)]
-        wp_rank = [Signal(range(max(2, R)), name=f"wp_rank_{j}") for j in range(NWP)]
-        wp_bank = [Signal(range(NB), name=f"wp_bank_{j}") for j in range(NWP)]
-        wp_col = [Signal(range(COLS), name=f"wp_col_{j}") for j in range(NWP)]
-        m.d.sync += [wp_v[0].eq(ok["wr"] | ok["wrab"]), wp_ab[0].eq(ok["wrab"]), wp_rank[0].eq(rank),
-                     wp_bank[0].eq(bi), wp_col[0].eq(c.col)]
-        for j in range(1, NWP):
-            m.d.sync += [wp_v[j].eq(wp_v[j - 1]), wp_ab[j].eq(wp_ab[j - 1]), wp_rank[j].eq(wp_rank[j - 1]),
-                         wp_bank[j].eq(wp_bank[j - 1]), wp_col[j].eq(wp_col[j - 1])]
+        wp_v = Signal(NWP)
+        m.d.sync += wp_v.eq(Cat(ok["wr"] | ok["wrab"], wp_v[:-1]))
+        n_w = 1 << max(1, (NWP).bit_length())
+        wr_ring = Memory(shape=KB + _log2(NB) + CLB + 1, depth=n_w, init=[])
+        m.submodules.wr_ring = wr_ring
+        wr_w, wr_r = wr_ring.write_port(), wr_ring.read_port(domain="comb")
+        w_wptr = Signal(range(n_w))
+        w_rptr = Signal(range(n_w))
+        m.d.comb += [wr_w.addr.eq(w_wptr), wr_w.en.eq(ok["wr"] | ok["wrab"]),
+                     wr_w.data.eq(Cat(rank[:KB], bi[:_log2(NB)], c.col[:CLB], ok["wrab"])), wr_r.addr.eq(w_rptr)]
+        with m.If(ok["wr"] | ok["wrab"]):
+            m.d.sync += w_wptr.eq(w_wptr + 1)
+        wlast = NWP - 1  # the write whose last beat is on the pins now
+        commit = wp_v[wlast]
+        with m.If(commit):
+            m.d.sync += w_rptr.eq(w_rptr + 1)
+        c_rank = wr_r.data[:KB] if KB else Const(0, 1)
+        c_bank = wr_r.data[KB:KB + _log2(NB)]
+        c_col = wr_r.data[KB + _log2(NB):KB + _log2(NB) + CLB]
+        c_ab = wr_r.data[-1]
         wbuf = [Signal(CB, name=f"wbuf_{i}") for i in range(BC - 1)]
         for i in range(BC - 1):
             with m.If(wp_v[CWL - 1 + i]):
                 m.d.sync += wbuf[i].eq(self.wdata)
-        wlast = NWP - 1  # the write whose last beat is on the pins now
-        commit = wp_v[wlast]
         commit_data = Cat(*wbuf, self.wdata)
-        commit_rows = [A(b_row[r * NB + b] for r in range(R))[wp_rank[wlast]] for b in range(NB)]
+        commit_rows = [A(b_row[r * NB + b] for r in range(R))[c_rank] for b in range(NB)]
 
         bank_data = []
         inits = self._bank_inits() if self.storage else None
@@ -468,9 +486,9 @@ class DRAMChannel(wiring.Component):
                 m.d.comb += [
                     rport.addr.eq(addr(rank, rows_of_rank[b], c.col)),
                     rport.en.eq((ok["rd"] & (bi == b)) | ok["rdab"]),
-                    wport.addr.eq(addr(wp_rank[wlast], commit_rows[b], wp_col[wlast])),
+                    wport.addr.eq(addr(c_rank, commit_rows[b], c_col)),
                     wport.data.eq(commit_data),
-                    wport.en.eq(commit & (wp_ab[wlast] | (wp_bank[wlast] == b))),
+                    wport.en.eq(commit & (c_ab | (c_bank == b))),
                 ]
                 bank_data.append(rport.data)
             else:
@@ -489,19 +507,20 @@ class DRAMChannel(wiring.Component):
         m.submodules.dq_ring = dq_ring
         dq_w, dq_r = dq_ring.write_port(), dq_ring.read_port()
         m.d.comb += [
-            dq_w.addr.eq(rp_dslot[0]), dq_w.data.eq(Array(bank_data)[rp_bank]), dq_w.en.eq(rp_dq[0]),
-            dq_r.addr.eq(rp_dslot[CL - 2]), dq_r.en.eq(rp_dq[CL - 2]),
-            self.ab_valid.eq(rp_ab[CL - 1]),
+            dq_w.addr.eq(dslot0), dq_w.data.eq(Array(bank_data)[rp_bank]), dq_w.en.eq(rp_dq[0]),
+            dq_r.addr.eq(dq_rptr), dq_r.en.eq(rp_dq[CL - 2]),
         ]
-        for b in range(NB):
-            ab_ring = Memory(shape=BB, depth=n_ab, init=[])
-            m.submodules[f"ab_ring{b}"] = ab_ring
-            ab_w, ab_r = ab_ring.write_port(), ab_ring.read_port()
-            m.d.comb += [
-                ab_w.addr.eq(rp_aslot[0]), ab_w.data.eq(bank_data[b]), ab_w.en.eq(rp_ab[0]),
-                ab_r.addr.eq(rp_aslot[CL - 2]), ab_r.en.eq(rp_ab[CL - 2]),
-                self.ab_rdata.word_select(b, BB).eq(ab_r.data),
-            ]
+        if self.all_bank:
+            m.d.comb += self.ab_valid.eq(rp_ab[CL - 1])
+            for b in range(NB):
+                ab_ring = Memory(shape=BB, depth=n_ab, init=[])
+                m.submodules[f"ab_ring{b}"] = ab_ring
+                ab_w, ab_r = ab_ring.write_port(), ab_ring.read_port()
+                m.d.comb += [
+                    ab_w.addr.eq(aslot0), ab_w.data.eq(bank_data[b]), ab_w.en.eq(rp_ab[0]),
+                    ab_r.addr.eq(ab_rptr), ab_r.en.eq(rp_ab[CL - 2]),
+                    self.ab_rdata.word_select(b, BB).eq(ab_r.data),
+                ]
         for i in range(BC):
             with m.If(rp_dq[CL - 1 + i]):
                 m.d.comb += [self.rdata.eq(dq_r.data.word_select(i, CB)), self.rdata_valid.eq(1)]

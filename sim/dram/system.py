@@ -54,6 +54,8 @@ class MemorySystem(wiring.Component):
         if device_factory is None:
             from .device import DRAMChannel
             device_factory = DRAMChannel
+            # The controller never issues all-bank commands: no RD_AB data path in the model (rules still checked).
+            device_kwargs.setdefault("all_bank", False)
         self.device = device_factory(device_config, **device_kwargs)
         org = controller_config.org
         super().__init__({

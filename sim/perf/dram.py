@@ -40,14 +40,146 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdl.memctl.addrmap import AddressMap, DEFAULT_ORDER
+from hdl.memctl.controller import DEFAULT_QUEUE_DEPTH
 from hdl.memctl.timing import peak_bandwidth_gbps
 
-__all__ = ["DRAMPerfModel", "PIPELINE_CYCLES", "ISSUE_DELAY"]
+__all__ = ["DRAMPerfModel", "EntryFrontend", "PIPELINE_CYCLES", "ISSUE_DELAY"]
 
 #: Controller pipeline: acceptance -> first command on the bus (queue register + command register).
 ISSUE_DELAY = 2
 #: Fixed latency cycles of the controller beyond tRP/tRCD/CL/burst (``MemoryController.pipeline_cycles``).
 PIPELINE_CYCLES = 3
+
+class EntryFrontend:
+    """When requests reach one channel's controller in the device memory system (hdl/memctl/devmem.py), for a
+    stream of one requester's entries (``bursts`` requests each, all offered back to back) whose reads hand over
+    in order through a reorder buffer of ``slots`` entries (``None``: unbounded) and a response port that is
+    always ready. Every term is the RTL's documented pipeline:
+
+    * grant of entry k: ``G_k = max(G_{k-1} + 1, C_{k-fifo_depth}, pop(read k - slots) + 1)`` (one grant per
+      cycle; a free FIFO entry -- entry i leaves the FIFO at edge C_i - 1; a free reorder-buffer slot for a read);
+    * the splitter presents its first burst from ``C_k = max(A_{last burst of k-1} + 1, G_k + 2)`` and each
+      further burst the cycle after the previous one was accepted (``A``);
+    * a read entry completes at ``resp = max(bus cycle of its RDs) + CL + burst_cycles + 1`` (the controller's
+      response), is popped at ``max(resp + 1, previous pop + 1)`` and handed over the cycle after;
+    * ``end_cycles`` = last pop + 2 (the run's cycle count, as ``StreamRun.cycles``).
+    """
+
+    def __init__(self, *, bursts: int, fifo_depth: int, slots: int | None, start: int = 0):
+        self.bursts, self.fifo_depth, self.slots, self.start_cycle = bursts, fifo_depth, slots, start
+
+    def start(self, n, writes, config):
+        S = self.bursts
+        if n % S:
+            raise ValueError(f"{n} requests are not whole entries of {S} bursts")
+        ne = n // S
+        self.resp_delay = config.timing.CL + config.org.burst_cycles + 1
+        self.e_rd = [not writes[k * S] for k in range(ne)]
+        self.G = [0] * ne
+        self.C = [0] * ne
+        self.A = [0] * n
+        self.left = [S] * ne
+        self.last_col = [0] * ne
+        self.rd_order = [k for k in range(ne) if self.e_rd[k]]
+        self.rd_pos = {k: i for i, k in enumerate(self.rd_order)}
+        self.pops = []
+        self.resp = {}
+        self.next_entry = 0           # first entry whose C is not computed
+
+    def _pop(self, i):
+        """Pop cycle of read entry number ``i`` (in read order), or None while unknown."""
+        while len(self.pops) <= i:
+            k = self.rd_order[len(self.pops)]
+            r = self.resp.get(k)
+            if r is None:
+                return None
+            p = r + 1 if not self.pops else max(r + 1, self.pops[-1] + 1)
+            self.pops.append(p)
+        return self.pops[i]
+
+    def present(self, j):
+        S = self.bursts
+        k, s = divmod(j, S)
+        if s:
+            return self.A[j - 1] + 1
+        if k >= self.next_entry:
+            g = self.start_cycle if k == 0 else self.G[k - 1] + 1
+            if k >= self.fifo_depth:
+                g = max(g, self.C[k - self.fifo_depth])
+            if self.e_rd[k] and self.slots is not None:
+                i = self.rd_pos[k] - self.slots
+                if i >= 0:
+                    p = self._pop(i)
+                    if p is None:
+                        return None
+                    g = max(g, p + 1)
+            self.G[k] = g
+            c = g + 2
+            if k:
+                c = max(c, self.A[j - 1] + 1)
+            self.C[k] = c
+            self.next_entry = k + 1
+        return self.C[k]
+
+    def accepted(self, j, t):
+        self.A[j] = t
+
+    def issued(self, j, bus_cycle):
+        k = j // self.bursts
+        if bus_cycle > self.last_col[k]:
+            self.last_col[k] = bus_cycle
+        self.left[k] -= 1
+        if self.left[k] == 0 and self.e_rd[k]:
+            self.resp[k] = self.last_col[k] + self.resp_delay
+
+    def end_cycles(self):
+        if not self.rd_order:
+            return max(self.last_col) + 1
+        return self._pop(len(self.rd_order) - 1) + 2
+
+
+_KERNEL = {}
+
+
+def _kernel(required: bool = False):
+    """The compiled ``dram_kernel.c`` (ctypes), built with the system C compiler into build/perf/ on first use and
+    cached by the source's hash; ``None`` if no compiler works (``required``: raise instead)."""
+    if "lib" in _KERNEL:
+        return _KERNEL["lib"]
+    import ctypes
+    import hashlib
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+    src = Path(__file__).with_name("dram_kernel.c")
+    text = src.read_bytes()
+    root = Path(os.environ.get("NDPIM_PERF_BUILD_DIR", Path(__file__).resolve().parents[2] / "build" / "perf"))
+    lib = root / f"dram_kernel-{hashlib.sha256(text).hexdigest()[:16]}.so"
+    try:
+        if not lib.exists():
+            cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+            if cc is None:
+                raise RuntimeError("no C compiler (gcc / cc) on PATH")
+            root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=root)
+            os.close(fd)
+            proc = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(src)], capture_output=True, text=True)
+            if proc.returncode:
+                os.unlink(tmp)
+                raise RuntimeError(f"compiling {src} failed:\n{proc.stderr[-2000:]}")
+            os.replace(tmp, lib)
+        k = ctypes.CDLL(str(lib))
+        k.dram_simulate.restype = ctypes.c_int
+        k.dram_simulate.argtypes = [ctypes.c_void_p, ctypes.c_int] + [ctypes.c_void_p] * 8
+    except (OSError, RuntimeError):
+        if required:
+            raise
+        k = None
+    _KERNEL["lib"] = k
+    return k
+
 
 @dataclass
 class StreamResult:
@@ -65,7 +197,7 @@ class DRAMPerfModel:
     ``max_postponed_refresh``: the controller's refresh postponement limit; ``addr_order``: address map order.
     """
 
-    def __init__(self, config, *, policy="fr-fcfs", queue_depth=16, max_postponed_refresh=8,
+    def __init__(self, config, *, policy="fr-fcfs", queue_depth=DEFAULT_QUEUE_DEPTH, max_postponed_refresh=8,
                  addr_order=DEFAULT_ORDER):
         if policy not in ("fr-fcfs", "in-order"):
             raise ValueError(f"policy must be 'fr-fcfs' or 'in-order', got {policy!r}")
@@ -90,9 +222,71 @@ class DRAMPerfModel:
         return self.read_latency(kind) * self.config.timing.tck_ps / 1000.0
 
     # ---- request streams -------------------------------------------------------------------------------
-    def simulate(self, addresses, writes=None) -> StreamResult:
+    def simulate(self, addresses, writes=None, *, frontend=None, engine: str = "auto") -> StreamResult:
         """Schedule of a stream of burst addresses (all offered back to back): an event-driven, command-level
-        replay of the controller's queue and arbitration (see the module docstring)."""
+        replay of the controller's queue and arbitration (see the module docstring).
+
+        ``frontend``: ``None`` (requests offered to the controller back to back from cycle 0), or an
+        :class:`EntryFrontend` that decides when each request reaches the controller (the device memory
+        system's request FIFO, splitter and reorder buffer, hdl/memctl/devmem.py); ``cycles`` is then its
+        :meth:`EntryFrontend.end_cycles`.
+
+        ``engine``: ``"c"`` (the compiled twin, ``sim/perf/dram_kernel.c``, ~100x faster), ``"python"``, or
+        ``"auto"`` (C when a C compiler is available, else Python). Both give identical results (tested)."""
+        if engine not in ("auto", "c", "python"):
+            raise ValueError(f"engine must be 'auto', 'c' or 'python', got {engine!r}")
+        if engine != "python":
+            kernel = _kernel(required=engine == "c")
+            if kernel is not None:
+                return self._simulate_c(kernel, addresses, writes, frontend)
+        return self._simulate_py(addresses, writes, frontend=frontend)
+
+    def _kernel_params(self, frontend):
+        org, tm = self.config.org, self.config.timing
+        G, K, R = org.bank_groups, org.banks_per_group, org.ranks
+        BC, CL, CWL = org.burst_cycles, tm.CL, tm.CWL
+        wr_end = CWL + BC
+        wr_rd = CL + BC + tm.tRTW - CWL
+        fe = frontend
+        return np.array([
+            R * G * K, R * G, R, G * K, self.queue_depth, int(self.policy == "in-order"), self.max_postponed_refresh,
+            max(8, -(-(CL + BC + 8) // tm.tCCD_S)), CL + BC + 3,
+            CL, BC, CWL, BC + tm.tRTRS, max(CWL + BC + tm.tRTRS - CL, CL + BC + tm.tRTRS - CWL), wr_rd,
+            max(wr_rd, BC + tm.tRTRS), BC + tm.tRTRS,
+            tm.tRC, tm.tRCD, tm.tRAS, tm.tRP, tm.tRTP, tm.tRRD_S, tm.tRRD_L, tm.tFAW, tm.tCCD_S, tm.tCCD_L,
+            wr_end + tm.tWR, wr_end + tm.tWTR_L, wr_end + tm.tWTR_S, tm.tRPab, tm.tRFC, tm.tREFI,
+            int(fe is not None), fe.bursts if fe else 1, fe.fifo_depth if fe else 1,
+            (-1 if fe.slots is None else fe.slots) if fe else -1, fe.start_cycle if fe else 0,
+            CL + BC + 1,
+        ], dtype=np.int64)
+
+    def _simulate_c(self, kernel, addresses, writes, frontend):
+        import ctypes
+        org = self.config.org
+        a = np.asarray(addresses, dtype=np.int64).ravel()
+        n = a.size
+        if n == 0:
+            return StreamResult(0, 0, 0, 0, np.zeros(0, dtype=np.int64))
+        d = self.amap.decode_py(a)
+        G, K = org.bank_groups, org.banks_per_group
+        grp = d["rank"] * G + d["bg"]
+        arrs = [np.ascontiguousarray(x, dtype=np.int32) for x in
+                (d["rank"], grp, grp * K + d["bank"], d["row"], d["col"])]
+        wr = (np.zeros(n, dtype=np.uint8) if writes is None else
+              np.ascontiguousarray(np.broadcast_to(np.asarray(writes, dtype=bool), (n,)), dtype=np.uint8))
+        if frontend is not None and n % frontend.bursts:
+            raise ValueError(f"{n} requests are not whole entries of {frontend.bursts} bursts")
+        params = self._kernel_params(frontend)
+        col = np.zeros(n, dtype=np.int64)
+        out = np.zeros(4, dtype=np.int64)
+        ptr = lambda x: x.ctypes.data_as(ctypes.c_void_p)
+        rc = kernel.dram_simulate(ptr(params), n, *(ptr(x) for x in arrs), ptr(wr), ptr(col), ptr(out))
+        if rc:
+            raise RuntimeError(f"dram_kernel.dram_simulate failed with code {rc}")
+        return StreamResult(int(out[0]), int(out[1]), int(out[2]), int(out[3]), col)
+
+    def _simulate_py(self, addresses, writes=None, *, frontend=None) -> StreamResult:
+        """:meth:`simulate` in Python: the reference the compiled kernel is checked against."""
         org, tm = self.config.org, self.config.timing
         a = np.asarray(addresses, dtype=np.int64).ravel()
         n = a.size
@@ -107,6 +301,9 @@ class DRAMPerfModel:
         row_l = d["row"].tolist()
         col_l = d["col"].tolist()
         wr_l = [False] * n if writes is None else [bool(x) for x in np.broadcast_to(np.asarray(writes), (n,))]
+        fe = frontend
+        if fe is not None:
+            fe.start(n, wr_l, self.config)
         BC, CL, CWL = org.burst_cycles, tm.CL, tm.CWL
         wr_end = CWL + BC
         rd_rd_xr = BC + tm.tRTRS
@@ -255,6 +452,8 @@ class DRAMPerfModel:
                     col[j] = t + 1
                     done += 1
                     issued = True
+                    if fe is not None:
+                        fe.issued(j, t + 1)
                 elif sel_row >= 0:
                     j = queue[sel_row]
                     b, r, gi = bank_l[j], rank_l[j], grp_l[j]
@@ -311,7 +510,16 @@ class DRAMPerfModel:
                 rank_q[rank_l[j]] -= 1
                 wq -= wr_l[j]
             # ---- acceptance (count of cycle t < Q and a free write-data slot; both before this cycle's removal)
-            if nxt < n and len(queue) + (sel_col >= 0) < Q and wq + len(wslot) < Q:
+            room = nxt < n and len(queue) + (sel_col >= 0) < Q and wq + len(wslot) < Q
+            if room and fe is not None:
+                p = fe.present(nxt)
+                if p is None or p > t:
+                    room = False
+                    if p is not None and p < wake:
+                        wake = p
+            if room:
+                if fe is not None:
+                    fe.accepted(nxt, t)
                 j = nxt
                 queue.append(j)
                 rank_q[rank_l[j]] += 1
@@ -328,6 +536,8 @@ class DRAMPerfModel:
                     w = min(w, wslot[0])
                 t = max(t + 1, w)
         colv = np.asarray(col, dtype=np.int64)
+        if fe is not None:
+            return StreamResult(fe.end_cycles(), acts, pres, refs, colv)
         # cycles ends with the last read response (as StreamRun.cycles); a write-only stream with its last WR
         rd = ~np.asarray(wr_l, dtype=bool)
         last = int(colv[rd].max()) if rd.any() else int(colv.max())

@@ -23,11 +23,14 @@ def _backend(name):
     return _backends.setdefault(name, get_backend(name))
 
 
-def memory_system(cfg, policy="fr-fcfs"):
+def memory_system(cfg, policy="fr-fcfs", queue_depth=None):
+    """The bench's RTL top: controller (default scheduling window unless ``queue_depth``) + timing-only device."""
     from sim.dram.system import MemorySystem
-    key = (cfg.name, policy)
+    from hdl.memctl.controller import DEFAULT_QUEUE_DEPTH
+    q = DEFAULT_QUEUE_DEPTH if queue_depth is None else queue_depth
+    key = (cfg.name, policy, q)
     if key not in _systems:
-        _systems[key] = MemorySystem(controller_config=cfg, policy=policy, queue_depth=16, tag_width=16,
+        _systems[key] = MemorySystem(controller_config=cfg, policy=policy, queue_depth=q, tag_width=16,
                                      device_kwargs={"storage": False})
     return _systems[key]
 
@@ -49,9 +52,9 @@ def pattern_addresses(amap, pattern, n, seed=1):
     raise ValueError(pattern)
 
 
-def rtl_stream(cfg, addrs, backend="verilator", max_cycles=None, policy="fr-fcfs"):
+def rtl_stream(cfg, addrs, backend="verilator", max_cycles=None, policy="fr-fcfs", queue_depth=None):
     """Read requests for ``addrs`` offered back to back to the RTL memory system; returns the StreamRun."""
-    sys_ = memory_system(cfg, policy)
+    sys_ = memory_system(cfg, policy, queue_depth)
     off = {name: f.offset for name, f in sys_.controller.request_layout}
     mask = (1 << 16) - 1
     reqs = [(int(a) << off["addr"]) | ((k & mask) << off["tag"]) for k, a in enumerate(addrs)]
@@ -70,9 +73,13 @@ def rtl_all_bank(cfg, rows, bursts=None, *, ranks=(0,), backend="verilator"):
 
 
 def main(argv=None):
+    import json
+    from pathlib import Path
     from sim.perf.dram import DRAMPerfModel
+    from hdl.memctl.controller import DEFAULT_QUEUE_DEPTH
     t_start = time.time()
-    print("DRAM performance (one channel; fr-fcfs, queue 16; reads; timing-only device)\n")
+    out = {"queue_depth": DEFAULT_QUEUE_DEPTH, "presets": {}, "window": {}, "speed": {}}
+    print(f"DRAM performance (one channel; fr-fcfs, queue {DEFAULT_QUEUE_DEPTH}; reads; timing-only device)\n")
     print(f"{'preset':18s} {'peak GB/s/ch':>12s} {'system GB/s':>12s} {'refresh eff':>11s}  hit/closed/miss cycles (ns)")
     for cfg in (DDR4_3200, LPDDR5X_8533, DDR4_3200_TINY, LPDDR5X_8533_TINY):
         pk = peak_bandwidth_gbps(cfg)
@@ -85,16 +92,20 @@ def main(argv=None):
         pk = peak_bandwidth_gbps(cfg).channel
         print(f"\n{cfg.name}: {n} reads per pattern; achieved GB/s (% of peak {pk:.2f})")
         print(f"  {'pattern':10s} {'RTL cycles':>10s} {'fast cycles':>11s} {'err':>7s} {'RTL GB/s':>9s} "
-              f"{'fast GB/s':>9s} {'RTL %pk':>7s} {'Verilator cyc/s':>15s} {'fast s':>7s}")
+              f"{'fast GB/s':>9s} {'RTL %pk':>7s} {'Verilator cyc/s':>15s} {'fast cyc/s':>10s}")
+        pts = out["presets"].setdefault(cfg.name, {})
         for pat in ("seq", "stride2", "stride4", "stride8", "stride32", "stride128", "random"):
             addrs = pattern_addresses(m.amap, pat, n)
             run = rtl_stream(cfg, addrs)
-            t = time.time()
+            t = time.process_time()
             fast = m.stream_cycles(addrs)
-            tf = time.time() - t
+            tf = time.process_time() - t
             bw_r, bw_f = m.bandwidth_gbps(n, run.cycles), m.bandwidth_gbps(n, fast)
+            pts[pat] = {"rtl_cycles": run.cycles, "fast_cycles": fast, "pct_peak": 100 * bw_r / pk,
+                        "verilator_cycles_per_s": run.cycles / run.wall_seconds, "fast_cycles_per_s": fast / tf}
             print(f"  {pat:10s} {run.cycles:10d} {fast:11.0f} {100 * (fast - run.cycles) / run.cycles:+6.2f}% "
-                  f"{bw_r:9.2f} {bw_f:9.2f} {100 * bw_r / pk:6.1f}% {run.cycles / run.wall_seconds:15.3g} {tf:7.2f}")
+                  f"{bw_r:9.2f} {bw_f:9.2f} {100 * bw_r / pk:6.1f}% {run.cycles / run.wall_seconds:15.3g} "
+                  f"{fast / tf:10.3g}")
         for ranks in ((0,), (0, 1)):
             rows = 128
             run, sched = rtl_all_bank(cfg, rows, ranks=ranks)
@@ -104,11 +115,44 @@ def main(argv=None):
                   f"({100 * (fast - last) / last:+.2f}%), bank-internal {m.all_bank_bandwidth_gbps(rows, ranks=len(ranks)):.1f} GB/s "
                   f"({m.all_bank_bandwidth_gbps(rows, ranks=len(ranks)) / pk:.1f}x the DQ peak)")
         # Amaranth: a short run
-        addrs = pattern_addresses(m.amap, "seq", 500)
+        addrs = pattern_addresses(m.amap, "seq", 200)
         run = rtl_stream(cfg, addrs, backend="amaranth")
-        print(f"  Amaranth simulator: {run.cycles} cycles in {run.wall_seconds:.2f} s = "
+        pts["amaranth_cycles_per_s"] = run.cycles / run.wall_seconds
+        print(f"  Amaranth simulator (stream harness): {run.cycles} cycles in {run.wall_seconds:.2f} s = "
               f"{run.cycles / run.wall_seconds:.3g} cycles/s")
-    print(f"\nbench time {time.time() - t_start:.1f} s")
+
+    # The scheduling window on the full ddr4-3200 preset: uniformly random reads, former vs current default.
+    print(f"\nScheduling window, ddr4-3200 (full preset), {n} uniformly random reads, fr-fcfs:")
+    m = DRAMPerfModel(DDR4_3200)
+    addrs = pattern_addresses(m.amap, "random", n)
+    for q in sorted({16, DEFAULT_QUEUE_DEPTH}):
+        run = rtl_stream(DDR4_3200, addrs, queue_depth=q)
+        fast = DRAMPerfModel(DDR4_3200, queue_depth=q).stream_cycles(addrs)
+        eff = n * DDR4_3200.org.burst_cycles / run.cycles
+        out["window"][q] = {"rtl_cycles": run.cycles, "fast_cycles": fast, "pct_peak": 100 * eff}
+        print(f"  queue {q:3d}: RTL {run.cycles} cycles, fast {fast:.0f} ({100 * (fast - run.cycles) / run.cycles:+.2f}%)"
+              f" = {100 * eff:.1f}% of peak")
+
+    # Simulation speed of the memory system, self-driven tops (sim/dram/speed.py).
+    from sim.dram.speed import SelfDrivenMemorySystem, ControllerOnly, DeviceOnly, verilator_cycles_per_s, \
+        amaranth_cycles_per_s
+    from sim.dram.trace import decode_trace
+    cfg = LPDDR5X_8533_TINY
+    trace = decode_trace(rtl_stream(cfg, pattern_addresses(DRAMPerfModel(cfg).amap, "seq", 50_000)).outputs["trace"],
+                         cfg.org)
+    span = trace[-1].cycle
+    print(f"\nSimulation speed, {cfg.name}, sequential reads, self-driven tops (CPU time; the device model alone "
+          f"replays the controller's {len(trace)}-command trace, {span} cycles):")
+    for name, mk, vl_n, am_n in (("memory system", lambda: SelfDrivenMemorySystem(cfg), 1_000_000, 400),
+                                 ("controller only", lambda: ControllerOnly(cfg), 1_000_000, 400),
+                                 ("device model only", lambda: DeviceOnly(cfg, trace), span, 2_000)):
+        v = verilator_cycles_per_s(mk(), vl_n)
+        a = amaranth_cycles_per_s(mk(), am_n)
+        out["speed"][name] = {"verilator": v["cycles_per_s"], "amaranth": a["cycles_per_s"]}
+        print(f"  {name:18s} Verilator {v['cycles_per_s']:10.3g} cycles/s   Amaranth {a['cycles_per_s']:8.3g} cycles/s")
+    Path("build/bench").mkdir(parents=True, exist_ok=True)
+    Path("build/bench/dram.json").write_text(json.dumps(out, indent=1, default=float))
+    print(f"\nbench time {time.time() - t_start:.1f} s; wrote build/bench/dram.json")
 
 
 if __name__ == "__main__":
