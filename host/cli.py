@@ -97,7 +97,7 @@ def cmd_lint(args):
 
 
 def cmd_synth(args):
-    from sim.synth import synth_stats
+    from sim.synth.yosys import synth_stats
     print(f"{'top':<22}{'cells':>8}{'flops':>8}   largest cell groups"
           + ("   (fast: word-level cells, registers per word)" if args.mode == "fast" else ""))
     for name, factory in _tops(args.top).items():
@@ -110,8 +110,8 @@ def cmd_synth(args):
 def cmd_fp_report(args):
     import numpy as np
     from sim.backends import get_backend
-    from sim.fpcheck import UNITS, run_check
-    from sim.softfloat_ref import reference
+    from sim.verify.fpcheck import UNITS, run_check
+    from sim.verify.softfloat_ref import reference
     from sim.golden.exp import exp_error_table
 
     backend = get_backend(args.backend)
@@ -149,7 +149,7 @@ def cmd_fp_report(args):
 
 def cmd_bench_fp(args):
     from sim.backends import get_backend
-    from sim.fpcheck import UNITS, run_check
+    from sim.verify.fpcheck import UNITS, run_check
     print(f"{'unit':<15}{'backend':<11}{'vectors':>9}{'cycles':>10}{'wall s':>9}{'cycles/s':>12}")
     for name in _tops(args.top):
         if name not in UNITS:
@@ -168,9 +168,9 @@ def cmd_bench_fp(args):
 # `ndpim bench NAME` and `ndpim fuzz`: the first importable module of each list (benches may move between
 # packages), called as main(argv) with the remaining arguments.
 BENCHES = {
-    "dram": ("sim.bench.dram", "sim.perf.dram_bench"),
+    "dram": ("sim.bench.dram", "sim.bench.dram"),
     "devmem": ("sim.bench.devmem", "sim.devmem.bench"),
-    "ndp": ("sim.bench.ndp", "sim.perf.ndp_bench"),
+    "ndp": ("sim.bench.ndp", "sim.bench.ndp"),
     "pim": ("sim.bench.pim", "sim.perf.pim_bench"),
     "host": ("host.bench",),
     "e2e": ("host.e2e.bench",),

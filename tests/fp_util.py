@@ -3,7 +3,7 @@
 import numpy as np
 
 from sim.backends import Traffic, stream_ports
-from sim.fpvectors import (FP16_EDGE, FP32_EDGE, random_fp16, random_fp32,  # noqa: F401
+from sim.verify.fpvectors import (FP16_EDGE, FP32_EDGE, random_fp16, random_fp32,  # noqa: F401
                            operand_pairs, pack, field)
 
 def run_unit(backend, component, payloads, *, seed=0, traffic="random"):

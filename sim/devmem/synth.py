@@ -3,7 +3,7 @@
 A flat synthesis of 64 channels (64 controllers, ~4.5 MB of Verilog) is slow, so the design is synthesized as its
 two distinct modules: one :class:`hdl.memctl.devmem.DeviceChannel` (request FIFO, splitter, controller, reorder
 buffers), flattened, and the fabric (arbiter, slot bookkeeping, reassembly, output muxes) with the channels as
-black boxes. Total = fabric + N x channel. Yosys generic gates (``synth``), as ``make synth`` (sim/synth.py).
+black boxes. Total = fabric + N x channel. Yosys generic gates (``synth``), as ``make synth`` (sim/synth/yosys.py).
 """
 
 import re
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from amaranth.back import rtlil, verilog
 
-from sim.synth import _yosys
+from sim.synth.yosys import _yosys
 
 __all__ = ["devmem_cells"]
 

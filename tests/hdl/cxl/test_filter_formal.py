@@ -1,5 +1,5 @@
 # amaranth: UnusedElaboratable=no
-"""Formal proof (Yosys SAT k-induction, :mod:`sim.formal`) of the host address filter
+"""Formal proof (Yosys SAT k-induction, :mod:`sim.verify.formal`) of the host address filter
 (:class:`hdl.cxl.filter.HostFilter`): no rejected access reaches memory, allowed ones pass unchanged.
 
 For every input sequence -- any request stream on ``i`` (valid and payload free every cycle), any ``o``
@@ -23,7 +23,7 @@ from amaranth.hdl import Elaboratable, Module, Signal, Assert, Assume, Cat
 
 from hdl.cxl.filter import HostFilter, host_access_ok
 from hdl.cxl.regmap import QueueLayout, PASID_BITS
-from sim.formal import prove
+from sim.verify.formal import prove
 
 NQ, ADDR_BITS, DATA_BITS, COUNT_BITS = 2, 8, 8, 3
 LAYOUT = QueueLayout(64, 64)

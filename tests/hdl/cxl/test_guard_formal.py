@@ -1,5 +1,5 @@
 # amaranth: UnusedElaboratable=no
-"""Formal proof (Yosys SAT k-induction, :mod:`sim.formal`) that :class:`MemoryGuard` isolates a queue.
+"""Formal proof (Yosys SAT k-induction, :mod:`sim.verify.formal`) that :class:`MemoryGuard` isolates a queue.
 
 For every input sequence -- any request stream on ``i`` (valid and payload free in every cycle, no stream
 rules assumed), any ``o``/``violation`` backpressure, reset at any time, and an arbitrary window that stays
@@ -23,7 +23,7 @@ import pytest
 from amaranth.hdl import Elaboratable, Module, Signal, Assert, Assume
 
 from hdl.cxl.guard import MemoryGuard
-from sim.formal import prove
+from sim.verify.formal import prove
 
 ADDR_BITS, BURST_BYTES, DATA_BITS, TAG_BITS, COUNT_BITS = 16, 64, 8, 2, 3
 
@@ -247,7 +247,7 @@ def test_prove_outcomes():
 
 
 def test_missing_yosys_says_what_to_install(monkeypatch, tmp_path):
-    import sim.formal as formal
+    import sim.verify.formal as formal
     monkeypatch.setattr(formal.shutil, "which", lambda name: None)
     monkeypatch.setattr(formal.sys, "executable", str(tmp_path / "python"))
     d = _Counter(limit=3)

@@ -4,7 +4,7 @@ import pytest
 
 from hdl.fp import FPMAC
 from sim.golden import fp16
-from sim.fpcheck import mac_operands
+from sim.verify.fpcheck import mac_operands
 from fp_util import pack, field, run_unit, hexdiff, vector_count
 
 

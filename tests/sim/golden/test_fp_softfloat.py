@@ -7,8 +7,8 @@ golden models and the RTL, so even NaN results compare as raw bits.
 import numpy as np
 import pytest
 
-from sim.fpcheck import UNITS
-from sim.softfloat_ref import reference
+from sim.verify.fpcheck import UNITS
+from sim.verify.softfloat_ref import reference
 from sim.golden import fp16, fp32
 from fp_util import hexdiff
 

