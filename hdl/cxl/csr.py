@@ -1,6 +1,6 @@
 """The CXL.io MMIO register bank (CSRs) of the NDP device, generated from a :class:`hdl.cxl.regmap.RegisterMap`.
 
-PLoRA IV-C (/work/shared/papers/plora.txt line ~92): "CXL.io MMIO for control ... then rings a CXL.io MMIO
+[PLoRA] IV-C (docs/references.md): "CXL.io MMIO for control ... then rings a CXL.io MMIO
 doorbell"; line ~94: "Per-requester queues bound to a PASID isolate concurrent GPUs, and per-queue base and limit
 registers check every device-side address", "a completion flag ... which the GPU polls or takes as an MSI-X
 interrupt". Offsets, widths, access types and reset values all come from the register map; nothing here repeats

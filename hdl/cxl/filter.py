@@ -1,6 +1,6 @@
 """Device-side address filter of the host's CXL.mem accesses: the reserved HDM queue window and the PASID check.
 
-PLoRA IV-C (/work/shared/papers/plora.txt line ~92, "Issuing and protocol"): the GPU writes operand, descriptor
+[PLoRA] IV-C ("Issuing and protocol"; docs/references.md): the GPU writes operand, descriptor
 and valid flag into an HDM submission queue over CXL.mem; (line ~94, "Coherence and completion"): "Per-requester
 queues bound to a PASID isolate concurrent GPUs". The reserved window and the filter that tells queue traffic from
 ordinary data accesses by address are the issue's reading of that section; every rule below is this project's

@@ -1,6 +1,6 @@
 """Per-queue address isolation for the CXL NDP device: a descriptor window check and a memory-request guard.
 
-PLoRA (/work/shared/papers/plora.txt, Section IV-C) binds each requester queue to a PASID and isolates queues
+[PLoRA] (Section IV-C; docs/references.md) binds each requester queue to a PASID and isolates queues
 with base and limit registers: the descriptor "supplies the address the base and limit registers below check".
 This module holds the two checks; the registers themselves (one ``[win_base, win_limit)`` window per queue)
 live in the CSR block. See ``docs/cxl_isolation.md`` for where each check sits, its latency and the formal

@@ -5,7 +5,7 @@ host driver read every offset, width, access type and reset value from a :class:
 address from :class:`QueueLayout`. ``docs/cxl_regmap.md`` holds the same tables for people;
 ``tests/hdl/cxl/test_regmap.py`` checks the two agree.
 
-Source: /work/shared/papers/plora.txt, Section IV-C (line ~92, "Issuing and protocol"): "The GPU writes the
+Source: [PLoRA] Section IV-C ("Issuing and protocol"; docs/references.md): "The GPU writes the
 operand and descriptor into an HDM submission queue over CXL.mem, writes a per-descriptor valid flag last, then
 rings a CXL.io MMIO doorbell. CXL.io and CXL.mem are not mutually ordered, so the doorbell is only a wakeup hint
 and the in-HDM valid flag is the ordering point"; and (line ~94, "Coherence and completion"): "The device writes

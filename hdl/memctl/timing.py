@@ -7,7 +7,7 @@ interval, which is rounded down so that refreshing every tREFI cycles never fall
 
 Sources used below:
 
-* [L3]      The L3 paper's simulator set-up, /work/shared/papers/l3.txt, Table 2 ("DIMM / DIMM-PIM: DDR4-3200",
+* [L3]      The L3 paper's simulator set-up ([L3] in docs/references.md), Table 2 ("DIMM / DIMM-PIM: DDR4-3200",
             "BL=4:CCD=4:RRD=4/8:RCD=22:RAS=52:RP=22:RC=74:CL=22:WL=16:CDLR=4/12:WR=24:CCDL=8:RTP=12").
 * [JESD79-4] JEDEC JESD79-4 DDR4 SDRAM: speed-bin table DDR4-3200AA (22-22-22), timing-parameter table
             (tRRD_S/L, tFAW per page size, tWTR_S/L, tWR, tRTP), refresh table (tREFI, tRFC1 per density).

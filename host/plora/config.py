@@ -3,7 +3,7 @@ baselines), and the constants of the host-mediated paths, each with its source.
 
 Sources:
 
-* [PLoRA] /work/shared/papers/plora.txt. IV-A: "Aggregated DRAM bandwidth exceeds 1 TB/s [60], far above the
+* [PLoRA] (docs/references.md) IV-A: "Aggregated DRAM bandwidth exceeds 1 TB/s [60], far above the
   128 GB/s per direction of the CXL 3.1 link"; IV-B: "1.1 TB/s bandwidth, 512 GB capacity ... our NDP cores
   use 2 TFLOPS"; VII-A: "one NVIDIA H100 GPU (80 GB) with 3350 GB/s bandwidth and four PLoRA memory devices,
   each attached to the CXL switch over CXL 3.1 at 128 GB/s"; "Each LoRA adapter takes a dimension randomly
