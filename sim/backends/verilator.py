@@ -91,10 +91,10 @@ def _harness(ports) -> str:
         read.append(f"    outs[{k}].read(r);")
         idle.append(f"    top->out{k}_ready = 0;")
         drive.append(f"        top->out{k}_ready = outs[{k}].pat[t % outs[{k}].pat.size()];")
-        store = f" if (q.seen < q.want) get_payload(top->out{k}_payload, q.data);" if q.width else ""
+        store = f" get_payload(top->out{k}_payload, q.data);" if q.width else ""
         sample.append(f"        {{ OutPort& q = outs[{k}];\n"
-                      f"          if (q.collect && top->out{k}_ready && top->out{k}_valid) "
-                      f"{{{store} ++q.seen; }} }}")
+                      f"          if (top->out{k}_ready && top->out{k}_valid) "
+                      f"{{{store} if (++q.seen == q.want + 1) q.extra_cycle = t; }} }}")
     done = " && ".join(f"(outs[{k}].all || outs[{k}].seen >= outs[{k}].want)" for k in range(len(outs))) or "true"
     text = HARNESS_TEMPLATE.read_text()
     for key, value in (("@N_IN@", str(len(ins))), ("@N_OUT@", str(len(outs))), ("@READ@", "\n".join(read)),
@@ -208,19 +208,19 @@ class VerilatorBackend(Backend):
                 pass
         return exe
 
-    def run_streams(self, component, inputs, expected, *, traffic=None, max_cycles=None):
+    def _run(self, component, inputs, expected, *, traffic, max_cycles, quiet_cycles):
         in_ports, out_ports, data, counts, patterns, max_cycles = self._prepare(
             component, inputs, expected, traffic, max_cycles)
         exe = self.executable(component)
 
-        chunks = [np.uint64(max_cycles).tobytes()]
+        chunks = [np.array([max_cycles, quiet_cycles], dtype="<u8").tobytes()]
         for p in in_ports:
             pat = patterns[p.name].astype(np.uint8)
             chunks += [np.array([len(data[p.name]), pat.size], dtype="<u8").tobytes(), pat.tobytes(),
                        _encode_words(data[p.name], p.width)]
         for q in out_ports:
             pat = patterns[q.name].astype(np.uint8)
-            # collect: 0 = drop, 1 = the first n payloads, 2 = every payload (not waited for).
+            # mode: 0 = not named, 1 = counted, 2 = collected whole (0 and 2: not waited for).
             collect = 0 if q.name not in counts else 2 if counts[q.name] is None else 1
             chunks += [np.array([collect, counts.get(q.name) or 0, pat.size], dtype="<u8").tobytes(),
                        pat.tobytes()]
@@ -228,8 +228,15 @@ class VerilatorBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="vlrun-") as tmp:
             stim, res = Path(tmp) / "stimulus.bin", Path(tmp) / "result.bin"
             stim.write_bytes(b"".join(chunks))
+            # Run-time files of the design (e.g. a memory image read by $readmemh): +<key>=<file> plusargs.
+            plusargs = []
+            files = getattr(component, "verilator_runtime_files", None)
+            for key, text in (files() if callable(files) else {}).items():
+                path = Path(tmp) / f"{key}.dat"
+                path.write_text(text)
+                plusargs.append(f"+{key}={path}")
             start = time.perf_counter()
-            proc = subprocess.run([str(exe), str(stim), str(res)], capture_output=True, text=True)
+            proc = subprocess.run([str(exe), str(stim), str(res), *plusargs], capture_output=True, text=True)
             wall = time.perf_counter() - start
             if proc.returncode != 0:
                 raise RuntimeError(f"Verilator harness {exe} failed (exit {proc.returncode}):\n"
@@ -238,16 +245,20 @@ class VerilatorBackend(Backend):
 
         status, cycles = np.frombuffer(buf, dtype="<u8", count=2).tolist()
         off = 16
-        outputs, seen = {}, {}
+        outputs, seen, emitted, extra_cycle = {}, {}, {}, {}
         for q in out_ports:
-            n_seen, n_words = np.frombuffer(buf, dtype="<u8", count=2, offset=off).tolist()
-            off += 16
-            if q.name in counts:
-                limit = n_seen if counts[q.name] is None else min(n_seen, counts[q.name])
-                outputs[q.name] = _decode_words(buf[off:off + 4 * n_words], q.width) if q.width else [0] * limit
-                seen[q.name] = n_seen
+            n_seen, at_done, x_cycle, n_words = np.frombuffer(buf, dtype="<u8", count=4, offset=off).tolist()
+            off += 32
+            items = _decode_words(buf[off:off + 4 * n_words], q.width) if q.width else [0] * n_seen
             off += 4 * n_words
+            emitted[q.name] = items
+            if x_cycle != 0xFFFF_FFFF_FFFF_FFFF:
+                extra_cycle[q.name] = x_cycle
+            if q.name in counts:
+                outputs[q.name] = items[:at_done if counts[q.name] is None else counts[q.name]]
+                seen[q.name] = n_seen
         if status != 0:
             raise SimulationTimeout(f"{type(component).__name__}: no completion after {max_cycles} cycles; "
                                     f"outputs collected {seen} of {counts}")
-        return StreamRun(backend=self.name, outputs=outputs, cycles=cycles, wall_seconds=wall)
+        return StreamRun(backend=self.name, outputs=outputs, cycles=cycles, wall_seconds=wall, emitted=emitted,
+                         extra_cycle=extra_cycle)
