@@ -1,4 +1,4 @@
-"""DIMM-PIM bank PU (L3, ../shared/papers/l3.txt sections 4.2 and 4.4): the processing unit beside one bank of
+"""DIMM-PIM bank PU ([L3] 4.2 and 4.4; docs/references.md): the processing unit beside one bank of
 one x8 chip. Arithmetic contract: ``docs/pim.md`` (score phase / context phase); golden model
 ``sim/golden/pim_bank.py``; ports, pipeline and timing: ``docs/pim_bank_pu.md``.
 

@@ -1,8 +1,8 @@
-"""Configuration of one DIMM-PIM channel (L3, ../shared/papers/l3.txt section 4): a frozen, validated dataclass.
+"""Configuration of one DIMM-PIM channel ([L3] 4; docs/references.md): a frozen, validated dataclass.
 
 Sources:
 
-* [L3]      papers/l3.txt Table 2 ("DIMM / DIMM-PIM: DDR4-3200, 2 Ranks x 4 Bank Groups x 4 Banks", "16 Channels x
+* [L3]      (docs/references.md) Table 2 ("DIMM / DIMM-PIM: DDR4-3200, 2 Ranks x 4 Bank Groups x 4 Banks", "16 Channels x
             2 DIMM", "406GB/s (CPU)"), Table 3 ("Head Embedding D_h = 128", "N_pre = 2 (16-bit floating point)"),
             section 4.4 ("the bank row buffer provides 64-bit data for one RD ... four multipliers ... the shared
             buffer also broadcasts 64-bit data", "a 256KB buffer ... about a token size of 128K", "up to 8 REF
