@@ -1,4 +1,4 @@
-"""DIMM-PIM rank PU (L3, ../shared/papers/l3.txt section 4, esp. 4.3 kernel fusion and 4.4 dynamic refresh): the
+"""DIMM-PIM rank PU ([L3] 4, esp. 4.3 kernel fusion and 4.4 dynamic refresh; docs/references.md): the
 buffer-chip controller of one rank that runs the fused decode-attention kernel of ``docs/pim.md`` head by head.
 Design notes, timing and measured cycle counts: ``docs/pim_rank_pu_sequencer.md``.
 
@@ -30,6 +30,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2, bits_for
 
 from hdl.memctl.commands import Cmd, command_layout, CYCLE_BITS
+from hdl.pim.allbank import allbank_gaps
 from hdl.pim.config import PIMConfig
 
 __all__ = ["PIMSequencer", "RankPU", "head_cycle_bound", "launch_layout", "rd_layout", "pu_ctrl_layout",
@@ -158,7 +159,8 @@ class PIMSequencer(wiring.Component):
         # ---- timing counters: cycles until the command is legal (0 = legal now) ------------------------------
         # Loaded on issue with max(remaining - 1, X - 1), so that a command at cycle s makes the next one legal
         # at s + X; they count down otherwise.
-        cw = bits_for(max(tm.tRFC, tm.tRC, tm.tFAW, tm.tRAS) + 1)
+        gaps = allbank_gaps(tm)
+        cw = bits_for(max(x for prevs in gaps.values() for x in prevs.values()) + 1)
         w_act = Signal(cw)   # ACT_AB: tRPab after PREA, tRC / tRRD_L / tFAW after ACT_AB, tRFC after REF
         w_rd = Signal(cw)    # RD_AB: tRCD after ACT_AB, tCCD_L after RD_AB
         w_pre = Signal(cw)   # PREA: tRAS after ACT_AB, tRTP after RD_AB
@@ -371,18 +373,11 @@ class PIMSequencer(wiring.Component):
         # owed: +1 per tREFI, -1 per REF
         m.d.sync += owed.eq(owed + tick - issue[Cmd.REF])
 
-        # ---- counter updates ----------------------------------------------------------------------------------
-        a, r, p, f = issue[Cmd.ACT_AB], issue[Cmd.RD_AB], issue[Cmd.PREA], issue[Cmd.REF]
-        load(a, w_act, max(tm.tRC, tm.tRRD_L, tm.tFAW))   # ACT_AB fills the four-activate window
-        load(a, w_rd, tm.tRCD)
-        load(a, w_pre, tm.tRAS)
-        load(a, w_ref, tm.tRC)
-        load(r, w_rd, tm.tCCD_L)
-        load(r, w_pre, tm.tRTP)
-        load(p, w_act, tm.tRPab)
-        load(p, w_ref, tm.tRPab)
-        for c in counters:
-            load(f, c, tm.tRFC)
+        # ---- counter updates: the all-bank rules of hdl/pim/allbank.py, one counter per command kind -----------
+        counter_of = {Cmd.ACT_AB: w_act, Cmd.RD_AB: w_rd, Cmd.PREA: w_pre, Cmd.REF: w_ref}
+        for nxt, prevs in gaps.items():
+            for prev, x in prevs.items():
+                load(issue[prev], counter_of[nxt], x)
         for c in counters:
             dec = Mux(c == 0, 0, c - 1)
             nxt = dec
