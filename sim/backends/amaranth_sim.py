@@ -61,13 +61,13 @@ class AmaranthBackend(Backend):
         sim = Simulator(component)
         sim.add_clock(1e-9)
         sim.add_testbench(testbench)
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), time.process_time()
         sim.run()
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
         if "cycles" not in result:
             got = {n: len(emitted[n]) for n in counts}
             raise SimulationTimeout(f"{type(component).__name__}: no completion after {max_cycles} cycles; "
                                     f"outputs collected {got} of {counts}")
         outputs = {n: emitted[n][:result["whole"][n] if counts[n] is None else counts[n]] for n in counts}
         return StreamRun(backend=self.name, outputs=outputs, cycles=result["cycles"], wall_seconds=wall,
-                         emitted=emitted, extra_cycle=extra_cycle)
+                         emitted=emitted, extra_cycle=extra_cycle, cpu_seconds=cpu)

@@ -133,6 +133,9 @@ class StreamRun:
     extra_cycle: dict = field(default_factory=dict)
     quiet_cycles: int = 0   # length of the check window that followed completion
     counts: dict = field(default_factory=dict)   # the run's ``expected`` counts (None: collected whole)
+    #: CPU seconds of the simulation (the harness process for Verilator, this process for Amaranth): a speed
+    #: figure that does not depend on how many other jobs share the machine's cores
+    cpu_seconds: float | None = None
 
     def array(self, port: str, dtype=np.uint64) -> np.ndarray:
         return np.array(self.outputs[port], dtype=dtype)
