@@ -25,9 +25,11 @@ from dataclasses import dataclass, replace
 
 from hdl.memctl.timing import DRAMConfig, DRAMOrg, DDR4_3200, DDR4_3200_TIMING
 
-__all__ = ["PIMConfig", "PAPER", "TINY", "PIM_PRESETS", "pim_preset"]
+__all__ = ["PIMConfig", "PAPER", "TINY", "PIM_PRESETS", "pim_preset", "CONTEXT_ACCUMULATORS"]
 
 FP16_BITS = 16
+#: Bank-PU context accumulator formats (PIMConfig.context_acc).
+CONTEXT_ACCUMULATORS = ("fp16", "fp32")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +47,10 @@ class PIMConfig:
     relayout_beats: int = 2           # [L3] 6.1 set-up: "re-layout unit works on two 64-bit bursts"
     relayout_latency: int = 1         # one command-clock register stage in the buffer chip's write-data path;
     #                                   [L3] 4.1 "the provided [tWL] value is smaller (e.g., one cycle)"
+    context_acc: str = "fp16"         # bank-PU context accumulators: "fp16" ([L3] Table 3: N_pre = 2, 16-bit
+    #                                   floating point throughout; the default) or "fp32" (design option: exact
+    #                                   FP16 x FP16 products summed in binary32, rounded to FP16 once per job;
+    #                                   docs/pim_bank_pu.md "FP32 context accumulators")
 
     def __post_init__(self):
         org = self.dram.org
@@ -59,6 +65,9 @@ class PIMConfig:
             ("max_postponed_refresh", self.max_postponed_refresh, (0, 8), "JESD79-4 allows at most 8"),
             ("relayout_latency", self.relayout_latency, (1, 4), ""),
         ]
+        if self.context_acc not in CONTEXT_ACCUMULATORS:
+            raise ValueError(f"PIMConfig {self.name!r}: context_acc = {self.context_acc!r} must be one of "
+                             f"{CONTEXT_ACCUMULATORS}")
         for name, value, (lo, hi), why in checks:
             if not lo <= value <= hi:
                 raise ValueError(f"PIMConfig {self.name!r}: {name} = {value} outside [{lo}, {hi}]"

@@ -182,13 +182,23 @@ def pim_attention(config, q, K, V, *, L=None, mutation=None) -> PIMAttentionResu
     Lv = nv * G
     Vp = np.zeros((Lv, d), np.uint16)
     Vp[:L] = V
-    cprod = fp16.mul(Vp, p[:Lv, None]).reshape(nv, G, d).view(np.float16)
-    accs = np.zeros((G, d), np.float16)
     order = range(nv - 1, -1, -1) if mutation == "context_reverse" else range(nv)
-    with np.errstate(all="ignore"):
-        for v in order:
-            accs = accs + cprod[v]
-    accs = canonicalize_nan(accs.view(np.uint16), FP16)
+    if getattr(config, "context_acc", "fp16") == "fp32":
+        # exact FP16 x FP16 products summed in binary32 (numpy float32 adds round like FPAdd32), one rounding
+        # to FP16 per bank accumulator at the end
+        cprod = fp16.mul_wide(Vp, p[:Lv, None]).reshape(nv, G, d).view(np.float32)
+        accs = np.zeros((G, d), np.float32)
+        with np.errstate(all="ignore"):
+            for v in order:
+                accs = accs + cprod[v]
+        accs = fp16.from_f32(canonicalize_nan(accs.view(np.uint32), FP32))
+    else:
+        cprod = fp16.mul(Vp, p[:Lv, None]).reshape(nv, G, d).view(np.float16)
+        accs = np.zeros((G, d), np.float16)
+        with np.errstate(all="ignore"):
+            for v in order:
+                accs = accs + cprod[v]
+        accs = canonicalize_nan(accs.view(np.uint16), FP16)
     # final aggregation: r = acc(g=0); r = add16(r, acc(g)) for g = 1 .. G-1
     out = accs[0]
     for gi in range(1, G):
