@@ -380,7 +380,8 @@ class FusedRun:
     violations: list             # sim.dram.checker violations of the trace
     scores: np.ndarray | None = None
     wall_seconds: float = 0.0
-    head_cycles: list = field(default_factory=list)   # per head: cycles from its first command to its result
+    head_cycles: list = field(default_factory=list)
+    cpu_seconds: float | None = None   # CPU time of the simulation (sim.backends.StreamRun.cpu_seconds)   # per head: cycles from its first command to its result
 
     @property
     def device_violations(self) -> int:
@@ -451,7 +452,7 @@ def run_fused(backend, config, K, V, q, *, L=None, heads_order=None, component=N
         while start_i < len(trace) and trace[start_i].cycle <= rec["cycle"]:
             start_i += 1
     return FusedRun(out=out, cycles=run.cycles, trace=trace, done=done, violations=viol, scores=scores,
-                    wall_seconds=run.wall_seconds, head_cycles=head_cycles)
+                    wall_seconds=run.wall_seconds, head_cycles=head_cycles, cpu_seconds=run.cpu_seconds)
 
 
 def tiny_rows(rows=64):
