@@ -49,10 +49,11 @@ bench-dram: $(STAMP)
 bench-ndp: $(STAMP)
 	$(PY) -m sim.perf.ndp_bench
 
-# DIMM-PIM: fused-kernel cycles (RTL on Verilator and the calibrated model), utilization vs the all-bank ideal up
-# to 128K tokens, system bandwidth vs the 406 GB/s CPU bus, rankset compute preserved, accuracy vs float64.
+# DIMM-PIM: model tables (cycles, utilization to 128K tokens, system bandwidth, ranksets, FP16 / FP32-accumulator
+# accuracy), TINY and the PAPER rank through the RTL against the model, ranksets in RTL, fused-top cycles/s;
+# writes build/bench/pim.json.
 bench-pim: $(STAMP)
-	$(PY) -m sim.perf.pim_bench --rtl
+	$(PY) -m sim.perf.pim_bench --all-rtl
 
 # Long CXL device fuzz campaign (Verilator, both cores): ~20-50 ms per case per core, so FUZZ_CASES=1000000
 # takes hours.
