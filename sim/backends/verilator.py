@@ -24,7 +24,7 @@ import numpy as np
 from .base import Backend, StreamRun, SimulationTimeout, stream_ports
 from .verilog import verilog_text, module_ports, verilator_env, verilator_bin_dir
 
-__all__ = ["VerilatorBackend", "BUILD_ROOT", "build_executable"]
+__all__ = ["VerilatorBackend", "BUILD_ROOT", "build_executable", "strip_zero_memory_inits", "verilator_flags"]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Where executables are cached; override with the ``VERILATOR_BUILD_DIR`` environment variable.
@@ -147,15 +147,17 @@ def strip_zero_memory_inits(verilog: str) -> str:
     return "\n".join(out)
 
 
-def build_executable(verilog: str, ports) -> Path:
+def build_executable(verilog: str, ports, extra_flags=()) -> Path:
     """Compile (or find in the cache) the harness executable for Verilog ``verilog`` (top module ``top``).
+    ``extra_flags``: more Verilator options (a component's ``verilator_flags()``).
 
     Raises :class:`RuntimeError` with the tail of Verilator's or the C++ compiler's output on failure.
     """
     verilog = strip_zero_memory_inits(verilog)
     wrapper = _wrapper(ports, module_ports(verilog, "top"))
     harness = _harness(ports)
-    flags = " ".join(VERILATOR_FLAGS + MAKE_FLAGS)
+    extra_flags = [str(f) for f in extra_flags]
+    flags = " ".join(VERILATOR_FLAGS + extra_flags + MAKE_FLAGS)
     key = hashlib.sha256("\0".join([verilog, wrapper, harness, flags]).encode()).hexdigest()
     final = BUILD_ROOT / key
     exe = final / "sim"
@@ -169,7 +171,7 @@ def build_executable(verilog: str, ports) -> Path:
         (tmp / "harness_top.v").write_text(wrapper)
         (tmp / "harness.cpp").write_text(harness)
         obj = tmp / "obj"
-        _run_tool(["verilator", *VERILATOR_FLAGS, "--Mdir", "obj", "-o", "../sim",
+        _run_tool(["verilator", *VERILATOR_FLAGS, *extra_flags, "--Mdir", "obj", "-o", "../sim",
                    "harness_top.v", "top.v", "harness.cpp"], tmp, "verilator")
         have_runtime = all((runtime / o).exists() for o in RUNTIME_OBJS)
         if have_runtime:
@@ -191,6 +193,12 @@ def build_executable(verilog: str, ports) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return exe
+
+
+def verilator_flags(component) -> list:
+    """Extra Verilator options a component asks for (method ``verilator_flags()``; none by default)."""
+    f = getattr(component, "verilator_flags", None)
+    return list(f()) if callable(f) else []
 
 
 def _encode_words(items, width) -> bytes:
@@ -228,7 +236,8 @@ class VerilatorBackend(Backend):
         except TypeError:  # not weak-referenceable or not hashable: no in-memory cache
             exe = None
         if exe is None or not exe.exists():
-            exe = build_executable(verilog_text(component, "top"), stream_ports(component))
+            exe = build_executable(verilog_text(component, "top"), stream_ports(component),
+                                   verilator_flags(component))
             try:
                 self._exes[component] = exe
             except TypeError:

@@ -41,7 +41,7 @@ from hdl.pim.mapping import region_rows, score_reads, context_reads
 from sim.dram.trace import TraceCommand
 
 __all__ = ["PIMPerfModel", "HeadTiming", "PIMSequenceModel", "SeqLaunch", "SeqHead", "SeqRun",
-           "calibration_key", "load_calibration", "CALIBRATION_FILE", "calibrate", "steady_residuals", "system_bandwidth", "bus_bandwidth_gbps",
+           "paper_model", "paper_sequence_model", "calibration_key", "load_calibration", "CALIBRATION_FILE", "calibrate", "steady_residuals", "system_bandwidth", "bus_bandwidth_gbps",
            "rankset_sim", "RanksetResult", "L3_CHANNELS", "L3_DIMMS_PER_CHANNEL", "L3_CPU_BANDWIDTH_GBPS",
            "L3_PIM_BANDWIDTH_TBPS"]
 
@@ -280,6 +280,22 @@ class PIMPerfModel:
         return 4 * self.config.head_dim * L / (period * self.tm.tck_ps * 1e-12) * 1e-9
 
 
+def paper_model(**kwargs) -> PIMPerfModel:
+    """The PIM performance model of the paper's rank (:data:`hdl.pim.config.PAPER`: 8 x8 chips x 16 banks, head
+    dim 128, DDR4-3200) with ``fixed_cycles`` measured on the PAPER rank's RTL (``data/pim_rtl_calibration.json``,
+    written by ``python -m sim.perf.pim_bench --calibrate paper``): the model the host's L3 system model uses.
+    ``kwargs``: :class:`PIMPerfModel`'s (``refresh``, ``overlap``)."""
+    from hdl.pim.config import PAPER
+    return PIMPerfModel.calibrated(PAPER, **kwargs)
+
+
+def paper_sequence_model(**kwargs) -> "PIMSequenceModel":
+    """:class:`PIMSequenceModel` of the paper's rank with the datapath latencies measured on its RTL (the
+    command-for-command model; :func:`paper_model` is the fast per-head one)."""
+    from hdl.pim.config import PAPER
+    return PIMSequenceModel.calibrated(PAPER, **kwargs)
+
+
 def calibrate(model: PIMPerfModel, rtl_points):
     """Fit ``fixed_cycles`` to RTL measurements ``[(L, rtl_cycles), ...]`` (cycles of one head from its first
     ACT_AB to the output, refresh off or not due). Returns ``(calibrated model, residuals)`` with residual =
@@ -359,7 +375,8 @@ class PIMSequenceModel:
     datapath enters through two latencies measured on the RTL (:func:`datapath_latencies`):
 
     * ``gap``: last score RD_AB of a head -> the earliest cycle its first context RD_AB may issue (the
-      probabilities: CL, bank PU, link, adder tree, chunk softmax, normalizer);
+      probabilities: CL, bank PU, link, adder tree, chunk softmax, normalizer); ``gap1`` the same for a head of
+      one chunk (``L <= B``: the softmax unit has no running rescale to do, so it is shorter);
     * ``tail``: last context RD_AB -> ``done`` (CL, bank PU, context readout, aggregation, ``d`` results).
 
     Assumes the result / done streams always ready and launches presented at ``arrivals`` (default: all at
@@ -369,15 +386,16 @@ class PIMSequenceModel:
 
     IDLE, PLAN, REFRESH, RUN = range(4)
 
-    def __init__(self, config, *, gap: int, tail: int, overlap: bool = True, drain: int | None = None,
-                 launch_queue: bool = True):
+    def __init__(self, config, *, gap: int, tail: int, gap1: int | None = None, overlap: bool = True,
+                 drain: int | None = None, launch_queue: bool = True):
         from hdl.pim.rank_pu import RankPU, head_cycle_bound, _urgent_margin
-        for name, v in (("gap", gap), ("tail", tail)):
+        gap1 = gap if gap1 is None else gap1
+        for name, v in (("gap", gap), ("tail", tail), ("gap1", gap1)):
             if not isinstance(v, (int, np.integer)) or not 0 <= v < 1 << 20:
                 raise ValueError(f"{name} must be an int in [0, 2**20), got {v!r}")
         self.config = config
         self.tm = config.dram.timing
-        self.gap, self.tail = int(gap), int(tail)
+        self.gap, self.tail, self.gap1 = int(gap), int(tail), int(gap1)
         self.overlap = bool(overlap)
         self.launch_queue = bool(launch_queue)
         self.drain = RankPU.drain_bound(config) if drain is None else int(drain)
@@ -388,7 +406,7 @@ class PIMSequenceModel:
     def calibrated(cls, config, **kwargs) -> "PIMSequenceModel":
         """The model with ``gap`` / ``tail`` measured on the RTL of ``config``'s geometry (:func:`load_calibration`)."""
         c = load_calibration(config)
-        return cls(config, gap=int(c["gap"]), tail=int(c["tail"]), **kwargs)
+        return cls(config, gap=int(c["gap"]), tail=int(c["tail"]), gap1=int(c.get("gap1", c["gap"])), **kwargs)
 
     # -- helpers ------------------------------------------------------------------------------------------------
     def _slots(self, L):
@@ -484,7 +502,8 @@ class PIMSequenceModel:
             """RUN: the phase's rows; returns (first RD_AB, last RD_AB)."""
             x = launches[h]
             rows = self._phase_rows(x.L, kind, x.k_row0 if kind == "S" else x.v_row0)
-            p_first = heads[h].score_last + self.gap if kind == "C" else 0
+            g = self.gap1 if x.L <= cfg.banks else self.gap
+            p_first = heads[h].score_last + g if kind == "C" else 0
             first = last = None
             for row, m in rows:
                 col = 0

@@ -144,13 +144,20 @@ def measure_calibration(config, lengths, backend="verilator", component=None):
         raise RuntimeError(f"{config.name}: gap {gap} is a row change, not the datapath: choose lengths whose "
                            f"context phase starts in a new row")
     cal, resid = calibrate(PIMPerfModel(config), [(L, r["head_cycles"]) for L, r in res.items()])
-    seq = PIMSequenceModel(config, gap=gap, tail=tail)
+    # a head of one chunk (L <= B): the softmax unit skips the running rescale, the probabilities come sooner
+    one = rtl_cycles(config, (1,), backend=backend, component=comp)[1]
+    gap1 = one["gap"]
+    if gap1 <= tm.tRTP + tm.tRPab + tm.tRCD:
+        raise RuntimeError(f"{config.name}: one-chunk gap {gap1} is a row change, not the datapath")
+    res[1] = one
+    seq = PIMSequenceModel(config, gap=gap, tail=tail, gap1=gap1)
     for L, r in res.items():
         m = seq.run([L]).heads[0]
         if m.done - m.first_cmd + 1 != r["head_cycles"]:
             raise RuntimeError(f"{config.name}: sequence model {m.done - m.first_cmd + 1} != RTL "
                                f"{r['head_cycles']} cycles at L = {L}")
-    return {"config": config.name, "gap": int(gap), "tail": int(tail), "fixed_cycles": int(cal.fixed_cycles),
+    return {"config": config.name, "gap": int(gap), "gap1": int(gap1), "tail": int(tail),
+            "fixed_cycles": int(cal.fixed_cycles),
             "fixed_residuals": [int(x) for x in resid], "lengths": list(lengths),
             "rtl_head_cycles": {str(L): int(r["head_cycles"]) for L, r in res.items()},
             "rtl_steady_cycles": {str(L): float(r["steady_cycles"]) for L, r in res.items()}}
@@ -169,7 +176,7 @@ def calibrate_rtl(names=("micro", "tiny", "paper"), backend="verilator", path=No
     configs = data.setdefault("configs", {})
     table = _calibration_configs()
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
                              cwd=path.parent.parent).stdout.strip()
     except OSError:
         rev = ""
@@ -181,7 +188,8 @@ def calibrate_rtl(names=("micro", "tiny", "paper"), backend="verilator", path=No
         entry = measure_calibration(cfg, lengths, backend)
         entry.update({"measured_at_commit": rev, "seconds": round(time.time() - t0, 1)})
         configs[calibration_key(cfg)] = entry
-        print(f"  {name:6s} {calibration_key(cfg)}: gap {entry['gap']}, tail {entry['tail']}, fixed_cycles "
+        print(f"  {name:6s} {calibration_key(cfg)}: gap {entry['gap']} (one chunk {entry['gap1']}), tail "
+              f"{entry['tail']}, fixed_cycles "
               f"{entry['fixed_cycles']} (residuals {entry['fixed_residuals']}), RTL head cycles "
               f"{entry['rtl_head_cycles']} ({entry['seconds']} s)")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,12 +203,12 @@ def calibrate_rtl(names=("micro", "tiny", "paper"), backend="verilator", path=No
 def _timed_build(backend, comp):
     """(Verilog generation seconds, compile seconds) of ``comp``'s Verilator executable (0 when cached)."""
     from sim.backends.verilog import verilog_text
-    from sim.backends.verilator import build_executable
+    from sim.backends.verilator import build_executable, verilator_flags
     from sim.backends.base import stream_ports
     t0 = time.perf_counter()
     text = verilog_text(comp, "top")
     t1 = time.perf_counter()
-    exe = build_executable(text, stream_ports(comp))
+    exe = build_executable(text, stream_ports(comp), verilator_flags(comp))
     t2 = time.perf_counter()
     backend._exes[comp] = exe
     return t1 - t0, t2 - t1

@@ -95,6 +95,9 @@ class RanksetSystem(wiring.Component):
     def verilog_modules(self):
         return [bank_pu_verilog(self.config)] if self.instance_pus else []
 
+    def verilator_flags(self):
+        return ["-fno-dfg"] if self.instance_pus else []     # one copy of the bank-PU code (fused.bank_pu_verilog)
+
     def elaborate(self, platform):
         m = Module()
         cfg, org, tm = self.config, self.org, self.config.dram.timing

@@ -149,6 +149,12 @@ def test_fused_cycles_and_bounds(verilator, system):
           f"{rd[nS] - rd[nS - 1]} cycles; refresh-decision bound {bound}")
     assert ideal < head <= bound
     assert _model_check(run, jobs) == 0
+    # the model at more lengths: one head from reset each (padding: 17 and 101 are not multiples of the chunk)
+    for L in (1, 17, 101):
+        jobs = [(2, L, 10 + L)]
+        run, golds = _run(verilator, system, jobs)
+        _check(run, golds, jobs)
+        assert _model_check(run, jobs) == 0
 
 
 def _refs(run):
@@ -260,3 +266,22 @@ def test_overlapped_heads_steady_state(verilator, system):
     ss = sum(a[0] == "K" and b[0] == "V" and a[1] != b[1] for a, b in zip(seq, seq[1:]))
     assert ss >= 3, seq
     print(f"mixed lengths, random backpressure: {ss} overlapped score phases, done at {run.done[-1]['cycle']}")
+
+
+def test_fast_build_equals_inline(verilator, system):
+    """The Verilator fast build (one compiled bank-PU module with public_flat_rd inputs and -fno-dfg, the KV cache
+    a run-time image; what the TINY / PAPER benches use) gives the inline build's outputs, trace and done records,
+    bit for bit; a changed image needs no rebuild and changes the outputs."""
+    fast = PIMChannelSystem(CFG, IMAGE, fast=True)
+    assert fast.verilator_flags() == ["-fno-dfg"] and system.verilator_flags() == []
+    assert "/*verilator public_flat_rd*/" in fast.verilog_modules()[0]
+    jobs = [(0, 60, 1), (2, 101, 2), (1, 5, 3)]
+    a, golds = _run(verilator, system, jobs)
+    b, _ = _run(verilator, fast, jobs)
+    _check(b, golds, jobs)
+    assert [(c.cycle, c.kind, c.row, c.col) for c in b.trace] == [(c.cycle, c.kind, c.row, c.col) for c in a.trace]
+    assert b.done == a.done and b.cycles == a.cycles
+    exe = verilator._exes[fast]
+    fast.set_image({addr: v ^ 1 << 10 for addr, v in IMAGE.items()})   # an exponent bit of one element per word
+    c, _ = _run(verilator, fast, jobs[:1])
+    assert verilator._exes[fast] == exe and not np.array_equal(c.out[0], golds[0].out)

@@ -146,3 +146,27 @@ def test_sequence_model_arguments_and_single_heads():
     assert PIMPerfModel.calibrated(cfg).fixed_cycles == c["fixed_cycles"]
     with pytest.raises(ValueError, match="no RTL calibration"):
         load_calibration(replace(cfg, head_dim=32, name="x"))
+
+
+def test_paper_model_is_the_paper_rtl_calibration():
+    """paper_model() / paper_sequence_model(): the PAPER rank (128 bank PUs, d = 128) with the latencies measured
+    on its RTL (`python -m sim.perf.pim_bench --calibrate paper`, data/pim_rtl_calibration.json): fixed_cycles
+    is the measured one (not 0), every single-head RTL measurement of that command is reproduced (the per-head
+    model at the fit's lengths within 1 %, the sequence model exactly, incl. a one-chunk head), and the steady
+    state of overlapped heads within 1 %."""
+    import json
+    from sim.perf.pim import paper_model, paper_sequence_model, CALIBRATION_FILE, calibration_key
+    data = json.loads(CALIBRATION_FILE.read_text())["configs"][calibration_key(PAPER)]
+    m = paper_model()
+    assert m.config is PAPER and m.fixed_cycles == data["fixed_cycles"] > 0
+    seq = paper_sequence_model()
+    for L in data["lengths"]:
+        rtl = data["rtl_head_cycles"][str(L)]
+        assert abs(m.head(L).cycles - rtl) / rtl <= 0.01, (L, m.head(L).cycles, rtl)
+        st = data["rtl_steady_cycles"][str(L)]
+        assert abs(m.steady_head_cycles(L) - st) / st <= 0.01, (L, m.steady_head_cycles(L), st)
+    for L, rtl in data["rtl_head_cycles"].items():
+        h = seq.run([int(L)]).heads[0]
+        assert h.done - h.first_cmd + 1 == rtl, (L, h.done - h.first_cmd + 1, rtl)
+    assert "1" in data["rtl_head_cycles"]       # the one-chunk head (gap1) is measured
+    assert paper_model(overlap=False).overlap is False
