@@ -64,10 +64,11 @@ bench-dram: $(STAMP)
 bench-ndp: $(STAMP)
 	$(NDPIM) bench ndp
 
-# DIMM-PIM: fused-kernel cycles (RTL on Verilator and the calibrated model), utilization vs the all-bank ideal up
-# to 128K tokens, system bandwidth vs the 406 GB/s CPU bus, rankset compute preserved, accuracy vs float64.
+# DIMM-PIM: model tables (cycles, utilization to 128K tokens, system bandwidth, ranksets, FP16 / FP32-accumulator
+# accuracy), TINY and the PAPER rank through the RTL against the model, ranksets in RTL, fused-top cycles/s;
+# writes build/bench/pim.json.
 bench-pim: $(STAMP)
-	$(NDPIM) bench pim --rtl
+	$(NDPIM) bench pim --all-rtl
 
 # Host model: serving-engine speed, GPU-model held-out error, and the PLoRA / L3 system grids when present
 # (plora_grid_s, l3_grid_s); writes build/bench/host.json.

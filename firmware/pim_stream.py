@@ -3,16 +3,11 @@
 :func:`all_bank_schedule` builds the program by greedy earliest-legal list scheduling: each rank has a queue of
 commands (per row: ``ACT_AB row``, ``RD_AB col 0 .. n-1``, ``PREA``; a ``REF`` is inserted at the first row
 boundary after each refresh becomes due), and in every step the rank whose next command is legal earliest issues
-it (ties: lowest rank), one command per cycle on the shared command bus. The legality rules are those of the
-independent checker (:mod:`sim.dram.checker`) for the all-bank commands, plus two conservative extras:
-
-* ``ACT_AB``: ``tRPab`` after PREA, ``tRC`` / ``tRRD_L`` after the previous ACT_AB, ``tFAW`` after it (an ACT_AB
-  fills the rank's four-activate window), ``tRFC`` after REF.
-* ``RD_AB``: ``tRCD`` after ACT_AB, ``tCCD_L`` after the previous RD_AB of the rank.
-* ``PREA``: ``tRAS`` after ACT_AB, ``tRTP`` after the last RD_AB.
-* ``REF``: ``tRPab`` after PREA and (conservative, like the controller) ``tRC`` after the last ACT_AB;
-  ``tRFC`` after the previous REF. Refresh ``k`` (k = 1, 2, ...) of rank ``r`` is due at cycle
-  ``k * tREFI + r * (tREFI // ranks)`` (ranks staggered like the controller's timers).
+it (ties: lowest rank), one command per cycle on the shared command bus. The legality rules are the all-bank
+rules of :mod:`hdl.pim.allbank` (the same table the RTL sequencer's counters and the performance model use:
+the independent checker's rules plus two conservative extras, ACT_AB fills the four-activate window and REF waits
+tRC after ACT_AB). Refresh ``k`` (k = 1, 2, ...) of rank ``r`` is due at :func:`hdl.pim.allbank.refresh_due`
+(``k * tREFI + r * (tREFI // ranks)``, ranks staggered like the controller's timers).
 
 RD_AB moves no data on the DQ bus, so ranks only interact through the command bus.
 
@@ -23,10 +18,9 @@ marked NOP). Used by the DRAM performance model's calibration (tests/sim/perf) a
 from dataclasses import dataclass
 
 from hdl.memctl.commands import Cmd
+from hdl.pim.allbank import AllBankState, refresh_due
 
 __all__ = ["ScheduledCommand", "all_bank_schedule", "player_entries", "schedule_end"]
-
-_NEG = -(1 << 40)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,19 +65,8 @@ def all_bank_schedule(config, rows, bursts_per_row=None, *, ranks=(0,), refresh=
     R = org.ranks
     st = {}
     for r in ranks:
-        st[r] = dict(prog=list(_rank_program(rows, n)), pos=0, act=_NEG, col=_NEG, prea=_NEG, ref=_NEG,
-                     rd=_NEG, next_due=tm.tREFI + r * (tm.tREFI // R), pending_ref=False)
-
-    def legal(s, kind):
-        if kind is Cmd.ACT_AB:
-            return max(s["prea"] + tm.tRPab, s["act"] + max(tm.tRC, tm.tRRD_L, tm.tFAW), s["ref"] + tm.tRFC)
-        if kind is Cmd.RD_AB:
-            return max(s["act"] + tm.tRCD, s["col"] + tm.tCCD_L, s["ref"] + tm.tRFC)
-        if kind is Cmd.PREA:
-            return max(s["act"] + tm.tRAS, s["rd"] + tm.tRTP, s["ref"] + tm.tRFC)
-        if kind is Cmd.REF:
-            return max(s["prea"] + tm.tRPab, s["act"] + tm.tRC, s["ref"] + tm.tRFC)
-        raise AssertionError(kind)
+        st[r] = dict(prog=list(_rank_program(rows, n)), pos=0, ab=AllBankState(tm),
+                     next_due=refresh_due(1, r, R, tm.tREFI), pending_ref=False)
 
     def next_cmd(s):
         if s["pending_ref"]:
@@ -101,7 +84,7 @@ def all_bank_schedule(config, rows, bursts_per_row=None, *, ranks=(0,), refresh=
             c = next_cmd(s)
             if c is None:
                 continue
-            t = max(legal(s, c[0]), bus_free)
+            t = max(s["ab"].legal(c[0]), bus_free)
             if best is None or t < best[0]:
                 best = (t, r, c)
         if best is None:
@@ -110,18 +93,13 @@ def all_bank_schedule(config, rows, bursts_per_row=None, *, ranks=(0,), refresh=
         s = st[r]
         out.append(ScheduledCommand(t, kind, r, row if kind is Cmd.ACT_AB else 0, col if kind is Cmd.RD_AB else 0))
         bus_free = t + 1
+        s["ab"].issue(kind, t)
         if kind is Cmd.REF:
-            s["ref"] = t
             s["next_due"] += tm.tREFI
             s["pending_ref"] = False  # at most one REF per row boundary
             continue
         s["pos"] += 1
-        if kind is Cmd.ACT_AB:
-            s["act"] = t
-        elif kind is Cmd.RD_AB:
-            s["col"] = s["rd"] = t
-        elif kind is Cmd.PREA:
-            s["prea"] = t
+        if kind is Cmd.PREA:
             # Row boundary: refresh if one is due (and more rows follow).
             if refresh and s["pos"] < len(s["prog"]) and t >= s["next_due"]:
                 s["pending_ref"] = True

@@ -81,6 +81,8 @@ CXL_TOPS = {
 
 TOPS.update(CXL_TOPS)
 
+from dataclasses import replace as _replace
+
 from .pim.config import PAPER as PIM_PAPER
 from .pim.bank_pu import BankPU
 from .pim.relayout import Relayout
@@ -91,6 +93,8 @@ from .pim.rank_pu import RankPU, PIMSequencer
 PIM_TOPS = {
     # One bank PU (4 FP16 multipliers + 4 adders; identical for the paper and tiny presets), docs/pim_bank_pu.md.
     "pim_bank_pu": lambda: BankPU(PIM_PAPER),
+    # The same with the FP32 context-accumulator option (PIMConfig.context_acc = "fp32"; docs/pim_bank_pu.md).
+    "pim_bank_pu_fp32": lambda: BankPU(_replace(PIM_PAPER, context_acc="fp32")),
     # The rank PU's re-layout unit: two-beat double buffer in the write-data path (docs/pim_relayout.md).
     "pim_relayout": lambda: Relayout(PIM_PAPER),
     # The rank PU's adder unit (8 FP16 adders: chip tree / context accumulators), chunk softmax unit and per-chunk

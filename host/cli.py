@@ -176,7 +176,7 @@ BENCHES = {
     "e2e": ("host.e2e.bench",),
 }
 FUZZ = ("sim.fuzz.cxl", "sim.perf.cxl_fuzz")
-BENCH_DEFAULT_ARGS = {"pim": ["--rtl"]}
+BENCH_DEFAULT_ARGS = {"pim": ["--all-rtl"]}
 
 
 def _module_main(candidates, argv):

@@ -1,4 +1,4 @@
-"""Rank PU adder unit of the DIMM-PIM (L3, ../shared/papers/l3.txt 4.3 / 4.4; 6.1 set-up: "adder unit of eight
+"""Rank PU adder unit of the DIMM-PIM ([L3] 4.3 / 4.4, docs/references.md; 6.1 set-up: "adder unit of eight
 FP16 adders"): ``config.rank_adders`` FP16 ``FPAdd`` units, configurable per item as the score adder tree over
 the chips or as per-lane accumulators for the final context aggregation (docs/pim.md, docs/pim_rank_pu.md).
 Golden model: ``sim/golden/pim_rank.py`` (:func:`score_tree`, :func:`aggregate`).

@@ -1,4 +1,4 @@
-"""DIMM-PIM bank PU (L3, ../shared/papers/l3.txt sections 4.2 and 4.4): the processing unit beside one bank of
+"""DIMM-PIM bank PU ([L3] 4.2 and 4.4; docs/references.md): the processing unit beside one bank of
 one x8 chip. Arithmetic contract: ``docs/pim.md`` (score phase / context phase); golden model
 ``sim/golden/pim_bank.py``; ports, pipeline and timing: ``docs/pim_bank_pu.md``.
 
@@ -58,7 +58,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from hdl.fp.add import FPAdd
-from hdl.fp.format import FP16
+from hdl.fp.convert import FPConvert
+from hdl.fp.format import FP16, FP32
 from hdl.fp.mul import FPMul
 from hdl.pim.config import PIMConfig
 
@@ -96,13 +97,16 @@ class BankPU(wiring.Component):
         self.lanes = n
         self.levels = exact_log2(n)
         self.out_depth = out_depth
+        self.context_acc = config.context_acc
         self.sel_width = max(1, ceil_log2(n))
         self.i_layout = data.StructLayout({"row": W * n, "bcast": W * n, "sel": self.sel_width,
                                            "mode": 1, "first": 1, "last": 1})
         self.o_layout = data.StructLayout({"data": W * n, "mode": 1})
         # Issue (cycle s) -> result at the output of the last adder (cycle s + *_out).
         self.score_out = FPMul.latency + FPAdd.latency * (self.levels + 1)
-        self.context_out = FPMul.latency + FPAdd.latency
+        # fp32 context accumulators: exact FP32 product + FP32 add, then the FP32 -> FP16 conversion of the job's
+        # result (its own multipliers, adders and converters; the score path is the same in both formats)
+        self.context_out = FPMul.latency + FPAdd.latency + (FPConvert.latency if self.context_acc == "fp32" else 0)
         #: ``last`` item accepted in cycle t by an idle PU -> ``o.valid`` in cycle ``t + latency[mode]``:
         #: +1 input register, +1 result-queue write.
         self.latency = {"score": self.score_out + 2, "context": self.context_out + 2}
@@ -188,12 +192,14 @@ class BankPU(wiring.Component):
 
         # ---- multipliers: a = q_j (score) or p (context), b = the row-buffer element
         p = elem(h.bcast, 0) if N == 1 else h.bcast.word_select(h.sel, W)
+        fp32 = self.context_acc == "fp32"
         muls = []
         for j in range(N):
             mul = FPMul(fmt=FP16, user_width=_CTRL.size if j == 0 else 0)
             m.submodules[f"mul{j}"] = mul
             m.d.comb += [
-                mul.i.valid.eq(issue),
+                # fp32: context items go to the context lanes below; these serve the score items only
+                mul.i.valid.eq(issue & ~(h.mode == MODE_CONTEXT) if fp32 else issue),
                 mul.i.payload.a.eq(Mux(h.mode == MODE_CONTEXT, p, elem(h.bcast, j))),
                 mul.i.payload.b.eq(elem(h.row, j)),
                 mul.o.ready.eq(1),
@@ -254,16 +260,60 @@ class BankPU(wiring.Component):
             with m.Else():
                 drive(adds[j], s_valid, s_a, s_b, s_ctrl)
 
+        # ---- fp32 context lanes: mul16 -> exact FP32 product, FP32 accumulator, FP32 -> FP16 of the job's result
+        if fp32:
+            ctx_res, ctx_done = self._fp32_context(m, h, issue, p, elem)
+        else:
+            ctx_res = Cat(*z)
+            ctx_done = out_is(0, MODE_CONTEXT) & z_ctrl[0].last
+
         # ---- result queue: out_depth entries; `pending` guarantees it never overflows
         m.submodules.results = q = SyncFIFO(width=self.o_layout.size, depth=self.out_depth)
         score_done = out_is(N - 1, MODE_SCORE) & z_ctrl[N - 1].last
-        ctx_done = out_is(0, MODE_CONTEXT) & z_ctrl[0].last
         m.d.comb += [
             q.w_en.eq(score_done | ctx_done),
-            q.w_data.eq(Mux(ctx_done, Cat(*z, Const(MODE_CONTEXT, 1)),
+            q.w_data.eq(Mux(ctx_done, Cat(ctx_res, Const(MODE_CONTEXT, 1)),
                             Cat(z[N - 1], Const(0, W * (N - 1)), Const(MODE_SCORE, 1)))),
             self.o.valid.eq(q.r_rdy),
             self.o.payload.eq(q.r_data),
             q.r_en.eq(self.o.ready),
         ]
         return m
+
+    def _fp32_context(self, m, h, issue, p, elem):
+        """Context mode with FP32 accumulators: per lane ``j`` an FPMul(FP16 -> FP32, exact), an FP32 FPAdd closing
+        the accumulator loop (bypassed like the FP16 one), and an FPConvert(FP32 -> FP16) that rounds the job's
+        accumulator once, on its ``last`` item. Returns (the 16 N-bit result, its valid)."""
+        N = self.lanes
+        valid = issue & (h.mode == MODE_CONTEXT)
+        cmuls, cadds, convs = [], [], []
+        for j in range(N):
+            mul = FPMul(fmt=FP16, out_fmt=FP32, user_width=_CTRL.size if j == 0 else 0)
+            add = FPAdd(fmt=FP32, user_width=_CTRL.size)
+            conv = FPConvert(src=FP32, dst=FP16, user_width=_CTRL.size if j == 0 else 0)
+            m.submodules[f"cmul{j}"], m.submodules[f"cadd{j}"], m.submodules[f"cconv{j}"] = mul, add, conv
+            m.d.comb += [mul.i.valid.eq(valid), mul.i.payload.a.eq(p), mul.i.payload.b.eq(elem(h.row, j)),
+                         mul.o.ready.eq(1), add.o.ready.eq(1), conv.o.ready.eq(1)]
+            cmuls.append(mul)
+            cadds.append(add)
+            convs.append(conv)
+        m.d.comb += cmuls[0].i.payload.user.eq(Cat(h.mode, h.first, h.last))
+        pctrl = data.View(_CTRL, cmuls[0].o.payload.user)
+        for j in range(N):
+            acc = Signal(32, name=f"acc32_{j}")
+            z = cadds[j].o.payload.z
+            with m.If(cadds[j].o.valid):
+                m.d.sync += acc.eq(z)
+            op = Mux(pctrl.first, 0, Mux(cadds[j].o.valid, z, acc))
+            actrl = data.View(_CTRL, cadds[j].o.payload.user)
+            m.d.comb += [
+                cadds[j].i.valid.eq(cmuls[0].o.valid),
+                cadds[j].i.payload.a.eq(op), cadds[j].i.payload.b.eq(cmuls[j].o.payload.z),
+                cadds[j].i.payload.user.eq(pctrl),
+                convs[j].i.valid.eq(cadds[j].o.valid & actrl.last),
+                convs[j].i.payload.a.eq(z),
+            ]
+            if j == 0:
+                m.d.comb += convs[0].i.payload.user.eq(cadds[0].o.payload.user)
+        done = convs[0].o.valid & data.View(_CTRL, convs[0].o.payload.user).last
+        return Cat(*[c.o.payload.z for c in convs]), done

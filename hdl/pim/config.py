@@ -1,8 +1,8 @@
-"""Configuration of one DIMM-PIM channel (L3, ../shared/papers/l3.txt section 4): a frozen, validated dataclass.
+"""Configuration of one DIMM-PIM channel ([L3] 4; docs/references.md): a frozen, validated dataclass.
 
 Sources:
 
-* [L3]      papers/l3.txt Table 2 ("DIMM / DIMM-PIM: DDR4-3200, 2 Ranks x 4 Bank Groups x 4 Banks", "16 Channels x
+* [L3]      (docs/references.md) Table 2 ("DIMM / DIMM-PIM: DDR4-3200, 2 Ranks x 4 Bank Groups x 4 Banks", "16 Channels x
             2 DIMM", "406GB/s (CPU)"), Table 3 ("Head Embedding D_h = 128", "N_pre = 2 (16-bit floating point)"),
             section 4.4 ("the bank row buffer provides 64-bit data for one RD ... four multipliers ... the shared
             buffer also broadcasts 64-bit data", "a 256KB buffer ... about a token size of 128K", "up to 8 REF
@@ -25,9 +25,11 @@ from dataclasses import dataclass, replace
 
 from hdl.memctl.timing import DRAMConfig, DRAMOrg, DDR4_3200, DDR4_3200_TIMING
 
-__all__ = ["PIMConfig", "PAPER", "TINY", "PIM_PRESETS", "pim_preset"]
+__all__ = ["PIMConfig", "PAPER", "TINY", "PIM_PRESETS", "pim_preset", "CONTEXT_ACCUMULATORS"]
 
 FP16_BITS = 16
+#: Bank-PU context accumulator formats (PIMConfig.context_acc).
+CONTEXT_ACCUMULATORS = ("fp16", "fp32")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +47,10 @@ class PIMConfig:
     relayout_beats: int = 2           # [L3] 6.1 set-up: "re-layout unit works on two 64-bit bursts"
     relayout_latency: int = 1         # one command-clock register stage in the buffer chip's write-data path;
     #                                   [L3] 4.1 "the provided [tWL] value is smaller (e.g., one cycle)"
+    context_acc: str = "fp16"         # bank-PU context accumulators: "fp16" ([L3] Table 3: N_pre = 2, 16-bit
+    #                                   floating point throughout; the default) or "fp32" (design option: exact
+    #                                   FP16 x FP16 products summed in binary32, rounded to FP16 once per job;
+    #                                   docs/pim_bank_pu.md "FP32 context accumulators")
 
     def __post_init__(self):
         org = self.dram.org
@@ -59,6 +65,9 @@ class PIMConfig:
             ("max_postponed_refresh", self.max_postponed_refresh, (0, 8), "JESD79-4 allows at most 8"),
             ("relayout_latency", self.relayout_latency, (1, 4), ""),
         ]
+        if self.context_acc not in CONTEXT_ACCUMULATORS:
+            raise ValueError(f"PIMConfig {self.name!r}: context_acc = {self.context_acc!r} must be one of "
+                             f"{CONTEXT_ACCUMULATORS}")
         for name, value, (lo, hi), why in checks:
             if not lo <= value <= hi:
                 raise ValueError(f"PIMConfig {self.name!r}: {name} = {value} outside [{lo}, {hi}]"

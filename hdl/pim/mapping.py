@@ -20,11 +20,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.dram.device import flat_burst_address
-
-__all__ = ["ELEMS_PER_BURST", "k_location", "v_location", "k_element_location", "v_element_location",
+__all__ = ["flat_burst_address", "ELEMS_PER_BURST", "k_location", "v_location", "k_element_location", "v_element_location",
            "AllBankReads", "score_reads", "context_reads", "region_rows", "HeadLayout", "head_layout",
            "read_addresses", "pack_rank_bursts", "unpack_rank_bursts", "host_write_bursts", "kv_store_image", "kv_from_image"]
+
+def flat_burst_address(org, rank, bg, bank, row, col):
+    """Index of a burst in a channel's storage: ``((rank * banks + bg * banks_per_group + bank) * rows + row) *
+    bursts_per_row + col`` (``org``: a :class:`hdl.memctl.timing.DRAMOrg`). The address the DRAM device model
+    (``sim/dram/device.py``) indexes its ``init`` image with; kept here so that hdl/ needs nothing from sim/
+    (``tests/hdl/pim/test_pim_mapping.py`` holds the two equal). Works on ints and numpy arrays."""
+    return ((rank * org.banks + bg * org.banks_per_group + bank) * org.rows + row) * org.bursts_per_row + col
+
 
 #: FP16 elements in one chip's 64-bit burst (x8 device, BL8) [L3 4.4: "the bank row buffer provides 64-bit data
 #: for one RD"]; PIMConfig validates elems_per_burst == 4 through bank_pu_multipliers.
@@ -314,7 +320,7 @@ def _region_elems(config, X, L, kind):
 
 
 def read_addresses(config, reads, rank=0, row0=0):
-    """(n, B) flat burst addresses (``sim.dram.device.flat_burst_address``) of every bank's burst of each RD_AB
+    """(n, B) flat burst addresses (:func:`flat_burst_address`) of every bank's burst of each RD_AB
     of ``reads`` (rows offset by ``row0`` when ``reads`` was built with row base 0)."""
     B = config.banks
     b = np.arange(B, dtype=np.int64)[None, :]

@@ -1,4 +1,4 @@
-"""DIMM-PIM rank PU (L3, ../shared/papers/l3.txt section 4, esp. 4.3 kernel fusion and 4.4 dynamic refresh): the
+"""DIMM-PIM rank PU ([L3] 4, esp. 4.3 kernel fusion and 4.4 dynamic refresh; docs/references.md): the
 buffer-chip controller of one rank that runs the fused decode-attention kernel of ``docs/pim.md`` head by head.
 Design notes, timing and measured cycle counts: ``docs/pim_rank_pu_sequencer.md``.
 
@@ -30,6 +30,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2, bits_for
 
 from hdl.memctl.commands import Cmd, command_layout, CYCLE_BITS
+from hdl.pim.allbank import allbank_gaps
 from hdl.pim.config import PIMConfig
 
 __all__ = ["PIMSequencer", "RankPU", "head_cycle_bound", "launch_layout", "rd_layout", "pu_ctrl_layout",
@@ -116,9 +117,22 @@ class PIMSequencer(wiring.Component):
       ``urgent_refreshes`` (out, 16): REFs that had to be issued inside a head.
     * ``drain`` (constant parameter): cycles the datapath may take from the last score RD_AB to the first
       probabilities; enters the head-length bound of the refresh decision.
+
+    With ``shared_bus=True`` (several rank PUs and the host memory controller on one channel, [L3] 5.1
+    ranksets; ``sim/pim/rankset.py``) three more ports:
+
+    * ``grant`` (in): the sequencer may drive the command bus this cycle (the buffer chips give the host's
+      commands priority); a command that is not granted waits, every counter keeps counting.
+    * ``host_cmd`` (in, ``command_layout``): the host's command on the bus this cycle (``NOP`` if none).
+    * ``owner`` (out): the rank PU owns its rank (compute mode). With ``owned=False`` the rank starts in *host
+      mode*: the sequencer issues nothing and snoops the host's commands to its rank -- a REF counts as one of
+      its own (deadline, owed, tRFC), any other command may leave rows open (so the first command it issues
+      later is a PREA, no earlier than ``max(tRAS, CWL + burst + tWR, tRTP)`` after the host's last command to
+      the rank). It takes the rank on the first launch it accepts and keeps it.
     """
 
-    def __init__(self, config: PIMConfig, *, rank: int = 0, drain: int = 0, overlap: bool = True):
+    def __init__(self, config: PIMConfig, *, rank: int = 0, drain: int = 0, overlap: bool = True,
+                 shared_bus: bool = False, owned: bool = True):
         if not isinstance(config, PIMConfig):
             raise ValueError(f"config must be a PIMConfig, got {type(config).__name__}")
         org = config.dram.org
@@ -127,15 +141,19 @@ class PIMSequencer(wiring.Component):
             raise ValueError(f"rank = {rank} outside [0, {org.ranks})")
         if not 0 <= drain < 1 << 20:
             raise ValueError(f"drain = {drain} outside [0, 2**20)")
+        if not shared_bus and not owned:
+            raise ValueError("owned=False needs shared_bus=True (a host must own the rank until the first launch)")
         self.config = config
         self.org = org
         self.rank = rank
         self.drain = drain
+        self.shared_bus = bool(shared_bus)
+        self.owned = bool(owned)
         self.log_B = _pow2(config, "banks", config.banks)
         self.log_G = _pow2(config, "token_sets", config.token_sets)
         self.log_bpt = _pow2(config, "bursts_per_token", config.bursts_per_token)
         self.log_cpr = _pow2(config, "columns_per_row", config.columns_per_row)
-        super().__init__({
+        ports = {
             "launch": In(stream.Signature(launch_layout(config))),
             "cmd": Out(command_layout(org)),
             "rd": Out(stream.Signature(rd_layout(config))),
@@ -144,7 +162,10 @@ class PIMSequencer(wiring.Component):
             "busy": Out(1),
             "refreshes": Out(32),
             "urgent_refreshes": Out(16),
-        })
+        }
+        if self.shared_bus:
+            ports.update({"grant": In(1), "host_cmd": In(command_layout(org)), "owner": Out(1)})
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -158,13 +179,22 @@ class PIMSequencer(wiring.Component):
         # ---- timing counters: cycles until the command is legal (0 = legal now) ------------------------------
         # Loaded on issue with max(remaining - 1, X - 1), so that a command at cycle s makes the next one legal
         # at s + X; they count down otherwise.
-        cw = bits_for(max(tm.tRFC, tm.tRC, tm.tFAW, tm.tRAS) + 1)
+        gaps = allbank_gaps(tm)
+        cw = bits_for(max(x for prevs in gaps.values() for x in prevs.values()) + 1)
         w_act = Signal(cw)   # ACT_AB: tRPab after PREA, tRC / tRRD_L / tFAW after ACT_AB, tRFC after REF
         w_rd = Signal(cw)    # RD_AB: tRCD after ACT_AB, tCCD_L after RD_AB
         w_pre = Signal(cw)   # PREA: tRAS after ACT_AB, tRTP after RD_AB
         w_ref = Signal(cw)   # REF: tRPab after PREA, tRC after ACT_AB (conservative), tRFC after REF
         counters = (w_act, w_rd, w_pre, w_ref)
         loads = {id(c): [] for c in counters}
+        # Bus ownership: may issue this cycle (always, on a channel of its own).
+        if self.shared_bus:
+            own = Signal(init=int(self.owned))
+            m.d.comb += self.owner.eq(own)
+            go = self.grant & own
+        else:
+            own, go = Const(1), Const(1)
+        ok_act, ok_rd, ok_pre, ok_ref = ((w == 0) & go for w in counters)
 
         def load(cond, counter, x):
             loads[id(counter)].append((cond, x))
@@ -207,6 +237,7 @@ class PIMSequencer(wiring.Component):
         p_hp = Signal()
         p_bound = Signal(TB)
         row_open = Signal()
+        foreign = Signal()   # shared bus: rows of the rank may have been left open by the host (PREA first)
         open_row = Signal(max(1, ceil_log2(org.rows)))
 
         L = head.L
@@ -238,7 +269,7 @@ class PIMSequencer(wiring.Component):
                                      | (owed > head.postpone))
 
         def do_ref(urgent_one):
-            with m.If(w_ref == 0):
+            with m.If(ok_ref):
                 m.d.comb += issue[Cmd.REF].eq(1)
                 m.d.sync += [deadline.eq(deadline + tm.tREFI), refreshes.eq(refreshes + 1)]
                 if urgent_one:
@@ -247,9 +278,9 @@ class PIMSequencer(wiring.Component):
         def close_row_then_ref(urgent_one):
             # REF needs every bank precharged: close an open row first (PREA once tRAS / tRTP allow), then REF.
             with m.If(row_open):
-                with m.If(w_pre == 0):
+                with m.If(ok_pre):
                     m.d.comb += issue[Cmd.PREA].eq(1)
-                    m.d.sync += row_open.eq(0)
+                    m.d.sync += [row_open.eq(0), foreign.eq(0)]
             with m.Else():
                 do_ref(urgent_one)
 
@@ -281,12 +312,17 @@ class PIMSequencer(wiring.Component):
         IDLE, PLAN, REFRESH, RUN = range(4)
         state = Signal(range(4))
         with m.If(state == IDLE):
-            with m.If(urgent & ~row_open):
+            with m.If(~own):            # host mode: the first launch takes the rank
+                with m.If(self.launch.valid):
+                    accept()
+                    if self.shared_bus:
+                        m.d.sync += own.eq(1)
+            with m.Elif(urgent & ~row_open):
                 do_ref(False)
-            with m.Elif(row_open):      # never: heads end precharged (defensive)
-                with m.If(w_pre == 0):
+            with m.Elif(row_open):      # heads end precharged; rows the host left open
+                with m.If(ok_pre):
                     m.d.comb += issue[Cmd.PREA].eq(1)
-                    m.d.sync += row_open.eq(0)
+                    m.d.sync += [row_open.eq(0), foreign.eq(0)]
             with m.Else():
                 with m.If(self.launch.valid):
                     accept()
@@ -319,17 +355,17 @@ class PIMSequencer(wiring.Component):
             with m.If(urgent):
                 close_row_then_ref(True)
             with m.Elif(more):
-                with m.If(row_open & (open_row == tgt_row)):
-                    ok = (w_rd == 0) & self.rd.ready & (~ctx | self.p_avail)
+                with m.If(row_open & (open_row == tgt_row) & ~foreign):
+                    ok = ok_rd & self.rd.ready & (~ctx | self.p_avail)
                     with m.If(ok):
                         m.d.comb += [issue[Cmd.RD_AB].eq(1), self.rd.valid.eq(1)]
                         m.d.sync += lin.eq(lin + 1)
                 with m.Elif(row_open):
-                    with m.If(w_pre == 0):
+                    with m.If(ok_pre):
                         m.d.comb += issue[Cmd.PREA].eq(1)
-                        m.d.sync += row_open.eq(0)
+                        m.d.sync += [row_open.eq(0), foreign.eq(0)]
                 with m.Else():
-                    with m.If(w_act == 0):
+                    with m.If(ok_act):
                         m.d.comb += issue[Cmd.ACT_AB].eq(1)
                         m.d.sync += [row_open.eq(1), open_row.eq(tgt_row)]
             with m.Elif(~ctx):
@@ -351,9 +387,9 @@ class PIMSequencer(wiring.Component):
                     start_ctx(p_nV, p_vrow, p_hp)
                     m.d.sync += pv.eq(0)
             with m.Elif(row_open):
-                with m.If(w_pre == 0):
+                with m.If(ok_pre):
                     m.d.comb += issue[Cmd.PREA].eq(1)
-                    m.d.sync += row_open.eq(0)
+                    m.d.sync += [row_open.eq(0), foreign.eq(0)]
             with m.Else():
                 m.d.sync += state.eq(IDLE)
 
@@ -368,21 +404,30 @@ class PIMSequencer(wiring.Component):
             self.rd.payload.pfirst.eq(lin == 0),
         ]
 
-        # owed: +1 per tREFI, -1 per REF
-        m.d.sync += owed.eq(owed + tick - issue[Cmd.REF])
+        # Host mode (shared bus): the host's commands to this rank, snooped
+        snoop_ref = Signal()
+        if self.shared_bus:
+            h = self.host_cmd
+            snoop = ~own & (h.kind != Cmd.NOP) & (h.rank == self.rank)
+            snoop_other = snoop & (h.kind != Cmd.REF)
+            m.d.comb += snoop_ref.eq(snoop & (h.kind == Cmd.REF))
+            with m.If(snoop_other):
+                m.d.sync += [row_open.eq(1), foreign.eq(1)]
+            with m.If(snoop_ref):
+                m.d.sync += deadline.eq(deadline + tm.tREFI)
+            # PRE of a bank the host used: tRAS after its ACT, write recovery after its WR, tRTP after its RD
+            load(snoop_other, w_pre, max(tm.tRAS, tm.CWL + org.burst_cycles + tm.tWR, tm.tRTP))
+            for c in counters:
+                load(snoop_ref, c, tm.tRFC)
 
-        # ---- counter updates ----------------------------------------------------------------------------------
-        a, r, p, f = issue[Cmd.ACT_AB], issue[Cmd.RD_AB], issue[Cmd.PREA], issue[Cmd.REF]
-        load(a, w_act, max(tm.tRC, tm.tRRD_L, tm.tFAW))   # ACT_AB fills the four-activate window
-        load(a, w_rd, tm.tRCD)
-        load(a, w_pre, tm.tRAS)
-        load(a, w_ref, tm.tRC)
-        load(r, w_rd, tm.tCCD_L)
-        load(r, w_pre, tm.tRTP)
-        load(p, w_act, tm.tRPab)
-        load(p, w_ref, tm.tRPab)
-        for c in counters:
-            load(f, c, tm.tRFC)
+        # owed: +1 per tREFI, -1 per REF (its own or, in host mode, the host's)
+        m.d.sync += owed.eq(owed + tick - issue[Cmd.REF] - snoop_ref)
+
+        # ---- counter updates: the all-bank rules of hdl/pim/allbank.py, one counter per command kind -----------
+        counter_of = {Cmd.ACT_AB: w_act, Cmd.RD_AB: w_rd, Cmd.PREA: w_pre, Cmd.REF: w_ref}
+        for nxt, prevs in gaps.items():
+            for prev, x in prevs.items():
+                load(issue[prev], counter_of[nxt], x)
         for c in counters:
             dec = Mux(c == 0, 0, c - 1)
             nxt = dec
@@ -429,10 +474,12 @@ class RankPU(wiring.Component):
     * ``errors`` (out, 4, sticky): bit 0 a bank PU was not ready for its data, bit 1 RD_AB data without a
       record, bit 2 the record queue overflowed.
     * ``refreshes``, ``urgent_refreshes``, ``busy`` (out): from the sequencer.
+    * ``shared_bus=True``: ``grant``, ``host_cmd``, ``owner`` of :class:`PIMSequencer` (``owned=False``: the
+      rank starts in host mode).
     """
 
     def __init__(self, config: PIMConfig, *, rank: int = 0, softmax: bool = True, drain: int | None = None,
-                 overlap: bool = True):
+                 overlap: bool = True, shared_bus: bool = False, owned: bool = True):
         if not isinstance(config, PIMConfig):
             raise ValueError(f"config must be a PIMConfig, got {type(config).__name__}")
         self.config = config
@@ -445,7 +492,9 @@ class RankPU(wiring.Component):
             raise ValueError(f"PIMConfig {config.name!r}: max_tokens = {config.max_tokens} must be a multiple of "
                              f"banks = {config.banks} (the circular rank buffer holds whole chunks)")
         self.overlap = bool(overlap)
-        self.seq = PIMSequencer(config, rank=rank, drain=drain, overlap=overlap)
+        self.shared_bus = bool(shared_bus)
+        self.seq = PIMSequencer(config, rank=rank, drain=drain, overlap=overlap, shared_bus=shared_bus,
+                                owned=owned)
         ports = {
             "launch": In(stream.Signature(launch_layout(config))),
             "result": Out(stream.Signature(16)),
@@ -466,6 +515,8 @@ class RankPU(wiring.Component):
         if not softmax:
             ports["scores"] = Out(stream.Signature(16))
             ports["p_in"] = In(stream.Signature(16 * G))
+        if self.shared_bus:
+            ports.update({"grant": In(1), "host_cmd": In(command_layout(org)), "owner": Out(1)})
         super().__init__(ports)
 
     @staticmethod
@@ -484,6 +535,8 @@ class RankPU(wiring.Component):
         m.submodules.seq = seq = self.seq
         m.d.comb += [self.cmd.eq(seq.cmd), self.refreshes.eq(seq.refreshes),
                      self.urgent_refreshes.eq(seq.urgent_refreshes), self.busy.eq(seq.busy)]
+        if self.shared_bus:
+            m.d.comb += [seq.grant.eq(self.grant), seq.host_cmd.eq(self.host_cmd), self.owner.eq(seq.owner)]
         errors = self.errors
 
         # ---- launch queue (2 heads) -> the sequencer, plus the head length for the softmax side ---------------

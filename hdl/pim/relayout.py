@@ -1,4 +1,4 @@
-"""Re-layout unit of the DIMM-PIM buffer chip (L3, ../shared/papers/l3.txt section 4.1) and its numpy golden model.
+"""Re-layout unit of the DIMM-PIM buffer chip ([L3] 4.1; docs/references.md) and its numpy golden model.
 
 See ``docs/pim_relayout.md`` (bit exchange, double-buffer timing, spoofed SPD) and ``docs/pim.md`` ("Data
 placement: Re-layout"), whose contract this follows exactly.

@@ -1,4 +1,4 @@
-"""Rank PU softmax unit of the DIMM-PIM (L3, ../shared/papers/l3.txt 4.3 / 4.4; 6.1 set-up: "softmax unit
+"""Rank PU softmax unit of the DIMM-PIM ([L3] 4.3 / 4.4, docs/references.md; 6.1 set-up: "softmax unit
 pipelined over chunks of sixteen FP16 elements (one per logic bank)"): the chunk softmax with the running
 max / sum update (:class:`PIMSoftmaxUnit`) and the normalization of the stored exponentials
 (:class:`PIMNormalizer`), in exactly the order of docs/pim.md. Golden model: ``sim/golden/pim_rank.py``

@@ -1,4 +1,4 @@
-"""Spoofed timing the DIMM-PIM advertises to the host memory controller (L3, ../shared/papers/l3.txt section 4.1).
+"""Spoofed timing the DIMM-PIM advertises to the host memory controller ([L3] 4.1; docs/references.md).
 
 The re-layout unit (:mod:`hdl.pim.relayout`) delays the write data by ``latency`` command clocks inside the buffer
 chip. So that the data still reaches the DRAM pins exactly CWL after the WR [JESD79-4: "CWL is the delay, in clock

@@ -1,4 +1,4 @@
-"""Backend on Amaranth's built-in Python simulator (no external tools; ~10k cycles/s)."""
+"""Backend on Amaranth's built-in Python simulator (no external tools; 2k-10k cycles/s)."""
 
 import time
 
@@ -13,10 +13,11 @@ __all__ = ["AmaranthBackend"]
 class AmaranthBackend(Backend):
     name = "amaranth"
 
-    def run_streams(self, component, inputs, expected, *, traffic=None, max_cycles=None):
+    def _run(self, component, inputs, expected, *, traffic, max_cycles, quiet_cycles):
         in_ports, out_ports, data, counts, patterns, max_cycles = self._prepare(
             component, inputs, expected, traffic, max_cycles)
-        outputs = {name: [] for name in counts}
+        emitted = {q.name: [] for q in out_ports}
+        extra_cycle = {}
         result = {}
 
         sigs = {p.name: getattr(component, p.name) for p in in_ports + out_ports}
@@ -24,7 +25,9 @@ class AmaranthBackend(Backend):
         async def testbench(ctx):
             pos = {p.name: 0 for p in in_ports}
             presenting = {p.name: False for p in in_ports}
-            for t in range(max_cycles):
+            end = None      # last cycle of the run (completion + quiet window)
+            t = 0
+            while end is None and t < max_cycles or end is not None and t <= end:
                 for p in in_ports:
                     s = sigs[p.name]
                     pat = patterns[p.name]
@@ -42,24 +45,29 @@ class AmaranthBackend(Backend):
                 for q in out_ports:
                     s = sigs[q.name]
                     pat = patterns[q.name]
-                    if q.name in outputs and pat[t % len(pat)] and ctx.get(s.valid):
-                        outputs[q.name].append(int(ctx.get(Value.cast(s.payload))))
+                    if pat[t % len(pat)] and ctx.get(s.valid):
+                        got = emitted[q.name]
+                        got.append(int(ctx.get(Value.cast(s.payload))))
+                        n = counts.get(q.name)
+                        if n is not None and len(got) == n + 1:
+                            extra_cycle[q.name] = t
                 await ctx.tick()
-                if all(counts[n] is None or len(outputs[n]) >= counts[n] for n in counts):
+                if end is None and all(counts[n] is None or len(emitted[n]) >= counts[n] for n in counts):
                     result["cycles"] = t + 1
-                    return
-            result["cycles"] = None
+                    result["whole"] = {n: len(emitted[n]) for n in counts if counts[n] is None}
+                    end = t + quiet_cycles
+                t += 1
 
         sim = Simulator(component)
         sim.add_clock(1e-9)
         sim.add_testbench(testbench)
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), time.process_time()
         sim.run()
-        wall = time.perf_counter() - start
-        if result["cycles"] is None:
-            got = {n: len(v) for n, v in outputs.items()}
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+        if "cycles" not in result:
+            got = {n: len(emitted[n]) for n in counts}
             raise SimulationTimeout(f"{type(component).__name__}: no completion after {max_cycles} cycles; "
                                     f"outputs collected {got} of {counts}")
-        return StreamRun(backend=self.name, outputs={n: v if counts[n] is None else v[:counts[n]]
-                                                      for n, v in outputs.items()},
-                         cycles=result["cycles"], wall_seconds=wall)
+        outputs = {n: emitted[n][:result["whole"][n] if counts[n] is None else counts[n]] for n in counts}
+        return StreamRun(backend=self.name, outputs=outputs, cycles=result["cycles"], wall_seconds=wall,
+                         emitted=emitted, extra_cycle=extra_cycle, cpu_seconds=cpu)

@@ -13,8 +13,14 @@ count** on every engine:
   recorded if ``valid & ready``.
 * An output port with a count of ``None`` is *collected whole*: every payload it hands over is recorded, and
   it does not take part in deciding when the run ends (command traces, error reports).
-* The run ends after the edge on which the last expected output is recorded; ``cycles = t + 1``. A run that
-  has not finished after ``max_cycles`` cycles raises :class:`SimulationTimeout` (a hang, not a slow test).
+* The run *completes* after the edge on which the last expected output is recorded; ``cycles = t + 1``. A run
+  that has not completed after ``max_cycles`` cycles raises :class:`SimulationTimeout` (a hang, not a slow test).
+* **Quiet window.** After completion the same protocol continues for ``quiet_cycles`` more cycles (inputs keep
+  presenting any items left, outputs keep their ready patterns) while every output item is still recorded. Every
+  output port emits exactly what it hands over in the whole run, window included (:attr:`StreamRun.emitted`); a
+  port with an expected count that emitted more items than its count -- before completion, or in the window,
+  i.e. after the design should be quiet -- fails the run with :class:`ExtraOutput`. ``cycles`` and ``outputs``
+  do not depend on the window (a port collected whole keeps the items up to completion in ``outputs``).
 """
 
 from abc import ABC, abstractmethod
@@ -26,13 +32,29 @@ from amaranth.hdl import Shape
 from amaranth.lib import wiring, stream
 
 __all__ = [
-    "StreamPort", "stream_ports", "Traffic", "StreamRun", "Backend", "SimulationTimeout",
-    "BACKENDS", "get_backend",
+    "StreamPort", "stream_ports", "Traffic", "StreamRun", "Backend", "SimulationTimeout", "ExtraOutput",
+    "BACKENDS", "get_backend", "DEFAULT_QUIET_CYCLES",
 ]
+
+#: Default length of the check window after completion (cycles): longer than the latency of every unit of the
+#: project that a stream test drives (FP units <= 30, bank PU 17, the DRAM controller's read path ~45 at
+#: DDR4-3200), so an item a design emits in response to its last input lands in the window.
+DEFAULT_QUIET_CYCLES = 64
 
 
 class SimulationTimeout(RuntimeError):
     """A stream run did not produce its expected outputs within ``max_cycles``."""
+
+
+class ExtraOutput(AssertionError):
+    """A design emitted more items on an output port than the run expected (before completion, or in the quiet
+    window after it). ``run`` holds the :class:`StreamRun` (every emitted item), ``ports`` the offending port
+    names."""
+
+    def __init__(self, message, run=None, ports=()):
+        super().__init__(message)
+        self.run = run
+        self.ports = tuple(ports)
 
 
 @dataclass(frozen=True)
@@ -104,9 +126,24 @@ class StreamRun:
     outputs: dict       # output port name -> list of int payloads, in arrival order
     cycles: int         # clock cycles from the end of reset to the last recorded output
     wall_seconds: float  # time spent simulating (excludes elaboration and compilation)
+    #: every output port (named in ``expected`` or not) -> every payload it handed over in the whole run,
+    #: quiet window included, in arrival order
+    emitted: dict = field(default_factory=dict)
+    #: output port -> cycle (``t``) in which it handed over its first item beyond its expected count
+    extra_cycle: dict = field(default_factory=dict)
+    quiet_cycles: int = 0   # length of the check window that followed completion
+    counts: dict = field(default_factory=dict)   # the run's ``expected`` counts (None: collected whole)
+    #: CPU seconds of the simulation (the harness process for Verilator, this process for Amaranth): a speed
+    #: figure that does not depend on how many other jobs share the machine's cores
+    cpu_seconds: float | None = None
 
     def array(self, port: str, dtype=np.uint64) -> np.ndarray:
         return np.array(self.outputs[port], dtype=dtype)
+
+    def extra_items(self) -> dict:
+        """Counted output port -> the payloads it emitted beyond its expected count (only ports that did)."""
+        return {name: self.emitted[name][n:] for name, n in self.counts.items()
+                if n is not None and len(self.emitted.get(name, ())) > n}
 
 
 class Backend(ABC):
@@ -114,17 +151,52 @@ class Backend(ABC):
 
     name: str
 
-    @abstractmethod
     def run_streams(self, component: wiring.Component, inputs: dict, expected: dict, *,
-                    traffic: Traffic | None = None, max_cycles: int | None = None) -> StreamRun:
+                    traffic: Traffic | None = None, max_cycles: int | None = None,
+                    quiet_cycles: int | None = None) -> StreamRun:
         """Run one stream testbench on a freshly reset ``component``.
 
         ``inputs``: input port name -> sequence of int payloads (every input port must be named; use an empty
-        sequence for an idle port). ``expected``: output port name -> number of payloads to collect (ports not
-        named are always ready and their payloads are dropped; ``None`` collects a port whole without making the
-        run wait for it; at least one port needs a count). ``max_cycles`` defaults to a generous bound derived
-        from the amount of traffic.
+        sequence for an idle port). ``expected``: output port name -> number of payloads the port must emit
+        (ports not named are always ready and are not checked; ``None`` collects a port whole without making
+        the run wait for it or checking its count; at least one port needs a count). ``max_cycles`` defaults to
+        a generous bound derived from the amount of traffic. ``quiet_cycles`` (default
+        :data:`DEFAULT_QUIET_CYCLES`): the check window after completion (module docstring); 0 checks only the
+        items emitted up to completion.
+
+        Raises :class:`SimulationTimeout` (no completion), :class:`ExtraOutput` (a counted port emitted more
+        than its count).
         """
+        if quiet_cycles is None:
+            quiet_cycles = DEFAULT_QUIET_CYCLES
+        if isinstance(quiet_cycles, bool) or not isinstance(quiet_cycles, (int, np.integer)) \
+                or not 0 <= quiet_cycles <= 1 << 32:
+            raise ValueError(f"quiet_cycles must be an int in [0, 2**32], got {quiet_cycles!r}")
+        run = self._run(component, inputs, expected, traffic=traffic, max_cycles=max_cycles,
+                        quiet_cycles=int(quiet_cycles))
+        run.quiet_cycles = int(quiet_cycles)
+        run.counts = {name: (None if n is None else int(n)) for name, n in expected.items()}
+        bad = list(run.extra_items())
+        if bad:
+            parts = []
+            for name in bad:
+                items = run.emitted[name]
+                n = int(expected[name])
+                t = run.extra_cycle.get(name)
+                when = (f"in cycle {t}, " + ("before completion" if t < run.cycles else
+                                            f"{t - run.cycles + 1} cycle(s) after completion")) if t is not None \
+                    else "cycle unknown"
+                parts.append(f"output {name!r} emitted {len(items)} items, {n} expected (first extra item "
+                             f"{items[n]:#x} {when})")
+            raise ExtraOutput(f"{type(component).__name__}: " + "; ".join(parts)
+                              + f" [run completed at cycle {run.cycles}, quiet window {quiet_cycles} cycles]",
+                              run=run, ports=bad)
+        return run
+
+    @abstractmethod
+    def _run(self, component, inputs, expected, *, traffic, max_cycles, quiet_cycles) -> StreamRun:
+        """The engine's run: fills ``outputs``, ``cycles``, ``emitted`` and ``extra_cycle`` (see
+        :meth:`run_streams`); raises :class:`SimulationTimeout`."""
 
     @staticmethod
     def _prepare(component, inputs, expected, traffic, max_cycles):

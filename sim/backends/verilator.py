@@ -10,6 +10,8 @@ writes a binary stimulus file, runs the executable and reads back the outputs an
 
 import hashlib
 import os
+import re
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -22,7 +24,7 @@ import numpy as np
 from .base import Backend, StreamRun, SimulationTimeout, stream_ports
 from .verilog import verilog_text, module_ports, verilator_env, verilator_bin_dir
 
-__all__ = ["VerilatorBackend", "BUILD_ROOT", "build_executable"]
+__all__ = ["VerilatorBackend", "BUILD_ROOT", "build_executable", "strip_zero_memory_inits", "verilator_flags"]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Where executables are cached; override with the ``VERILATOR_BUILD_DIR`` environment variable.
@@ -91,10 +93,10 @@ def _harness(ports) -> str:
         read.append(f"    outs[{k}].read(r);")
         idle.append(f"    top->out{k}_ready = 0;")
         drive.append(f"        top->out{k}_ready = outs[{k}].pat[t % outs[{k}].pat.size()];")
-        store = f" if (q.seen < q.want) get_payload(top->out{k}_payload, q.data);" if q.width else ""
+        store = f" get_payload(top->out{k}_payload, q.data);" if q.width else ""
         sample.append(f"        {{ OutPort& q = outs[{k}];\n"
-                      f"          if (q.collect && top->out{k}_ready && top->out{k}_valid) "
-                      f"{{{store} ++q.seen; }} }}")
+                      f"          if (top->out{k}_ready && top->out{k}_valid) "
+                      f"{{{store} if (++q.seen == q.want + 1) q.extra_cycle = t; }} }}")
     done = " && ".join(f"(outs[{k}].all || outs[{k}].seen >= outs[{k}].want)" for k in range(len(outs))) or "true"
     text = HARNESS_TEMPLATE.read_text()
     for key, value in (("@N_IN@", str(len(ins))), ("@N_OUT@", str(len(outs))), ("@READ@", "\n".join(read)),
@@ -121,14 +123,41 @@ def _publish(tmp: Path, final: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def build_executable(verilog: str, ports) -> Path:
+# A memory word initialised to zero (Yosys writes every word of an Amaranth Memory's init, zeros included):
+# `    name[123] = 16'h0000;`, only inside an `initial begin ... end` block.
+_ZERO_WORD = re.compile(r"^\s*[A-Za-z_\\][^\s\[]*\[\d+\] = \d+'[hbd]0+;$")
+
+
+def strip_zero_memory_inits(verilog: str) -> str:
+    """``verilog`` without the memory-word initialisations to zero in its ``initial`` blocks. Under
+    ``--x-initial 0`` (VERILATOR_FLAGS) every variable starts at zero anyway, so the model is the same; a rank
+    PU's 128K-entry rank buffer no longer becomes 128K C++ statements (PAPER: 139K of the 223K lines of the fast
+    build's Verilog)."""
+    out, in_initial = [], False
+    for line in verilog.split("\n"):
+        st = line.strip()
+        if in_initial:
+            if st == "end":
+                in_initial = False
+            elif _ZERO_WORD.match(line):
+                continue
+        elif st == "initial begin":
+            in_initial = True
+        out.append(line)
+    return "\n".join(out)
+
+
+def build_executable(verilog: str, ports, extra_flags=()) -> Path:
     """Compile (or find in the cache) the harness executable for Verilog ``verilog`` (top module ``top``).
+    ``extra_flags``: more Verilator options (a component's ``verilator_flags()``).
 
     Raises :class:`RuntimeError` with the tail of Verilator's or the C++ compiler's output on failure.
     """
+    verilog = strip_zero_memory_inits(verilog)
     wrapper = _wrapper(ports, module_ports(verilog, "top"))
     harness = _harness(ports)
-    flags = " ".join(VERILATOR_FLAGS + MAKE_FLAGS)
+    extra_flags = [str(f) for f in extra_flags]
+    flags = " ".join(VERILATOR_FLAGS + extra_flags + MAKE_FLAGS)
     key = hashlib.sha256("\0".join([verilog, wrapper, harness, flags]).encode()).hexdigest()
     final = BUILD_ROOT / key
     exe = final / "sim"
@@ -142,7 +171,7 @@ def build_executable(verilog: str, ports) -> Path:
         (tmp / "harness_top.v").write_text(wrapper)
         (tmp / "harness.cpp").write_text(harness)
         obj = tmp / "obj"
-        _run_tool(["verilator", *VERILATOR_FLAGS, "--Mdir", "obj", "-o", "../sim",
+        _run_tool(["verilator", *VERILATOR_FLAGS, *extra_flags, "--Mdir", "obj", "-o", "../sim",
                    "harness_top.v", "top.v", "harness.cpp"], tmp, "verilator")
         have_runtime = all((runtime / o).exists() for o in RUNTIME_OBJS)
         if have_runtime:
@@ -164,6 +193,12 @@ def build_executable(verilog: str, ports) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return exe
+
+
+def verilator_flags(component) -> list:
+    """Extra Verilator options a component asks for (method ``verilator_flags()``; none by default)."""
+    f = getattr(component, "verilator_flags", None)
+    return list(f()) if callable(f) else []
 
 
 def _encode_words(items, width) -> bytes:
@@ -201,26 +236,27 @@ class VerilatorBackend(Backend):
         except TypeError:  # not weak-referenceable or not hashable: no in-memory cache
             exe = None
         if exe is None or not exe.exists():
-            exe = build_executable(verilog_text(component, "top"), stream_ports(component))
+            exe = build_executable(verilog_text(component, "top"), stream_ports(component),
+                                   verilator_flags(component))
             try:
                 self._exes[component] = exe
             except TypeError:
                 pass
         return exe
 
-    def run_streams(self, component, inputs, expected, *, traffic=None, max_cycles=None):
+    def _run(self, component, inputs, expected, *, traffic, max_cycles, quiet_cycles):
         in_ports, out_ports, data, counts, patterns, max_cycles = self._prepare(
             component, inputs, expected, traffic, max_cycles)
         exe = self.executable(component)
 
-        chunks = [np.uint64(max_cycles).tobytes()]
+        chunks = [np.array([max_cycles, quiet_cycles], dtype="<u8").tobytes()]
         for p in in_ports:
             pat = patterns[p.name].astype(np.uint8)
             chunks += [np.array([len(data[p.name]), pat.size], dtype="<u8").tobytes(), pat.tobytes(),
                        _encode_words(data[p.name], p.width)]
         for q in out_ports:
             pat = patterns[q.name].astype(np.uint8)
-            # collect: 0 = drop, 1 = the first n payloads, 2 = every payload (not waited for).
+            # mode: 0 = not named, 1 = counted, 2 = collected whole (0 and 2: not waited for).
             collect = 0 if q.name not in counts else 2 if counts[q.name] is None else 1
             chunks += [np.array([collect, counts.get(q.name) or 0, pat.size], dtype="<u8").tobytes(),
                        pat.tobytes()]
@@ -228,9 +264,19 @@ class VerilatorBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="vlrun-") as tmp:
             stim, res = Path(tmp) / "stimulus.bin", Path(tmp) / "result.bin"
             stim.write_bytes(b"".join(chunks))
+            # Run-time files of the design (e.g. a memory image read by $readmemh): +<key>=<file> plusargs.
+            plusargs = []
+            files = getattr(component, "verilator_runtime_files", None)
+            for key, text in (files() if callable(files) else {}).items():
+                path = Path(tmp) / f"{key}.dat"
+                path.write_text(text)
+                plusargs.append(f"+{key}={path}")
             start = time.perf_counter()
-            proc = subprocess.run([str(exe), str(stim), str(res)], capture_output=True, text=True)
+            ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            proc = subprocess.run([str(exe), str(stim), str(res), *plusargs], capture_output=True, text=True)
+            ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             wall = time.perf_counter() - start
+            cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
             if proc.returncode != 0:
                 raise RuntimeError(f"Verilator harness {exe} failed (exit {proc.returncode}):\n"
                                    f"{(proc.stdout + proc.stderr)[-2000:]}")
@@ -238,16 +284,20 @@ class VerilatorBackend(Backend):
 
         status, cycles = np.frombuffer(buf, dtype="<u8", count=2).tolist()
         off = 16
-        outputs, seen = {}, {}
+        outputs, seen, emitted, extra_cycle = {}, {}, {}, {}
         for q in out_ports:
-            n_seen, n_words = np.frombuffer(buf, dtype="<u8", count=2, offset=off).tolist()
-            off += 16
-            if q.name in counts:
-                limit = n_seen if counts[q.name] is None else min(n_seen, counts[q.name])
-                outputs[q.name] = _decode_words(buf[off:off + 4 * n_words], q.width) if q.width else [0] * limit
-                seen[q.name] = n_seen
+            n_seen, at_done, x_cycle, n_words = np.frombuffer(buf, dtype="<u8", count=4, offset=off).tolist()
+            off += 32
+            items = _decode_words(buf[off:off + 4 * n_words], q.width) if q.width else [0] * n_seen
             off += 4 * n_words
+            emitted[q.name] = items
+            if x_cycle != 0xFFFF_FFFF_FFFF_FFFF:
+                extra_cycle[q.name] = x_cycle
+            if q.name in counts:
+                outputs[q.name] = items[:at_done if counts[q.name] is None else counts[q.name]]
+                seen[q.name] = n_seen
         if status != 0:
             raise SimulationTimeout(f"{type(component).__name__}: no completion after {max_cycles} cycles; "
                                     f"outputs collected {seen} of {counts}")
-        return StreamRun(backend=self.name, outputs=outputs, cycles=cycles, wall_seconds=wall)
+        return StreamRun(backend=self.name, outputs=outputs, cycles=cycles, wall_seconds=wall, emitted=emitted,
+                         extra_cycle=extra_cycle, cpu_seconds=cpu)

@@ -32,8 +32,15 @@ def verilator_env() -> dict:
 
 
 def verilog_text(component, name: str = "top") -> str:
-    """Verilog for ``component`` with top module ``name`` (ports ``clk``, ``rst``, ``<stream>__valid`` ...)."""
-    return _amaranth_verilog.convert(component, name=name)
+    """Verilog for ``component`` with top module ``name`` (ports ``clk``, ``rst``, ``<stream>__valid`` ...).
+
+    A component that instantiates modules of its own (``amaranth.hdl.Instance``, e.g. a repeated block compiled
+    once, or a simulation model) lists their Verilog in a method ``verilog_modules()``; the texts are appended."""
+    text = _amaranth_verilog.convert(component, name=name)
+    extra = getattr(component, "verilog_modules", None)
+    if callable(extra):
+        text += "".join("\n" + m for m in extra())
+    return text
 
 
 def module_ports(text: str, name: str = "top") -> list[str]:

@@ -26,7 +26,7 @@ from .bits import as_bits, canonicalize_nan, to_float64
 from .exp import exp as exp16
 
 __all__ = ["PIMAttentionResult", "pim_attention", "reference_float64", "accuracy", "accuracy_table",
-           "make_inputs", "DISTRIBUTIONS", "MUTATIONS"]
+           "make_inputs", "prescale_query", "DISTRIBUTIONS", "MUTATIONS"]
 
 NEG_INF16 = np.uint16(0xFC00)
 _SIGN16 = np.uint16(FP16.sign_mask)
@@ -182,13 +182,23 @@ def pim_attention(config, q, K, V, *, L=None, mutation=None) -> PIMAttentionResu
     Lv = nv * G
     Vp = np.zeros((Lv, d), np.uint16)
     Vp[:L] = V
-    cprod = fp16.mul(Vp, p[:Lv, None]).reshape(nv, G, d).view(np.float16)
-    accs = np.zeros((G, d), np.float16)
     order = range(nv - 1, -1, -1) if mutation == "context_reverse" else range(nv)
-    with np.errstate(all="ignore"):
-        for v in order:
-            accs = accs + cprod[v]
-    accs = canonicalize_nan(accs.view(np.uint16), FP16)
+    if getattr(config, "context_acc", "fp16") == "fp32":
+        # exact FP16 x FP16 products summed in binary32 (numpy float32 adds round like FPAdd32), one rounding
+        # to FP16 per bank accumulator at the end
+        cprod = fp16.mul_wide(Vp, p[:Lv, None]).reshape(nv, G, d).view(np.float32)
+        accs = np.zeros((G, d), np.float32)
+        with np.errstate(all="ignore"):
+            for v in order:
+                accs = accs + cprod[v]
+        accs = fp16.from_f32(canonicalize_nan(accs.view(np.uint32), FP32))
+    else:
+        cprod = fp16.mul(Vp, p[:Lv, None]).reshape(nv, G, d).view(np.float16)
+        accs = np.zeros((G, d), np.float16)
+        with np.errstate(all="ignore"):
+            for v in order:
+                accs = accs + cprod[v]
+        accs = canonicalize_nan(accs.view(np.uint16), FP16)
     # final aggregation: r = acc(g=0); r = add16(r, acc(g)) for g = 1 .. G-1
     out = accs[0]
     for gi in range(1, G):
@@ -225,7 +235,6 @@ DISTRIBUTIONS = ("normal", "hard")
 
 def make_inputs(config, L, dist="normal", seed=0):
     """``(q_bits, K_bits, V_bits)`` for ``L`` tokens (q prescaled by 1/sqrt(d) with host/attention.prepare_query)."""
-    from host.attention import prepare_query
     if dist not in DISTRIBUTIONS:
         raise ValueError(f"dist must be one of {DISTRIBUTIONS}, got {dist!r}")
     rng = np.random.default_rng(seed)
@@ -237,7 +246,24 @@ def make_inputs(config, L, dist="normal", seed=0):
         q = q * 2.0
         K = K * np.exp(rng.standard_normal(d)).astype(np.float32)
         V = V + 2.0
-    return prepare_query(q), K.astype(np.float16).view(np.uint16), V.astype(np.float16).view(np.uint16)
+    return prescale_query(q), K.astype(np.float16).view(np.uint16), V.astype(np.float16).view(np.uint16)
+
+
+def prescale_query(q, scale=None) -> np.ndarray:
+    """``q * scale`` rounded once to FP16 bits (uint16), ``scale`` defaulting to ``1 / sqrt(d)``: the query the
+    rank PU receives (``docs/pim.md``: the host prescales it). ``q``: floats or FP16 bits, (d,) or (R, d). The same
+    rule as ``host/attention.prepare_query`` (which the host should import from here; sim/ imports nothing from
+    host/); tests/sim/golden/test_golden_pim_attention.py holds the two equal."""
+    qa = np.asarray(q)
+    qf = qa.view(np.float16).astype(np.float64) if qa.dtype == np.uint16 else qa.astype(np.float64)
+    if qf.ndim not in (1, 2) or qf.shape[-1] < 1:
+        raise ValueError(f"q must be (d,) or (R, d), got shape {qf.shape}")
+    if scale is None:
+        scale = 1.0 / np.sqrt(qf.shape[-1])
+    if not np.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+    with np.errstate(over="ignore"):
+        return (qf * float(scale)).astype(np.float16).view(np.uint16)
 
 
 def accuracy_table(config, lengths, dists=DISTRIBUTIONS, seed=0):

@@ -29,15 +29,19 @@ Units: cycles are DRAM command-clock cycles (nCK, ``tck_ps`` = 625 ps at DDR4-32
 (10^9 bytes per second).
 """
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from hdl.memctl.commands import Cmd
+from hdl.pim.allbank import ALLBANK_KINDS, AllBankState, row_timing
 from hdl.pim.mapping import region_rows, score_reads, context_reads
 from sim.dram.trace import TraceCommand
 
-__all__ = ["PIMPerfModel", "HeadTiming", "calibrate", "steady_residuals", "system_bandwidth", "bus_bandwidth_gbps",
+__all__ = ["PIMPerfModel", "HeadTiming", "PIMSequenceModel", "SeqLaunch", "SeqHead", "SeqRun",
+           "paper_model", "paper_sequence_model", "calibration_key", "load_calibration", "CALIBRATION_FILE", "calibrate", "steady_residuals", "system_bandwidth", "bus_bandwidth_gbps",
            "rankset_sim", "RanksetResult", "L3_CHANNELS", "L3_DIMMS_PER_CHANNEL", "L3_CPU_BANDWIDTH_GBPS",
            "L3_PIM_BANDWIDTH_TBPS"]
 
@@ -49,6 +53,30 @@ L3_CPU_BANDWIDTH_GBPS = 406.0
 L3_PIM_BANDWIDTH_TBPS = 13.0
 
 _NEG = -(1 << 40)
+
+#: RTL-measured datapath latencies per rank-PU geometry (written by ``python -m sim.bench.pim --calibrate``,
+#: read by :func:`load_calibration`; tests/hdl/pim hold the micro / TINY entries to the RTL).
+CALIBRATION_FILE = Path(__file__).resolve().parents[2] / "data" / "pim_rtl_calibration.json"
+
+
+def calibration_key(config) -> str:
+    """The datapath geometry the RTL latencies depend on (not the rows, columns or buffer size): chips, banks,
+    head dim, rank adders, context accumulator format, DRAM timing."""
+    acc = getattr(config, "context_acc", "fp16")
+    return (f"c{config.chips}-b{config.banks}-d{config.head_dim}-a{config.rank_adders}-{acc}-"
+            f"{config.dram.timing.name}")
+
+
+def load_calibration(config, path=None) -> dict:
+    """``{"gap", "tail", "fixed_cycles", ...}`` measured on the RTL for ``config``'s geometry
+    (:func:`calibration_key`). Raises ValueError naming the command that measures it when absent."""
+    path = Path(path) if path is not None else CALIBRATION_FILE
+    data = json.loads(path.read_text()) if path.exists() else {}
+    key = calibration_key(config)
+    if key not in data.get("configs", {}):
+        raise ValueError(f"no RTL calibration for {config.name!r} (key {key!r}) in {path}; measure it with "
+                         f"`python -m sim.bench.pim --calibrate` (known: {sorted(data.get('configs', {}))})")
+    return data["configs"][key]
 
 
 def _runs(reads, row0):
@@ -62,33 +90,31 @@ def _runs(reads, row0):
 
 
 class _Rank:
-    """Command-level state of one rank running all-bank row streams (firmware/pim_stream rules)."""
+    """Command-level state of one rank running all-bank row streams (the rules of :mod:`hdl.pim.allbank`)."""
 
     def __init__(self, tm, due0):
         self.tm = tm
-        self.act = self.prea = self.rd = self.ref = _NEG
+        self.ab = AllBankState(tm)
         self.due = due0
         self.refs = 0
         self.rds = 0
         self.first = None
 
+    @property
+    def prea(self):
+        return self.ab.last[Cmd.PREA]
+
     def row(self, n, earliest=0):
-        tm = self.tm
-        a = max(earliest, self.prea + tm.tRPab, self.act + max(tm.tRC, tm.tRRD_L, tm.tFAW), self.ref + tm.tRFC)
+        act, _, _, p = row_timing(self.ab, n, earliest=earliest)
         if self.first is None:
-            self.first = a
-        first_rd = max(a + tm.tRCD, self.rd + tm.tCCD_L, self.ref + tm.tRFC)
-        last_rd = first_rd + (n - 1) * tm.tCCD_L
-        p = max(a + tm.tRAS, last_rd + tm.tRTP)
-        self.act, self.rd, self.prea = a, last_rd, p
+            self.first = act
         self.rds += n
         return p
 
     def refresh(self):
-        tm = self.tm
-        t = max(self.prea + tm.tRPab, self.act + tm.tRC, self.ref + tm.tRFC)
-        self.ref = t
-        self.due += tm.tREFI
+        t = self.ab.legal(Cmd.REF)
+        self.ab.issue(Cmd.REF, t)
+        self.due += self.tm.tREFI
         self.refs += 1
         return t
 
@@ -152,6 +178,11 @@ class PIMPerfModel:
 
     def with_fixed_cycles(self, fixed_cycles):
         return PIMPerfModel(self.config, fixed_cycles=fixed_cycles, refresh=self.refresh, overlap=self.overlap)
+
+    @classmethod
+    def calibrated(cls, config, **kwargs) -> "PIMPerfModel":
+        """The model with ``fixed_cycles`` measured on the RTL of ``config``'s geometry (:func:`load_calibration`)."""
+        return cls(config, fixed_cycles=int(load_calibration(config)["fixed_cycles"]), **kwargs)
 
     def overlaps(self, L) -> bool:
         """Back-to-back heads of ``L`` tokens overlap in the rank PU (both heads' e_t fit the rank buffer)."""
@@ -249,6 +280,22 @@ class PIMPerfModel:
         return 4 * self.config.head_dim * L / (period * self.tm.tck_ps * 1e-12) * 1e-9
 
 
+def paper_model(**kwargs) -> PIMPerfModel:
+    """The PIM performance model of the paper's rank (:data:`hdl.pim.config.PAPER`: 8 x8 chips x 16 banks, head
+    dim 128, DDR4-3200) with ``fixed_cycles`` measured on the PAPER rank's RTL (``data/pim_rtl_calibration.json``,
+    written by ``python -m sim.bench.pim --calibrate paper``): the model the host's L3 system model uses.
+    ``kwargs``: :class:`PIMPerfModel`'s (``refresh``, ``overlap``)."""
+    from hdl.pim.config import PAPER
+    return PIMPerfModel.calibrated(PAPER, **kwargs)
+
+
+def paper_sequence_model(**kwargs) -> "PIMSequenceModel":
+    """:class:`PIMSequenceModel` of the paper's rank with the datapath latencies measured on its RTL (the
+    command-for-command model; :func:`paper_model` is the fast per-head one)."""
+    from hdl.pim.config import PAPER
+    return PIMSequenceModel.calibrated(PAPER, **kwargs)
+
+
 def calibrate(model: PIMPerfModel, rtl_points):
     """Fit ``fixed_cycles`` to RTL measurements ``[(L, rtl_cycles), ...]`` (cycles of one head from its first
     ACT_AB to the output, refresh off or not due). Returns ``(calibrated model, residuals)`` with residual =
@@ -267,6 +314,333 @@ def steady_residuals(model: PIMPerfModel, rtl_points):
     """rtl - :meth:`PIMPerfModel.steady_head_cycles` per RTL steady-state point ``[(L, cycles per head), ...]``
     (``rtl_cycles``' ``steady_cycles``)."""
     return [float(c) - model.steady_head_cycles(int(L)) for L, c in rtl_points]
+
+
+# ---- the rank PU's command sequence, head by head (RTL-level model) --------------------------------------------
+
+@dataclass(frozen=True)
+class SeqLaunch:
+    """One kernel launch as the rank PU takes it (``hdl.pim.rank_pu.launch_layout``): ``L`` tokens, the first row
+    of the head's K and V regions, the refresh hint ``postpone`` (None: ``config.max_postponed_refresh``)."""
+    L: int
+    k_row0: int = 0
+    v_row0: int | None = None
+    postpone: int | None = None
+
+
+@dataclass
+class SeqHead:
+    """One launch in :meth:`PIMSequenceModel.run` (cycles as the device model counts them, 0 = first cycle after
+    reset): ``accept`` (the sequencer takes the launch), ``first_cmd``, the first / last RD_AB of the score and
+    context phases, ``done`` (the cycle the head's last result element is taken: ``PIMChannelSystem``'s ``done``
+    record), ``refreshes`` / ``urgent`` (REFs issued so far / of them inside a head, at ``done``)."""
+    L: int
+    accept: int = 0
+    first_cmd: int = 0
+    score_first: int = 0
+    score_last: int = 0
+    context_first: int = 0
+    context_last: int = 0
+    done: int = 0
+    refreshes: int = 0
+    urgent: int = 0
+
+
+@dataclass
+class SeqRun:
+    heads: list                     # SeqHead per launch, launch order
+    commands: list                  # (cycle, Cmd, row, col) of the rank's commands, cycle order
+
+    @property
+    def done(self):
+        return [h.done for h in self.heads]
+
+    def head_cycles(self):
+        """Per launch: the first head from its first command (inclusive), every other one from the previous
+        head's ``done`` -- the per-head cycle counts the RTL tests compare."""
+        out, prev = [], None
+        for h in self.heads:
+            out.append(h.done - h.first_cmd + 1 if prev is None else h.done - prev)
+            prev = h.done
+        return out
+
+
+class PIMSequenceModel:
+    """The command sequence of one rank PU (``hdl.pim.rank_pu.PIMSequencer`` + the fused-kernel datapath of
+    ``RankPU``) for a list of launches, command by command in closed form per row (O(rows + REFs), no per-cycle
+    loop): the sequencer's states (IDLE / PLAN / REFRESH / RUN, one cycle per decision), the all-bank rules of
+    :mod:`hdl.pim.allbank` (the counters of the RTL), the overlap decision (S0 S1 C0 S2 C1 ... when both heads'
+    exponentials fit the rank buffer), the refresh decisions between heads (the hardware's head bound, the
+    launch's ``postpone``, pull-in limit) and urgent in-head refresh, the RankPU's 2-entry launch queue. The
+    datapath enters through two latencies measured on the RTL (:func:`datapath_latencies`):
+
+    * ``gap``: last score RD_AB of a head -> the earliest cycle its first context RD_AB may issue (the
+      probabilities: CL, bank PU, link, adder tree, chunk softmax, normalizer); ``gap1`` the same for a head of
+      one chunk (``L <= B``: the softmax unit has no running rescale to do, so it is shorter);
+    * ``tail``: last context RD_AB -> ``done`` (CL, bank PU, context readout, aggregation, ``d`` results).
+
+    Assumes the result / done streams always ready and launches presented at ``arrivals`` (default: all at
+    cycle 0, i.e. full rate). ``launch_queue=False``: the launches reach the sequencer directly (no RankPU
+    launch queue; a :class:`PIMSequencer` test bench) -- then ``gap`` / ``tail`` describe the bench. Used to hold the RTL to the model (tests/hdl/pim) and for per-head figures with
+    refresh and overlap; :class:`PIMPerfModel` is the faster steady-state / single-head model."""
+
+    IDLE, PLAN, REFRESH, RUN = range(4)
+
+    def __init__(self, config, *, gap: int, tail: int, gap1: int | None = None, overlap: bool = True,
+                 drain: int | None = None, launch_queue: bool = True):
+        from hdl.pim.rank_pu import RankPU, head_cycle_bound, _urgent_margin
+        gap1 = gap if gap1 is None else gap1
+        for name, v in (("gap", gap), ("tail", tail), ("gap1", gap1)):
+            if not isinstance(v, (int, np.integer)) or not 0 <= v < 1 << 20:
+                raise ValueError(f"{name} must be an int in [0, 2**20), got {v!r}")
+        self.config = config
+        self.tm = config.dram.timing
+        self.gap, self.tail, self.gap1 = int(gap), int(tail), int(gap1)
+        self.overlap = bool(overlap)
+        self.launch_queue = bool(launch_queue)
+        self.drain = RankPU.drain_bound(config) if drain is None else int(drain)
+        self.margin = _urgent_margin(self.tm)
+        self._bound = lambda L: head_cycle_bound(config, L, drain=self.drain)
+
+    @classmethod
+    def calibrated(cls, config, **kwargs) -> "PIMSequenceModel":
+        """The model with ``gap`` / ``tail`` measured on the RTL of ``config``'s geometry (:func:`load_calibration`)."""
+        c = load_calibration(config)
+        return cls(config, gap=int(c["gap"]), tail=int(c["tail"]), gap1=int(c.get("gap1", c["gap"])), **kwargs)
+
+    # -- helpers ------------------------------------------------------------------------------------------------
+    def _slots(self, L):
+        B = self.config.banks
+        return -(-L // B) * B
+
+    def _phase_rows(self, L, kind, row0):
+        cfg = self.config
+        n = -(-L // cfg.banks) * cfg.bursts_per_token if kind == "S" else -(-L // cfg.token_sets)
+        cpr = cfg.columns_per_row
+        rows = []
+        for i in range(0, n, cpr):
+            rows.append((row0 + i // cpr, min(cpr, n - i)))
+        return rows
+
+    def run(self, launches, *, arrivals=None) -> SeqRun:
+        """``launches``: :class:`SeqLaunch` (or ``L`` ints: K at row 0, V after it) in launch order. Returns
+        a :class:`SeqRun` (per-launch :class:`SeqHead` and the command list)."""
+        from hdl.pim.mapping import region_rows
+        cfg, tm = self.config, self.tm
+        maxpp = cfg.max_postponed_refresh
+        L_ = []
+        for x in launches:
+            if not isinstance(x, SeqLaunch):
+                x = SeqLaunch(int(x))
+            if not 1 <= x.L <= cfg.max_tokens:
+                raise ValueError(f"L = {x.L} outside [1, config.max_tokens = {cfg.max_tokens}]")
+            v0 = x.v_row0 if x.v_row0 is not None else x.k_row0 + region_rows(cfg, x.L)[0]
+            L_.append(SeqLaunch(x.L, x.k_row0, v0, maxpp if x.postpone is None else x.postpone))
+        launches = L_
+        n = len(launches)
+        arrivals = [0] * n if arrivals is None else [int(a) for a in arrivals]
+        heads = [SeqHead(L=x.L) for x in launches]
+        cmds = []
+        ab = AllBankState(tm)
+        st = {"row": None, "refs": 0, "c": 0}
+        urgent_refs = []
+        enq, take = [], []
+
+        def avail(i):
+            """Cycle from which launch i is at the head of the RankPU's launch queue (SyncFIFO, depth 2)."""
+            if not self.launch_queue:     # presented directly: the cycle after the previous one was taken
+                return max(arrivals[i], take[i - 1] + 1 if i else 0)
+            while len(enq) <= i:
+                j = len(enq)
+                e = arrivals[j]
+                if j >= 1:
+                    e = max(e, enq[j - 1] + 1)
+                if j >= 2:
+                    e = max(e, take[j - 2] + 1)
+                enq.append(e)
+            return enq[i] + 1
+
+        def deadline():
+            return (maxpp + 1 + st["refs"]) * tm.tREFI
+
+        def owed(t):
+            return max(0, (t - 1) // tm.tREFI) - st["refs"]
+
+        def urgent_from():
+            return deadline() - self.margin + 1
+
+        def issue(kind, t, row=0, col=0):
+            ab.issue(kind, t)
+            cmds.append((t, kind, row, col))
+            st["c"] = t + 1
+
+        def ref_at(c, urgent):
+            """close_row_then_ref from cycle c: PREA if a row is open, then REF. Returns the REF cycle."""
+            if st["row"] is not None:
+                issue(Cmd.PREA, max(c, ab.legal(Cmd.PREA)))
+                st["row"] = None
+                c = st["c"]
+            t = max(c, ab.legal(Cmd.REF))
+            issue(Cmd.REF, t)
+            st["refs"] += 1
+            if urgent:
+                urgent_refs.append(t)
+            return t
+
+        def step(kind, earliest=0, row=0, col=0):
+            """Issue ``kind`` at the first legal cycle >= the FSM's cycle, unless the urgent refresh comes first
+            (then refresh, return None: the caller retries)."""
+            x = max(st["c"], earliest, ab.legal(kind))
+            u = urgent_from()
+            if u <= x:
+                ref_at(max(st["c"], u), True)
+                return None
+            issue(kind, x, row, col)
+            return x
+
+        def run_phase(h, kind):
+            """RUN: the phase's rows; returns (first RD_AB, last RD_AB)."""
+            x = launches[h]
+            rows = self._phase_rows(x.L, kind, x.k_row0 if kind == "S" else x.v_row0)
+            g = self.gap1 if x.L <= cfg.banks else self.gap
+            p_first = heads[h].score_last + g if kind == "C" else 0
+            first = last = None
+            for row, m in rows:
+                col = 0
+                while col < m:
+                    if st["row"] != row:
+                        if st["row"] is not None:
+                            if step(Cmd.PREA) is None:
+                                continue
+                            st["row"] = None
+                        if step(Cmd.ACT_AB, row=row) is None:
+                            continue
+                        st["row"] = row
+                        if heads[h].first_cmd is None:
+                            heads[h].first_cmd = st["c"] - 1
+                    t0 = step(Cmd.RD_AB, p_first if first is None else 0, row, col)
+                    if t0 is None:
+                        continue
+                    if first is None:
+                        first = t0
+                    col += 1
+                    # the rest of the row: tCCD_L apart until the urgent refresh (if it comes inside the row)
+                    gap = ab.gaps[Cmd.RD_AB][Cmd.RD_AB]
+                    u = urgent_from()
+                    k = m - col if u > t0 + (m - col) * gap else max(0, (u - 1 - t0) // gap)
+                    for j in range(1, k + 1):
+                        cmds.append((t0 + j * gap, Cmd.RD_AB, row, col + j - 1))
+                    if k:
+                        ab.issue(Cmd.RD_AB, t0 + k * gap)
+                        st["c"] = t0 + k * gap + 1
+                        col += k
+                    last = ab.last[Cmd.RD_AB]
+            return first, last
+
+        def refresh_state(c, bound, postpone):
+            """REFRESH from cycle c: REFs while the head would not fit before the deadline (or too many are
+            owed, or urgent). Returns the first RUN cycle."""
+            while True:
+                need = ((deadline() < c + bound and owed(c) > -maxpp) or owed(c) > postpone
+                        or deadline() < c + self.margin)
+                if not need:
+                    return c + 1
+                ref_at(c, False)
+                c = st["c"]
+
+        def accept(h, c):
+            take.append(c)
+            heads[h].accept = c
+            heads[h].first_cmd = None
+            return c + 1      # PLAN
+
+        state, c = self.IDLE, 0
+        nxt, sc, pend = 0, None, None
+        bound_of = {}
+        while True:
+            if state == self.IDLE:
+                if nxt >= n:
+                    break
+                a = max(c, avail(nxt))
+                u = urgent_from()
+                if u <= a:               # idle refresh (rows are closed in IDLE)
+                    c = max(c, u)
+                    st["c"] = c
+                    ref_at(c, False)
+                    c = st["c"]
+                    continue
+                c = a
+                sc = nxt
+                c = accept(nxt, c)
+                nxt += 1
+                state = self.PLAN
+            if state == self.PLAN:
+                x = launches[sc]
+                bound_of[sc] = self._bound(x.L)
+                c += 1
+                bound = bound_of[sc] + (bound_of[pend] if pend is not None else 0)
+                st["c"] = c
+                c = refresh_state(c, bound, x.postpone)
+                st["c"] = c
+                state = self.RUN
+                h = sc
+                heads[h].score_first, heads[h].score_last = run_phase(h, "S")
+            # score phase of `sc` ended: decision at the next cycle
+            d = st["c"]
+            while urgent_from() <= d:
+                st["c"] = d
+                ref_at(d, True)
+                d = st["c"]
+            if pend is not None:
+                ctx_h, pend = pend, sc
+            elif nxt < n and self.overlap and avail(nxt) <= d and \
+                    self._slots(launches[sc].L) + self._slots(launches[nxt].L) <= cfg.max_tokens:
+                pend = sc
+                sc = nxt
+                c = accept(nxt, d)
+                nxt += 1
+                state = self.PLAN
+                continue
+            else:
+                ctx_h = sc
+            st["c"] = d + 1
+            while True:
+                hh = heads[ctx_h]
+                hh.context_first, hh.context_last = run_phase(ctx_h, "C")
+                hh.done = hh.context_last + self.tail
+                d = st["c"]
+                while urgent_from() <= d:
+                    st["c"] = d
+                    ref_at(d, True)
+                    d = st["c"]
+                if pend is None:
+                    break
+                if nxt < n and self.overlap and avail(nxt) <= d and \
+                        self._slots(launches[pend].L) + self._slots(launches[nxt].L) <= cfg.max_tokens:
+                    sc = nxt
+                    c = accept(nxt, d)
+                    nxt += 1
+                    state = self.PLAN
+                    break
+                ctx_h, pend = pend, None
+                st["c"] = d + 1
+            if state == self.PLAN:
+                continue
+            # context ended, nothing pending: close the row, then IDLE
+            while st["row"] is not None:
+                if step(Cmd.PREA) is not None:
+                    st["row"] = None
+            c = st["c"] + 1
+            state = self.IDLE
+        cmds.sort(key=lambda x: x[0])
+        refs = [t for t, k, _, _ in cmds if k is Cmd.REF]
+        for hh in heads:
+            # the done record's counters: REFs issued before the done cycle
+            hh.refreshes = sum(1 for t in refs if t < hh.done)
+            hh.urgent = sum(1 for t in urgent_refs if t < hh.done)
+            if hh.first_cmd is None:
+                hh.first_cmd = hh.score_first
+        return SeqRun(heads=heads, commands=cmds)
 
 
 # ---- system bandwidth ----------------------------------------------------------------------------------------
@@ -330,8 +704,7 @@ class _Agent:
         self.g_act = [_NEG] * org.bank_groups
         self.wr = self.act_any = _NEG
         self.faw = [_NEG] * 4
-        # all-bank state
-        self.ab_act = self.ab_pre = self.ab_rd = _NEG
+        self.ab = AllBankState(tm)      # all-bank commands: hdl/pim/allbank.py
         self.count = {}
 
     def next(self):
@@ -341,12 +714,8 @@ class _Agent:
         tm = self.tm
         kind, b = c[0], c[1]
         g = b // self.org.banks_per_group if b >= 0 else 0
-        if kind is Cmd.ACT_AB:
-            return max(self.ab_pre + tm.tRPab, self.ab_act + max(tm.tRC, tm.tRRD_L, tm.tFAW))
-        if kind is Cmd.RD_AB:
-            return max(self.ab_act + tm.tRCD, self.ab_rd + tm.tCCD_L)
-        if kind is Cmd.PREA:
-            return max(self.ab_act + tm.tRAS, self.ab_rd + tm.tRTP)
+        if kind in ALLBANK_KINDS:
+            return self.ab.legal(kind)
         if kind is Cmd.ACT:
             return max(self.b_pre[b] + tm.tRP, self.b_act[b] + tm.tRC, self.act_any + tm.tRRD_S,
                        self.g_act[g] + tm.tRRD_L, self.faw[0] + tm.tFAW)
@@ -361,12 +730,8 @@ class _Agent:
         kind, b = c[0], c[1]
         self.pos += 1
         self.count[kind] = self.count.get(kind, 0) + 1
-        if kind is Cmd.ACT_AB:
-            self.ab_act = t
-        elif kind is Cmd.RD_AB:
-            self.ab_rd = t
-        elif kind is Cmd.PREA:
-            self.ab_pre = t
+        if kind in ALLBANK_KINDS:
+            self.ab.issue(kind, t)
         elif kind is Cmd.ACT:
             g = b // self.org.banks_per_group
             self.b_act[b] = self.act_any = self.g_act[g] = t

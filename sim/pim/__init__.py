@@ -1,1 +1,1 @@
-"""Simulation tops and models of the DIMM-PIM (L3, ../shared/papers/l3.txt section 4)."""
+"""Simulation tops and models of the DIMM-PIM ([L3] 4; docs/references.md)."""

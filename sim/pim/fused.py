@@ -18,10 +18,12 @@ Python drivers: :func:`run_fused` (K, V, q -> outputs, cycles, trace, per-head c
 (cycle counts per L for the perf model's calibration).
 """
 
+import functools
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
-from amaranth.hdl import Module, Signal, Cat, Mux
+from amaranth.hdl import Module, Signal, Cat, Mux, Instance, ClockSignal, ResetSignal
 from amaranth.hdl import Shape
 from amaranth.lib import wiring, stream, data
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -34,7 +36,8 @@ from hdl.pim.rank_pu import RankPU, launch_layout, head_cycle_bound
 from sim.dram.device import DRAMChannel
 
 __all__ = ["PIMChannelSystem", "done_layout", "FusedRun", "run_fused", "rtl_cycles", "ideal_cycles",
-           "encode_launch", "tiny_rows", "micro", "phase_order"]
+           "encode_launch", "tiny_rows", "micro", "phase_order", "bank_pu_verilog", "kv_array_verilog",
+           "paper_rows", "add_bank_pus", "decode_done"]
 
 done_layout = data.StructLayout({"cycle": CYCLE_BITS, "violations": 32, "refreshes": 32, "urgent": 16,
                                  "errors": 4, "dropped": 16})
@@ -52,15 +55,23 @@ class PIMChannelSystem(wiring.Component):
     TRACE_DEPTH = 64
 
     def __init__(self, config: PIMConfig, init=None, *, rank: int = 0, storage: bool = True,
-                 softmax: bool = True, overlap: bool = True):
+                 softmax: bool = True, overlap: bool = True, fast: bool = False):
         if not isinstance(config, PIMConfig):
             raise ValueError(f"config must be a PIMConfig, got {type(config).__name__}")
         self.config = config
         self.org = org = config.dram.org
         self.softmax = softmax
         self.rank = rank
+        self.fast = bool(fast)
         self.rank_pu = RankPU(config, rank=rank, softmax=softmax, overlap=overlap)
-        self.dram = DRAMChannel(config.dram, init, storage=storage)
+        if self.fast:
+            # Verilator-only build (module docstring): the device model keeps its timing, state and checks; the
+            # burst data comes from a run-time image, the bank PUs from one compiled module.
+            self.dram = DRAMChannel(config.dram, None, storage=False)
+            self._image = {}
+            self.set_image(init)
+        else:
+            self.dram = DRAMChannel(config.dram, init, storage=storage)
         ports = {
             "launch": In(stream.Signature(launch_layout(config))),
             "result": Out(stream.Signature(16)),
@@ -71,6 +82,47 @@ class PIMChannelSystem(wiring.Component):
             ports["scores"] = Out(stream.Signature(16))
             ports["p_in"] = In(stream.Signature(16 * config.token_sets))
         super().__init__(ports)
+
+    # ---- the fast (Verilator-only) build: extra Verilog modules and the run-time KV image ------------------
+    def set_image(self, init):
+        """``fast`` systems: the DRAM contents (``{flat burst address: int}``, e.g. ``kv_store_image``) for the
+        following runs; the compiled executable is reused (the image is a run-time file)."""
+        if not self.fast:
+            raise ValueError("set_image needs a PIMChannelSystem(..., fast=True); otherwise the image is "
+                             "the DRAMChannel's init")
+        org = self.org
+        total = org.ranks * org.banks * org.rows * org.bursts_per_row
+        img = {}
+        items = (init or {}).items() if isinstance(init, dict) or init is None else enumerate(init)
+        for a, v in items:
+            a, v = int(a), int(v)
+            if not 0 <= a < total:
+                raise ValueError(f"image address {a} outside 0..{total - 1}")
+            if not 0 <= v < 1 << org.burst_bits:
+                raise ValueError(f"image word at {a} does not fit {org.burst_bits} bits")
+            if v:
+                img[a] = v
+        self._image = img
+
+    def verilog_modules(self):
+        """Extra Verilog modules of the ``fast`` build (sim/backends/verilog.verilog_text appends them)."""
+        if not self.fast:
+            return []
+        return [bank_pu_verilog(self.config), kv_array_verilog(self.org)]
+
+    def verilator_flags(self):
+        """``fast`` build: Verilator without its DFG optimiser, so that the bank PU instances share one copy of
+        their evaluation code (see :func:`bank_pu_verilog`)."""
+        return ["-fno-dfg"] if self.fast else []
+
+    def verilator_runtime_files(self):
+        """``fast`` build: ``{plusarg: file text}`` the Verilator backend writes next to each run (``+pim_kv=``:
+        the KV image in ``$readmemh`` format, sparse)."""
+        if not self.fast:
+            return {}
+        nd = self.org.burst_bits // 4
+        lines = [f"@{a:x} {v:0{nd}x}" for a, v in sorted(self._image.items())]
+        return {"pim_kv": "\n".join(lines) + "\n"}
 
     def elaborate(self, platform):
         m = Module()
@@ -99,30 +151,18 @@ class PIMChannelSystem(wiring.Component):
         m.d.comb += dram.cmd.eq(bus)
 
         # ---- bank PUs: one per (chip, logic bank), fed by the bank's row word and the chip's broadcast -----
-        readies = []
-        for c in range(C):
-            for b in range(B):
-                pu = BankPU(cfg)
-                m.submodules[f"bank_pu_c{c}_b{b}"] = pu
-                burst = dram.ab_rdata[b * BB:(b + 1) * BB]
-                # chip c's element j = its bytes of beats 2j (low) and 2j + 1 (high) (hdl/pim/mapping.py)
-                row = Cat(*[Cat(burst[8 * C * (2 * j) + 8 * c:][:8], burst[8 * C * (2 * j + 1) + 8 * c:][:8])
-                            for j in range(4)])
-                k = c * B + b
-                m.d.comb += [
-                    pu.i.valid.eq(rpu.pu_valid),
-                    pu.i.payload.row.eq(row),
-                    pu.i.payload.bcast.eq(rpu.pu_bcast[c]),
-                    pu.i.payload.sel.eq(b // bpt),
-                    pu.i.payload.mode.eq(rpu.pu_ctrl.mode),
-                    pu.i.payload.first.eq(rpu.pu_ctrl.first),
-                    pu.i.payload.last.eq(rpu.pu_ctrl.last),
-                    rpu.pu_res[k].eq(pu.o.payload.data),
-                    rpu.pu_res_valid[k].eq(pu.o.valid),
-                    pu.o.ready.eq(rpu.pu_res_ready[k]),
-                ]
-                readies.append(pu.i.ready)
-        m.d.comb += rpu.pu_ready.eq(Cat(*readies).all())
+        if self.fast:
+            # the timing-only device model returns each bank's flat burst address; the image array maps it to
+            # the burst (combinationally, in the ab_valid cycle)
+            AW = _addr_bits(org)
+            kv_data = Signal(B * BB)
+            m.submodules.kv_array = Instance(
+                _kv_module_name(org),
+                i_addr=Cat(*[dram.ab_rdata[b * BB:b * BB + AW] for b in range(B)]),
+                o_data=kv_data)
+        else:
+            kv_data = dram.ab_rdata
+        add_bank_pus(m, cfg, rpu, kv_data, instance=self.fast)
 
         wiring.connect(m, wiring.flipped(self.launch), rpu.launch)
         if not self.softmax:
@@ -158,6 +198,132 @@ class PIMChannelSystem(wiring.Component):
         with m.If(tq.w_en & ~tq.w_rdy):
             m.d.sync += dropped.eq(dropped + 1)
         return m
+
+
+def add_bank_pus(m, config, rpu, ab_data, *, instance=False, prefix=""):
+    """The ``chips x banks`` bank PUs of the rank of ``rpu`` (a :class:`RankPU`), each fed by its chip's 64 bits
+    of its bank's burst in ``ab_data`` (the DRAM's ``ab_rdata`` format) and the chip's broadcast word, results to
+    ``rpu.pu_res``. ``instance``: instances of :func:`bank_pu_verilog`'s module (Verilator only)."""
+    C, B, bpt = config.chips, config.banks, config.bursts_per_token
+    BB = config.dram.org.burst_bits
+    readies = []
+    for c in range(C):
+        for b in range(B):
+            pu = _BankPUInstance(config) if instance else BankPU(config)
+            m.submodules[f"{prefix}bank_pu_c{c}_b{b}"] = pu
+            burst = ab_data[b * BB:(b + 1) * BB]
+            # chip c's element j = its bytes of beats 2j (low) and 2j + 1 (high) (hdl/pim/mapping.py)
+            row = Cat(*[Cat(burst[8 * C * (2 * j) + 8 * c:][:8], burst[8 * C * (2 * j + 1) + 8 * c:][:8])
+                        for j in range(4)])
+            k = c * B + b
+            m.d.comb += [
+                pu.i.valid.eq(rpu.pu_valid),
+                pu.i.payload.row.eq(row),
+                pu.i.payload.bcast.eq(rpu.pu_bcast[c]),
+                pu.i.payload.sel.eq(b // bpt),
+                pu.i.payload.mode.eq(rpu.pu_ctrl.mode),
+                pu.i.payload.first.eq(rpu.pu_ctrl.first),
+                pu.i.payload.last.eq(rpu.pu_ctrl.last),
+                rpu.pu_res[k].eq(pu.o.payload.data),
+                rpu.pu_res_valid[k].eq(pu.o.valid),
+                pu.o.ready.eq(rpu.pu_res_ready[k]),
+            ]
+            readies.append(pu.i.ready)
+    m.d.comb += rpu.pu_ready.eq(Cat(*readies).all())
+
+
+# ---- the fast build's Verilog modules -----------------------------------------------------------------------
+
+def _bank_pu_proto(config):
+    """A BankPU used only for its parameters and layouts (never elaborated: no UnusedElaboratable warning)."""
+    pu = BankPU(config)
+    pu._MustUse__silence = True
+    return pu
+
+
+def _bank_pu_module_name(config):
+    pu = _bank_pu_proto(config)
+    return f"pim_bank_pu_n{pu.lanes}_d{pu.out_depth}"
+
+
+@functools.lru_cache(maxsize=8)
+def _bank_pu_verilog(n, out_depth, config):
+    from sim.backends.verilog import verilog_text
+    name = _bank_pu_module_name(config)
+    text = verilog_text(BankPU(config, out_depth=out_depth), name)
+    # One C++ class for all bank PUs: keep the module (and its FP units) out of the parent's inlining, and make its
+    # inputs real variables of the instance (public_flat_rd): otherwise Verilator reads each instance's inputs
+    # straight from the parent's nets, so every instance gets its own copy of the evaluation code (128 copies
+    # on PAPER: 2.1x slower). With -fno-dfg (verilator_flags) the copies are identical and Verilator keeps one.
+    head = f"module {name}("
+    i = text.index(head)
+    j = text.index(");", i) + 2
+    end = text.index("\nendmodule", j)
+    body = text[j:end]
+    for port in ("i__payload", "i__valid", "o__ready"):
+        body, n = re.subn(r"^(  input (?:\[\d+:0\] )?" + port + r");$", r"\1 /*verilator public_flat_rd*/;", body,
+                          flags=re.M)
+        if n != 1:
+            raise RuntimeError(f"bank PU Verilog: input {port!r} not found once ({n})")
+    return text[:j] + "\n  /*verilator no_inline_module*/" + body + text[end:]
+
+
+def bank_pu_verilog(config):
+    """Verilog of :class:`BankPU` for ``config`` as module ``pim_bank_pu_n<N>_d<depth>`` (generated once per
+    process), marked ``no_inline_module`` so Verilator compiles it once for all instances."""
+    pu = _bank_pu_proto(config)
+    return _bank_pu_verilog(pu.lanes, pu.out_depth, config)
+
+
+class _BankPUInstance(wiring.Component):
+    """An instance of :func:`bank_pu_verilog`'s module with :class:`BankPU`'s ports (Verilator only)."""
+
+    def __init__(self, config):
+        proto = _bank_pu_proto(config)
+        self.config = config
+        self.i_layout, self.o_layout = proto.i_layout, proto.o_layout
+        super().__init__({"i": In(stream.Signature(proto.i_layout)), "o": Out(stream.Signature(proto.o_layout))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.pu = Instance(
+            _bank_pu_module_name(self.config),
+            i_clk=ClockSignal(), i_rst=ResetSignal(),
+            i_i__valid=self.i.valid, i_i__payload=self.i.payload.as_value(), o_i__ready=self.i.ready,
+            o_o__valid=self.o.valid, o_o__payload=self.o.payload.as_value(), i_o__ready=self.o.ready)
+        return m
+
+
+def _addr_bits(org):
+    return (org.ranks * org.banks * org.rows * org.bursts_per_row - 1).bit_length()
+
+
+def _kv_module_name(org):
+    return f"pim_kv_array_w{org.burst_bits}_a{_addr_bits(org)}_p{org.banks}"
+
+
+def kv_array_verilog(org):
+    """A simulation model (Verilog, not synthesizable): the channel's burst array, ``org.banks`` combinational
+    read ports (port ``b`` at ``addr[b AW +: AW]``, ``AW`` = flat burst address bits), loaded at time 0 from the
+    ``$readmemh`` file named by the plusarg ``+pim_kv=<file>`` (zeros without it)."""
+    W, AW, P = org.burst_bits, _addr_bits(org), org.banks
+    name = _kv_module_name(org)
+    return f"""module {name}(addr, data);
+  input [{AW * P - 1}:0] addr;
+  output [{W * P - 1}:0] data;
+  reg [{W - 1}:0] mem [0:{(1 << AW) - 1}];
+  string path;
+  integer i;
+  initial begin
+    for (i = 0; i < {1 << AW}; i = i + 1) mem[i] = {W}'d0;
+    if ($value$plusargs("pim_kv=%s", path)) $readmemh(path, mem);
+  end
+  genvar g;
+  generate for (g = 0; g < {P}; g = g + 1) begin : rd
+    assign data[g * {W} +: {W}] = mem[addr[g * {AW} +: {AW}]];
+  end endgenerate
+endmodule
+"""
 
 
 # ---- Python drivers ---------------------------------------------------------------------------------------
@@ -230,14 +396,16 @@ class FusedRun:
     violations: list             # sim.dram.checker violations of the trace
     scores: np.ndarray | None = None
     wall_seconds: float = 0.0
-    head_cycles: list = field(default_factory=list)   # per head: cycles from its first command to its result
+    head_cycles: list = field(default_factory=list)
+    cpu_seconds: float | None = None   # CPU time of the simulation (sim.backends.StreamRun.cpu_seconds)   # per head: cycles from its first command to its result
 
     @property
     def device_violations(self) -> int:
         return self.done[-1]["violations"] if self.done else 0
 
 
-def _decode_done(payloads):
+def decode_done(payloads):
+    """``done`` stream payloads -> dicts of :data:`done_layout` fields."""
     out = []
     for p in payloads:
         rec = {}
@@ -289,7 +457,7 @@ def run_fused(backend, config, K, V, q, *, L=None, heads_order=None, component=N
     run = backend.run_streams(component, inputs, expected, traffic=traffic, max_cycles=max_cycles)
     out = np.array(run.outputs["result"], np.uint16).reshape(len(q), d)
     trace = decode_trace(run.outputs["trace"], config.dram.org)
-    done = _decode_done(run.outputs["done"])
+    done = decode_done(run.outputs["done"])
     viol = check_trace(trace, config.dram, end_cycle=run.cycles) if check else []
     scores = np.array(run.outputs["scores"], np.uint16) if not softmax else None
     # per head: first command of the head (first ACT_AB after the previous head's done) -> its done cycle
@@ -300,7 +468,7 @@ def run_fused(backend, config, K, V, q, *, L=None, heads_order=None, component=N
         while start_i < len(trace) and trace[start_i].cycle <= rec["cycle"]:
             start_i += 1
     return FusedRun(out=out, cycles=run.cycles, trace=trace, done=done, violations=viol, scores=scores,
-                    wall_seconds=run.wall_seconds, head_cycles=head_cycles)
+                    wall_seconds=run.wall_seconds, head_cycles=head_cycles, cpu_seconds=run.cpu_seconds)
 
 
 def tiny_rows(rows=64):
@@ -311,6 +479,16 @@ def tiny_rows(rows=64):
     from hdl.pim.config import TINY
     org = replace(TINY.dram.org, name=f"ddr4-3200-pim-tiny-r{rows}", rows=rows)
     return replace(TINY, name=f"tiny-r{rows}", dram=replace(TINY.dram, name=org.name, org=org))
+
+
+def paper_rows(rows=32):
+    """PAPER (8 chips x 16 banks, head dim 128, 256 KB rank buffer, DDR4-3200) with ``rows`` rows per bank: the
+    paper's rank for the RTL bench (the device model's arrays and the run-time image cover ``rows`` rows; the
+    datapath, page and command program are PAPER's). 32 rows hold two heads of L = 4K (16 rows each)."""
+    from dataclasses import replace
+    from hdl.pim.config import PAPER
+    org = replace(PAPER.dram.org, name=f"{PAPER.dram.org.name}-r{rows}", rows=rows)
+    return replace(PAPER, name=f"paper-r{rows}", dram=replace(PAPER.dram, name=org.name, org=org))
 
 
 def tiny_page(rows=16):
@@ -337,7 +515,7 @@ def rtl_cycles(config=None, L_list=(64, 128, 256, 512, 1024, 2048), *, backend="
     RD_AB to the last result), ``commands``, ``violations`` (device model); ``steady_cycles`` (cycles per head
     between the done records of launches 0 and ``heads - 2`` -- the last launch has no successor to overlap
     with), ``steady_ratio`` = steady_cycles / ideal, ``overlapped`` (the launches' phases interleave:
-    :func:`phase_order`), ``steady_violations``. For the perf model's calibration (sim/perf/pim_bench.py)."""
+    :func:`phase_order`), ``steady_violations``. For the perf model's calibration (sim/bench/pim.py)."""
     from hdl.pim.mapping import head_layout
     from sim.backends import get_backend
     from sim.dram.trace import decode_trace
@@ -358,7 +536,7 @@ def rtl_cycles(config=None, L_list=(64, 128, 256, 512, 1024, 2048), *, backend="
                              {"result": config.head_dim, "done": 1, "trace": None},
                              max_cycles=4 * bound + 20000)
         trace = [c for c in decode_trace(run.outputs["trace"], config.dram.org) if c.rank == 0]
-        done = _decode_done(run.outputs["done"])[0]
+        done = decode_done(run.outputs["done"])[0]
         rds = [c.cycle for c in trace if c.kind is Cmd.RD_AB]
         nS = -(-L // config.banks) * config.bursts_per_token
         first = trace[0].cycle
@@ -375,7 +553,7 @@ def rtl_cycles(config=None, L_list=(64, 128, 256, 512, 1024, 2048), *, backend="
         run = be.run_streams(comp, {"launch": launches},
                              {"result": config.head_dim * heads, "done": heads, "trace": None},
                              max_cycles=heads * 4 * bound + 20000)
-        dn = _decode_done(run.outputs["done"])
+        dn = decode_done(run.outputs["done"])
         steady = (dn[heads - 2]["cycle"] - dn[0]["cycle"]) / (heads - 2)
         order = phase_order(config, [L] * heads)
         rec.update({"steady_cycles": steady, "steady_ratio": steady / ideal,

@@ -2,12 +2,15 @@
 // Generated per design by sim/backends/verilator.py, which fills in the @...@ placeholders with one block
 // per stream port of the wrapper module `harness_top` (ports inK_* / outK_*, clk, rst).
 //
-// usage: sim STIMULUS RESULT
-// STIMULUS (little-endian): u64 max_cycles; per input port: u64 n_items, u64 pat_len, u8 pat[pat_len],
-//   u32 words[n_items * NWORDS]; per output port: u64 collect (0 drop, 1 count, 2 all), u64 n_expected,
-//   u64 pat_len, u8 pat[pat_len].
-// RESULT: u64 status (0 done, 1 timeout), u64 cycles; per output port: u64 n_seen (payloads accepted while
-//   collecting), u64 n_words, u32 words[n_words] (the first min(n_seen, n_expected) payloads).
+// usage: sim STIMULUS RESULT [+plusarg ...]   (plusargs reach the design: $value$plusargs, $readmemh files)
+// STIMULUS (little-endian): u64 max_cycles, u64 quiet_cycles; per input port: u64 n_items, u64 pat_len,
+//   u8 pat[pat_len], u32 words[n_items * NWORDS]; per output port: u64 mode (0 not named, 1 count, 2 whole),
+//   u64 n_expected, u64 pat_len, u8 pat[pat_len].
+// RESULT: u64 status (0 done, 1 timeout), u64 cycles (to completion); per output port: u64 n_seen (every
+//   payload handed over, quiet window included), u64 seen_at_done (at completion), u64 extra_cycle (cycle of
+//   payload n_expected + 1 of a counted port, UINT64_MAX if none), u64 n_words, u32 words[n_words] (every
+//   payload).
+// After completion the protocol continues for quiet_cycles cycles (the check window of sim/backends/base.py).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -67,14 +70,13 @@ struct InPort {
 };
 
 struct OutPort {
-    bool collect = false, all = false;  // all: record every payload, never waited for
-    uint64_t want = 0, seen = 0;
+    bool all = false;  // not waited for (not named, or collected whole)
+    uint64_t want = 0, seen = 0, seen_at_done = 0, extra_cycle = UINT64_MAX;
     std::vector<uint8_t> pat;
     Words data;
     void read(Reader& r) {
         const uint64_t mode = r.u64();
-        collect = mode != 0;
-        all = mode == 2;
+        all = mode != 1;
         want = r.u64();
         if (all) want = UINT64_MAX;
         pat.resize(r.u64());
@@ -84,7 +86,7 @@ struct OutPort {
 };
 
 int main(int argc, char** argv) {
-    if (argc != 3) die("usage: sim STIMULUS RESULT");
+    if (argc < 3) die("usage: sim STIMULUS RESULT [+plusarg ...]");
     const int n_in = @N_IN@, n_out = @N_OUT@;
     std::vector<InPort> ins(n_in > 0 ? n_in : 1);
     std::vector<OutPort> outs(n_out > 0 ? n_out : 1);
@@ -92,10 +94,12 @@ int main(int argc, char** argv) {
     if (!fi) die("cannot open stimulus file");
     Reader r{fi};
     const uint64_t max_cycles = r.u64();
+    const uint64_t quiet_cycles = r.u64();
 @READ@
     std::fclose(fi);
 
     const std::unique_ptr<VerilatedContext> context{new VerilatedContext};
+    context->commandArgs(argc, argv);
     const std::unique_ptr<Vharness_top> top{new Vharness_top{context.get()}};
     // Reset: one clock edge with rst high and every valid/ready low.
 @IDLE@
@@ -103,9 +107,9 @@ int main(int argc, char** argv) {
     top->clk = 1; top->eval();
     top->rst = 0;
 
-    uint64_t t = 0;
+    uint64_t t = 0, end = 0;
     bool done = false;  // even with nothing to collect, a run lasts at least one cycle
-    while (!done && t < max_cycles) {
+    while (done ? t < end : t < max_cycles) {
         top->clk = 0;
 @DRIVE@
         top->eval();
@@ -113,16 +117,22 @@ int main(int argc, char** argv) {
         top->clk = 1;
         top->eval();
         ++t;
-        done = @DONE@;
+        if (!done && (@DONE@)) {
+            done = true;
+            end = t + quiet_cycles;
+            for (int k = 0; k < n_out; ++k) outs[k].seen_at_done = outs[k].seen;
+        }
     }
     top->final();
+    const uint64_t cycles = done ? end - quiet_cycles : t;
 
     FILE* fo = std::fopen(argv[2], "wb");
     if (!fo) die("cannot open result file");
-    uint64_t head[2] = {done ? 0u : 1u, t};
+    uint64_t head[2] = {done ? 0u : 1u, cycles};
     std::fwrite(head, sizeof head, 1, fo);
     for (int k = 0; k < n_out; ++k) {
-        uint64_t counts[2] = {outs[k].seen, outs[k].data.size()};
+        if (!done) outs[k].seen_at_done = outs[k].seen;
+        uint64_t counts[4] = {outs[k].seen, outs[k].seen_at_done, outs[k].extra_cycle, outs[k].data.size()};
         std::fwrite(counts, sizeof counts, 1, fo);
         std::fwrite(outs[k].data.data(), sizeof(uint32_t), outs[k].data.size(), fo);
     }

@@ -5,7 +5,7 @@ between heads (eager and postponed), cycle counts against the all-bank ideal.
 
 The system is built once per module on the ``micro`` channel (2 chips x 4 banks, head dim 16: the same RTL as
 TINY with every size smaller; TINY's Verilog takes minutes to generate and compile). TINY runs bit-exact in
-``make bench-pim`` (``sim/perf/pim_bench.tiny_bit_exact``) and for cycle counts in ``sim/pim/fused.rtl_cycles``."""
+``make bench-pim`` (``sim/bench/pim.tiny_bit_exact``) and for cycle counts in ``sim/pim/fused.rtl_cycles``."""
 
 
 import numpy as np
@@ -17,6 +17,7 @@ from hdl.pim.rank_pu import RankPU, head_cycle_bound
 from sim.backends import Traffic, get_backend, stream_ports
 from sim.dram.checker import describe
 from sim.golden.pim_attention import make_inputs, pim_attention
+from sim.perf.pim import PIMSequenceModel, SeqLaunch
 from sim.pim.fused import PIMChannelSystem, ideal_cycles, micro, run_fused, tiny_rows
 
 CFG = micro(16)
@@ -79,6 +80,26 @@ def _check(run, golds, jobs):
         np.testing.assert_array_equal(run.out[i], g.out, err_msg=f"launch {i} (head, L, seed) = {job}")
 
 
+def _model_check(run, jobs, postpone=None):
+    """The PIM model (sim/perf/pim.PIMSequenceModel with the RTL-measured gap / tail of
+    data/pim_rtl_calibration.json) against this RTL run: the same command trace, cycle for cycle (all-bank rules,
+    overlap and refresh decisions), and every head's cycles within 1 % (first head: first command to its last
+    result; then done to done). Returns the largest relative error."""
+    model = PIMSequenceModel.calibrated(CFG)
+    pp = postpone or [None] * len(jobs)
+    m = model.run([SeqLaunch(L, _Layout.k_row0[h], _Layout.v_row0[h], p) for (h, L, _), p in zip(jobs, pp)])
+    key = lambda t, k, r, c: (t, k, r, c) if k is Cmd.RD_AB else (t, k, r) if k is Cmd.ACT_AB else (t, k)
+    rtl = [key(c.cycle, c.kind, c.row, c.col) for c in run.trace if c.rank == 0]
+    assert [key(*x) for x in m.commands] == rtl, "model and RTL command traces differ"
+    first = next(c.cycle for c in run.trace if c.rank == 0)
+    done = [d["cycle"] for d in run.done]
+    rtl_heads = [done[0] - first + 1] + list(np.diff(done))
+    err = max(abs(a - b) / a for a, b in zip(rtl_heads, m.head_cycles()))
+    assert err <= 0.01, (rtl_heads, m.head_cycles())
+    assert [d["refreshes"] for d in run.done] == [h.refreshes for h in m.heads]
+    return err
+
+
 def _print_cycles(run, jobs):
     prev = None
     for i, ((h, L, _), rec) in enumerate(zip(jobs, run.done)):
@@ -127,6 +148,13 @@ def test_fused_cycles_and_bounds(verilator, system):
     print(f"L = {LONG}: {head} cycles, all-bank ideal {ideal} (ratio {head / ideal:.3f}); score->context gap "
           f"{rd[nS] - rd[nS - 1]} cycles; refresh-decision bound {bound}")
     assert ideal < head <= bound
+    assert _model_check(run, jobs) == 0
+    # the model at more lengths: one head from reset each (padding: 17 and 101 are not multiples of the chunk)
+    for L in (1, 17, 101):
+        jobs = [(2, L, 10 + L)]
+        run, golds = _run(verilator, system, jobs)
+        _check(run, golds, jobs)
+        assert _model_check(run, jobs) == 0
 
 
 def _refs(run):
@@ -138,6 +166,7 @@ def test_refresh_between_heads_eager(verilator, system):
     jobs = [(h % 2, SHORT, 20 + h) for h in range(32)]
     run, golds = _run(verilator, system, jobs, postpone=[0] * len(jobs))
     _check(run, golds, jobs)
+    assert _model_check(run, jobs, postpone=[0] * len(jobs)) == 0
     refs = _refs(run)
     assert len(refs) >= 1 and refs[0] >= TM.tREFI, refs
     assert run.done[-1]["urgent"] == 0
@@ -158,6 +187,7 @@ def test_refresh_postponed(verilator, system):
     jobs = [(2, LONG, 40 + h) for h in range(n)]
     run, golds = _run(verilator, system, jobs)
     _check(run, golds, jobs)
+    assert _model_check(run, jobs) == 0
     refs = _refs(run)
     end = run.done[-1]["cycle"]
     assert end > 10 * TM.tREFI
@@ -199,6 +229,7 @@ def test_overlapped_heads_steady_state(verilator, system):
     jobs = [(h % 2, L, 60 + h) for h in range(8)]
     run, golds = _run(verilator, system, jobs)
     _check(run, golds, jobs)
+    assert _model_check(run, jobs) == 0
     order = phase_order(CFG, [L] * len(jobs))
     assert order[:3] == [(0, "S"), (1, "S"), (0, "C")]
     tr = [c for c in run.trace if c.rank == 0]
@@ -235,3 +266,22 @@ def test_overlapped_heads_steady_state(verilator, system):
     ss = sum(a[0] == "K" and b[0] == "V" and a[1] != b[1] for a, b in zip(seq, seq[1:]))
     assert ss >= 3, seq
     print(f"mixed lengths, random backpressure: {ss} overlapped score phases, done at {run.done[-1]['cycle']}")
+
+
+def test_fast_build_equals_inline(verilator, system):
+    """The Verilator fast build (one compiled bank-PU module with public_flat_rd inputs and -fno-dfg, the KV cache
+    a run-time image; what the TINY / PAPER benches use) gives the inline build's outputs, trace and done records,
+    bit for bit; a changed image needs no rebuild and changes the outputs."""
+    fast = PIMChannelSystem(CFG, IMAGE, fast=True)
+    assert fast.verilator_flags() == ["-fno-dfg"] and system.verilator_flags() == []
+    assert "/*verilator public_flat_rd*/" in fast.verilog_modules()[0]
+    jobs = [(0, 60, 1), (2, 101, 2), (1, 5, 3)]
+    a, golds = _run(verilator, system, jobs)
+    b, _ = _run(verilator, fast, jobs)
+    _check(b, golds, jobs)
+    assert [(c.cycle, c.kind, c.row, c.col) for c in b.trace] == [(c.cycle, c.kind, c.row, c.col) for c in a.trace]
+    assert b.done == a.done and b.cycles == a.cycles
+    exe = verilator._exes[fast]
+    fast.set_image({addr: v ^ 1 << 10 for addr, v in IMAGE.items()})   # an exponent bit of one element per word
+    c, _ = _run(verilator, fast, jobs[:1])
+    assert verilator._exes[fast] == exe and not np.array_equal(c.out[0], golds[0].out)

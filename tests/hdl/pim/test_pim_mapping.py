@@ -117,3 +117,19 @@ def test_errors():
         m.score_reads(TINY, 2048, k_row0=10)
     with pytest.raises(ValueError, match="K and V"):
         m.kv_store_image(TINY, np.zeros((5, 32)), np.zeros((5, 32)), m.head_layout(TINY, 6, 1))
+
+
+def test_flat_burst_address_equals_the_device_models():
+    """hdl/pim/mapping keeps its own copy of the device model's flat burst address (hdl/ imports nothing from
+    sim/): both must agree on every field."""
+    import numpy as np
+    from hdl.pim.mapping import flat_burst_address as here
+    from sim.dram.device import flat_burst_address as device
+    from sim.pim.fused import micro
+    for org in (PAPER.dram.org, TINY.dram.org, micro(8).dram.org):
+        rng = np.random.default_rng(1)
+        for _ in range(200):
+            a = (int(rng.integers(org.ranks)), int(rng.integers(org.bank_groups)),
+                 int(rng.integers(org.banks_per_group)), int(rng.integers(org.rows)),
+                 int(rng.integers(org.bursts_per_row)))
+            assert here(org, *a) == device(org, *a)

@@ -96,3 +96,28 @@ def test_sequencer_program_and_urgent_refresh(backend):
     assert inside >= 1, "expected urgent refreshes inside the long head"
     print(f"{run.cycles} cycles, {refs} REFs ({inside} inside a head phase) at",
           [c.cycle for c in trace if c.kind is Cmd.REF])
+
+
+def test_sequencer_matches_the_model_with_urgent_refresh(backend):
+    """The PIM model's sequencer (sim/perf/pim.PIMSequenceModel: the all-bank rules of hdl/pim/allbank.py, the
+    overlap and refresh decisions) issues the same commands in the same cycles as the RTL sequencer, here with
+    tREFI = 120 so that the long head needs urgent refreshes inside its phases (probabilities always there: no
+    datapath, gap 0) and heads 1, 2 overlap."""
+    from sim.perf.pim import PIMSequenceModel, SeqLaunch
+    heads = [(256, 0, 4, 8), (13, 12, 13, 0), (37, 14, 15, 8)]
+    dut = SequencerBench(CFG)
+    q = np.zeros(CFG.head_dim, np.uint16)
+    launches = [encode_launch(CFG, L, k0, v0, q, pp) for L, k0, v0, pp in heads]
+    n_ctx = sum(-(-L // CFG.token_sets) for L, *_ in heads)
+    n_rd = sum(len(score_reads(CFG, L)) for L, *_ in heads) + n_ctx
+    run = backend.run_streams(dut, {"launch": launches, "p": [0] * n_ctx}, {"rd": n_rd, "trace": None},
+                              max_cycles=200_000)
+    trace = decode_trace(run.outputs["trace"], CFG.dram.org)
+    model = PIMSequenceModel(CFG, gap=0, tail=0, drain=64, launch_queue=False)
+    m = model.run([SeqLaunch(L, k0, v0, pp) for L, k0, v0, pp in heads])
+    key = lambda t, k, r, c: (t, k, r, c) if k is Cmd.RD_AB else (t, k, r) if k is Cmd.ACT_AB else (t, k)
+    # the trace is collected up to the run's completion (the last RD_AB record): the closing PREA may follow
+    assert [key(*x) for x in m.commands if x[0] < run.cycles] == [key(c.cycle, c.kind, c.row, c.col) for c in trace]
+    refs = [c.cycle for c in trace if c.kind is Cmd.REF]
+    urgent = sum(1 for t in refs if m.heads[0].score_first < t < m.heads[0].context_last)
+    assert urgent >= 2, refs

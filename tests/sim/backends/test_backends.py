@@ -179,3 +179,125 @@ def test_collect_whole_is_cycle_identical():
             for b in ("amaranth", "verilator")]
     assert runs[0].cycles == runs[1].cycles
     assert runs[0].outputs == runs[1].outputs
+
+
+class EchoExtra(wiring.Component):
+    """Test-only: passes ``i`` to ``o`` through one register (a correct echo); after it has passed ``after``
+    items it emits ONE extra item (the last payload + 1) ``delay`` cycles later -- a design that emits one item
+    too many, after the output the testbench expects is complete. ``side`` emits one item per input item
+    (always ready; a second counted port)."""
+
+    def __init__(self, after, delay):
+        self.after, self.delay = after, delay
+        super().__init__({"i": In(stream.Signature(16)), "o": Out(stream.Signature(16)),
+                          "side": Out(stream.Signature(16))})
+
+    def elaborate(self, platform):
+        m = Module()
+        n = Signal(16)
+        wait = Signal(range(self.delay + 2))
+        armed = Signal()
+        last = Signal(16)
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [self.o.valid.eq(1), self.o.payload.eq(self.i.payload), last.eq(self.i.payload),
+                         n.eq(n + 1)]
+            with m.If(n + 1 == self.after):
+                m.d.sync += [armed.eq(1), wait.eq(0)]
+        with m.Elif(armed & ~self.o.valid):
+            m.d.sync += wait.eq(wait + 1)
+            with m.If(wait == self.delay):
+                m.d.sync += [armed.eq(0), self.o.valid.eq(1), self.o.payload.eq(last + 1)]
+        m.d.sync += [self.side.valid.eq(self.i.valid & self.i.ready), self.side.payload.eq(self.i.payload)]
+        return m
+
+
+def test_extra_output_after_completion_is_caught(backend):
+    """One extra item after the last expected one: the old harness (which stopped at the expected count, here
+    ``quiet_cycles=0``) passes it with the right outputs; the check window fails the run and names the item."""
+    from sim.backends import ExtraOutput
+    items = list(range(10, 30))
+    dut = EchoExtra(after=len(items), delay=5)
+    old = backend.run_streams(dut, {"i": items}, {"o": len(items)}, quiet_cycles=0)
+    assert old.outputs["o"] == items              # what every stream test compared: the design "passes"
+    with pytest.raises(ExtraOutput, match=r"^EchoExtra: output 'o' emitted 21 items, 20 expected \(first extra "
+                                          r"item 0x1e in cycle \d+, \d+ cycle\(s\) after completion\)") as exc:
+        backend.run_streams(dut, {"i": items}, {"o": len(items)})
+    run = exc.value.run
+    assert run.outputs["o"] == items and run.emitted["o"] == items + [items[-1] + 1]
+    assert run.extra_items() == {"o": [items[-1] + 1]} and exc.value.ports == ("o",)
+    assert run.extra_cycle["o"] >= run.cycles
+    # with no extra item the same run passes and reports exactly what each port emitted
+    ok = backend.run_streams(EchoExtra(after=len(items) + 1, delay=5), {"i": items}, {"o": len(items)})
+    assert ok.emitted["o"] == items and ok.emitted["side"] == items and ok.extra_items() == {}
+
+
+def test_extra_output_before_completion_is_caught(backend):
+    """A counted port that emits one item too many while another port is still awaited fails even without a
+    window; ports not named in ``expected`` are reported but not checked."""
+    from sim.backends import ExtraOutput
+    items = list(range(8))
+    tr = Traffic(ready={"o": np.array([1, 0, 0, 0], dtype=bool)})   # o is slow: side finishes first
+    with pytest.raises(ExtraOutput, match=r"output 'side' emitted 8 items, 7 expected \(first extra item 0x7 in "
+                                          r"cycle \d+, before completion\)"):
+        backend.run_streams(EchoExtra(after=99, delay=1), {"i": items}, {"o": 8, "side": 7}, traffic=tr,
+                            quiet_cycles=0)
+    run = backend.run_streams(EchoExtra(after=99, delay=1), {"i": items}, {"o": 8}, traffic=tr)
+    assert run.emitted["side"] == items and "side" not in run.outputs
+
+
+def test_extra_output_identical_on_both_backends():
+    from sim.backends import ExtraOutput
+    items = list(range(50))
+    dut = EchoExtra(after=len(items), delay=9)
+    tr = Traffic.random(stream_ports(dut), seed=4)
+    tr = Traffic(valid=tr.valid, ready={"o": tr.ready["o"]})    # `side` ignores ready: keep it always ready
+    runs = []
+    for name in ("amaranth", "verilator"):
+        with pytest.raises(ExtraOutput) as exc:
+            get_backend(name).run_streams(dut, {"i": items}, {"o": len(items), "side": None}, traffic=tr)
+        runs.append(exc.value.run)
+    a, v = runs
+    assert (a.cycles, a.outputs, a.emitted, a.extra_cycle) == (v.cycles, v.outputs, v.emitted, v.extra_cycle)
+    assert a.outputs["side"] == items and a.emitted["side"] == items
+
+
+def test_quiet_cycles_argument(backend):
+    with pytest.raises(ValueError, match=r"quiet_cycles must be an int in \[0, 2\*\*32\], got -1"):
+        backend.run_streams(FPMul(), {"i": [1]}, {"o": 1}, quiet_cycles=-1)
+
+
+class MemReader(wiring.Component):
+    """Test-only: reads words 0..n-1 of a Memory with a given init, one per accepted address."""
+
+    def __init__(self, init, n):
+        self.init, self.n = init, n
+        super().__init__({"i": In(stream.Signature(8)), "o": Out(stream.Signature(16))})
+
+    def elaborate(self, platform):
+        from amaranth.lib.memory import Memory
+        m = Module()
+        m.submodules.mem = mem = Memory(shape=16, depth=self.n, init=self.init)
+        rd = mem.read_port(domain="comb")
+        m.d.comb += [rd.addr.eq(self.i.payload), self.i.ready.eq(~self.o.valid | self.o.ready)]
+        with m.If(self.i.ready):
+            m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(rd.data)]
+        return m
+
+
+def test_zero_memory_inits_are_stripped_and_nothing_changes():
+    """The Verilator build drops `mem[k] = 0` initialisations (VERILATOR_FLAGS set --x-initial 0): the same
+    reads, non-zero words kept; assignments outside initial blocks are never touched."""
+    from sim.backends.verilator import strip_zero_memory_inits
+    init = [0, 5, 0, 0, 0x1234, 0, 7, 0]
+    dut = MemReader(init, len(init))
+    text = verilog_text(dut, "top")
+    stripped = strip_zero_memory_inits(text)
+    assert stripped.count("16'h0000;") < text.count("16'h0000;") and "16'h1234;" in stripped
+    fake = "always @* begin\n  x[3] = 1'h0;\nend\ninitial begin\n  mem[2] = 8'h00;\n  mem[3] = 8'h01;\nend\n"
+    assert strip_zero_memory_inits(fake) == "always @* begin\n  x[3] = 1'h0;\nend\ninitial begin\n  mem[3] = 8'h01;\nend\n"
+    for name in ("amaranth", "verilator"):
+        run = get_backend(name).run_streams(MemReader(init, len(init)), {"i": list(range(8)) * 2}, {"o": 16})
+        assert run.outputs["o"] == init * 2

@@ -159,3 +159,17 @@ def test_errors():
         pa.pim_attention(TINY, q, K.view(np.float16), V)
     with pytest.raises(ValueError, match="mutation"):
         pa.pim_attention(TINY, q, K, V, mutation="x")
+
+
+def test_prescale_query_equals_the_hosts():
+    """sim/golden keeps the host's query prescale (sim/ imports nothing from host/): bit-identical."""
+    import numpy as np
+    from host.attention import prepare_query
+    from sim.golden.pim_attention import prescale_query
+    rng = np.random.default_rng(3)
+    for d in (16, 32, 128):
+        q = rng.standard_normal((5, d)) * 50
+        assert np.array_equal(prescale_query(q), prepare_query(q))
+        qb = q.astype(np.float16).view(np.uint16)
+        assert np.array_equal(prescale_query(qb[0]), prepare_query(qb[0]))
+        assert np.array_equal(prescale_query(q, 0.3), prepare_query(q, 0.3))

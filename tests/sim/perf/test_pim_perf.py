@@ -118,3 +118,55 @@ def test_overlapped_heads_steady_state():
     p = PIMPerfModel(PAPER, fixed_cycles=400)
     assert p.overlaps(2048) and not p.overlaps(65537)
     assert p.steady_head_cycles(2048) / p.ideal_cycles(2048, refresh=False) < 1.05
+
+
+def test_sequence_model_arguments_and_single_heads():
+    """PIMSequenceModel: bad arguments are named; a single head's command count is the mapping's; the calibrated
+    micro model exists (data/pim_rtl_calibration.json) and matches the single-head cycles measured with it."""
+    import json
+    from sim.perf.pim import PIMSequenceModel, SeqLaunch, CALIBRATION_FILE, calibration_key, load_calibration
+    from sim.pim.fused import micro
+    with pytest.raises(ValueError, match="gap must be an int"):
+        PIMSequenceModel(TINY, gap=-1, tail=0)
+    m = PIMSequenceModel(TINY, gap=149, tail=130)
+    with pytest.raises(ValueError, match=r"L = 0 outside \[1, config.max_tokens = 2048\]"):
+        m.run([0])
+    r = m.run([SeqLaunch(100), SeqLaunch(37, k_row0=4)])
+    n_rd = sum(-(-L // 16) * 4 + -(-L // 4) for L in (100, 37))
+    assert sum(k is Cmd.RD_AB for _, k, _, _ in r.commands) == n_rd
+    assert all(b[0] > a[0] for a, b in zip(r.commands, r.commands[1:]))     # one command per cycle
+    assert r.heads[0].done < r.heads[1].done
+    cfg = micro(16)
+    c = load_calibration(cfg)
+    data = json.loads(CALIBRATION_FILE.read_text())["configs"][calibration_key(cfg)]
+    seq = PIMSequenceModel.calibrated(cfg)
+    for L, cyc in data["rtl_head_cycles"].items():
+        h = seq.run([int(L)]).heads[0]
+        assert h.done - h.first_cmd + 1 == cyc
+    assert PIMPerfModel.calibrated(cfg).fixed_cycles == c["fixed_cycles"]
+    with pytest.raises(ValueError, match="no RTL calibration"):
+        load_calibration(replace(cfg, head_dim=32, name="x"))
+
+
+def test_paper_model_is_the_paper_rtl_calibration():
+    """paper_model() / paper_sequence_model(): the PAPER rank (128 bank PUs, d = 128) with the latencies measured
+    on its RTL (`python -m sim.bench.pim --calibrate paper`, data/pim_rtl_calibration.json): fixed_cycles
+    is the measured one (not 0), every single-head RTL measurement of that command is reproduced (the per-head
+    model at the fit's lengths within 1 %, the sequence model exactly, incl. a one-chunk head), and the steady
+    state of overlapped heads within 1 %."""
+    import json
+    from sim.perf.pim import paper_model, paper_sequence_model, CALIBRATION_FILE, calibration_key
+    data = json.loads(CALIBRATION_FILE.read_text())["configs"][calibration_key(PAPER)]
+    m = paper_model()
+    assert m.config is PAPER and m.fixed_cycles == data["fixed_cycles"] > 0
+    seq = paper_sequence_model()
+    for L in data["lengths"]:
+        rtl = data["rtl_head_cycles"][str(L)]
+        assert abs(m.head(L).cycles - rtl) / rtl <= 0.01, (L, m.head(L).cycles, rtl)
+        st = data["rtl_steady_cycles"][str(L)]
+        assert abs(m.steady_head_cycles(L) - st) / st <= 0.01, (L, m.steady_head_cycles(L), st)
+    for L, rtl in data["rtl_head_cycles"].items():
+        h = seq.run([int(L)]).heads[0]
+        assert h.done - h.first_cmd + 1 == rtl, (L, h.done - h.first_cmd + 1, rtl)
+    assert "1" in data["rtl_head_cycles"]       # the one-chunk head (gap1) is measured
+    assert paper_model(overlap=False).overlap is False
