@@ -165,13 +165,13 @@ def cmd_bench_fp(args):
                   f"{rate:>12,.0f}", flush=True)
 
 
-# `ndpim bench NAME` and `ndpim fuzz`: the first importable module of each list (benches may move between
-# packages), called as main(argv) with the remaining arguments.
+# `ndpim bench NAME` and `ndpim fuzz`: the first importable module of each list, called as main(argv) with the
+# remaining arguments.
 BENCHES = {
-    "dram": ("sim.bench.dram", "sim.bench.dram"),
-    "devmem": ("sim.bench.devmem", "sim.devmem.bench"),
-    "ndp": ("sim.bench.ndp", "sim.bench.ndp"),
-    "pim": ("sim.bench.pim", "sim.perf.pim_bench"),
+    "dram": ("sim.bench.dram",),
+    "devmem": ("sim.devmem.bench",),
+    "ndp": ("sim.bench.ndp",),
+    "pim": ("sim.bench.pim",),
     "host": ("host.bench",),
     "e2e": ("host.e2e.bench",),
 }
