@@ -2,8 +2,8 @@
 
 Every figure comes from the DIMM-PIM performance model :mod:`sim.perf.pim` (calibrated on this project's RTL) at
 the PAPER geometry (:data:`hdl.pim.config.PAPER`: DDR4-3200, 16 banks, 8 x8 chips, head dim 128), read through
-one function, :func:`pim_perf_model`, so that a calibrated ``fixed_cycles`` (0 for PAPER today; measured on the
-PAPER RTL by another issue) flows into every host figure without a change here.
+one function, :func:`pim_perf_model`, so that a calibrated ``fixed_cycles`` (315 cycles at PAPER, measured on the
+PAPER RTL: sim.perf.pim.paper_model) flows into every host figure.
 
 ``sim.perf.pim`` evaluates a head row by row and its steady-state period by simulating ~40 refresh intervals of
 heads (1-90 ms per query); a serving run asks for millions of heads of distinct lengths. So this module answers
@@ -38,7 +38,7 @@ from functools import lru_cache
 import numpy as np
 
 from hdl.pim.config import PAPER
-from sim.perf.pim import PIMPerfModel, rankset_sim
+from sim.perf.pim import PIMPerfModel, paper_model, rankset_sim
 
 __all__ = ["pim_perf_model", "PIMTiming", "RanksetModel", "pim_timing", "rankset_model", "REFRESH_GRID"]
 
@@ -51,9 +51,9 @@ REFRESH_GRID = (1, 16, 64, 256, 1024, 2048, 4096, 8192, 12288, 16384, 20480, 327
 
 def pim_perf_model() -> PIMPerfModel:
     """The DIMM-PIM performance model the host uses: PAPER geometry, refresh included (``"auto"``), overlapped
-    heads, and the model's PAPER ``fixed_cycles`` (its default: 0 until measured on the PAPER RTL). The one place
-    to change when that calibration lands."""
-    return PIMPerfModel(PAPER)
+    heads, and ``fixed_cycles`` measured on the PAPER rank's RTL (:func:`sim.perf.pim.paper_model`, from
+    ``data/pim_rtl_calibration.json``, written by ``ndpim bench pim --calibrate paper``)."""
+    return paper_model()
 
 
 class PIMTiming:
