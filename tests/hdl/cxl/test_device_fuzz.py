@@ -94,12 +94,14 @@ def test_generator_covers_the_features():
         exact += b.rejects_read is not None and b.rejects_exact and any(b.forged.values())
     assert delays == {"none", "partial", "late"} and layouts == {False, True} and exact >= 2
     assert {"escape_other_window", "escape_straddle", "escape_below", "escape_wrap", "malformed", "ring_wrap",
-            "doorbell_early", "doorbell_defer", "coalesced", "keep", "chain", "empty_window"} <= feats
+            "doorbell_early", "doorbell_defer", "coalesced", "keep", "chain", "empty_window", "cross_chain",
+            "chain_trans", "trans", "acc", "partial"} <= feats
     assert {"qwin", "pasid_shared", "forge_slot_before", "forge_slot_after", "rogue_doorbell", "forge_cpl_read",
             "reserved_read", "reserved_write", "refused_ring", "refused_cq", "refused_window", "dead_queue",
             "forged_early"} <= feats
     names = {status_name(s) for s in statuses}
-    assert {"OK", "WINDOW_VIOLATION", "NO_CHAIN_INPUT", "UNKNOWN_TYPE", "MISALIGNED", "SIZE_MISMATCH"} <= names
+    assert {"OK", "WINDOW_VIOLATION", "NO_CHAIN_INPUT", "FOREIGN_STATE", "UNKNOWN_TYPE", "MISALIGNED",
+            "SIZE_MISMATCH", "BAD_FLAGS", "NOT_MULTIPLE"} <= names
 
 
 def test_unaligned_window_limit_load():
