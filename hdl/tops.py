@@ -47,8 +47,8 @@ from .memctl.addrmap import AddressMap
 
 NDP_TOPS = {
     "ndp_decoder": lambda: DescriptorDecoder(config=NDP_PAPER),
-    # lanes x batch = 16 FPMACs with FP32 accumulators: a small instance of the parametric array.
-    "ndp_pe_array": lambda: PEArray(lanes=4, batch=4, acc="fp32", max_k=4096, max_n=4096),
+    # lanes x batch = 16 FPMACs with FP32 accumulators: the one-channel slice's array (8 lanes x 2 rows).
+    "ndp_pe_array": lambda: PEArray(lanes=8, batch=2, acc="fp32", max_k=4096, acc_columns=16),
     "ndp_softmax": lambda: SoftmaxUnit(lanes=8, max_len=1024, max_rows=128),
     # The whole core (tiny preset: 8 lanes x 2 PE rows, KB buffers) for the DDR4-3200 controller's
     # 512-bit bursts, burst addresses and default 8-bit tags (the core drives tags 0: responses are in order).

@@ -43,6 +43,7 @@ from hdl.cxl.regmap import (PASID_BITS, DEFAULT_DATA_PASID, queue_pasid, QWIN_AL
                             CPL_STATUS_OFFSET, CPL_RESULT_BYTES_OFFSET, CPL_FLAG_OFFSET, CPL_HEADER_BYTES)
 from hdl.ndp.config import NDPConfig
 from firmware.ndp.descriptor import Descriptor
+from hdl.ndp.descriptor import DescType
 from sim.golden.cxl_device import (LINE_BYTES, WINDOW_VIOLATION, AFTER_BITS, DYNAMIC_REGISTERS, Fields,
                                    port_fields, default_mem_addr_bits, Event, GoldenDevice, GoldenRun,
                                    status_name, encode_descriptor)
@@ -64,6 +65,22 @@ def _to_bytes(data, what) -> bytes:
     if arr.dtype.kind not in "ui" or arr.size and (arr.min() < 0 or arr.max() > 0xFFFF):
         raise ValueError(f"{what}: expected bytes or FP16 bit patterns (uint16), got dtype {arr.dtype}")
     return arr.astype("<u2").reshape(-1).tobytes()
+
+
+def _padded_rows(data, desc, lanes):
+    """A READ_COMPUTE's GPU input as the core's ``x`` stream takes it: each of the ``input_dim0`` rows padded
+    with zeros to whole beats of ``lanes`` elements (uint16 1-D). Inputs of another size pass unchanged (a
+    script may write anything into an input area)."""
+    arr = np.asarray(data)
+    if arr.dtype == np.float16:
+        arr = arr.view(np.uint16)
+    rows, cols = desc.input_dim0, desc.input_dim1
+    if arr.size != rows * cols or cols % lanes == 0:
+        return arr
+    w = -(-cols // lanes) * lanes
+    out = np.zeros((rows, w), np.uint16)
+    out[:, :cols] = arr.reshape(rows, cols)
+    return out.reshape(-1)
 
 
 def _lines(raw: bytes) -> list:
@@ -504,6 +521,9 @@ class Driver:
             if not isinstance(descriptor, Descriptor):
                 raise ValueError(f"descriptor must be a Descriptor or an int, got {descriptor!r}")
             raw = encode_descriptor(descriptor)
+        if input_bits is not None and isinstance(descriptor, Descriptor) and not isinstance(
+                input_bits, (bytes, bytearray, memoryview)) and descriptor.type == DescType.READ_COMPUTE:
+            input_bits = _padded_rows(input_bits, descriptor, self.config.lanes)
         inp = None if input_bits is None else _to_bytes(input_bits, "input_bits")
         if inp is not None and len(inp) > self.layout.input_bytes:
             raise ValueError(f"input of {len(inp)} bytes does not fit the {self.layout.input_bytes}-byte input "

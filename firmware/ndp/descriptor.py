@@ -12,11 +12,11 @@ from amaranth.lib import data
 
 from hdl.ndp.descriptor import (
     CODE_BITS, FIELD_BITS, ADDR_BITS, HEADER_BITS, DESCRIPTOR_BITS, FLIT_BYTES, SEQ_BITS, FLAG_BITS,
-    FLAG_KEEP, FLAG_CHAIN, ANCHOR_ELEMS, DescType, DescOp, DType, ELEMENT_BYTES, ErrorCode, DESCRIPTOR_LAYOUT,
-    command_layout,
+    FLAG_KEEP, FLAG_CHAIN, FLAG_ACC, FLAG_PARTIAL, FLAG_TRANS, OWNER_BITS, ANCHOR_ELEMS, DescType, DescOp, DType,
+    ELEMENT_BYTES, ErrorCode, DESCRIPTOR_LAYOUT, REQUEST_LAYOUT, command_layout,
 )
 
-__all__ = ["Descriptor", "decode", "gemv", "gemm", "softmax", "load", "store"]
+__all__ = ["Descriptor", "decode", "gemv", "gemm", "softmax", "load", "store", "request"]
 
 _CODES = {"type": DescType, "op": DescOp, "dtype": DType}
 _WIDTHS = {
@@ -97,6 +97,58 @@ class Descriptor:
         return bool(self.flags & FLAG_CHAIN)
 
     @property
+    def acc(self) -> bool:
+        return bool(self.flags & FLAG_ACC)
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.flags & FLAG_PARTIAL)
+
+    @property
+    def trans(self) -> bool:
+        return bool(self.flags & FLAG_TRANS)
+
+    @property
+    def is_mm(self) -> bool:
+        """READ_COMPUTE GEMV or GEMM."""
+        return self.type == DescType.READ_COMPUTE and self.op in (DescOp.GEMV, DescOp.GEMM)
+
+    @property
+    def is_softmax(self) -> bool:
+        return self.type == DescType.READ_COMPUTE and self.op == DescOp.SOFTMAX
+
+    def input_beats(self, lanes: int) -> int:
+        """``x`` beats of the input (as the GPU sends it): a STORE's bytes as whole beats; a READ_COMPUTE's
+        rows, each padded to whole beats (``input_dim0 * ceil(input_dim1 / lanes)``); 0 for LOAD."""
+        if self.type == DescType.STORE:
+            return -(-self.input_bytes // (2 * lanes))
+        if self.type == DescType.READ_COMPUTE:
+            return self.input_dim0 * -(-self.input_dim1 // lanes)
+        return 0
+
+    def result_shape(self) -> tuple:
+        """(rows, columns) of the result (GEMV 1 x N, GEMM B x N, SOFTMAX R x L values, LOAD the operand);
+        (0, 0) for STORE. A SOFTMAX's anchors come on top (:meth:`output_elems`)."""
+        if self.type == DescType.LOAD:
+            return (self.operand_dim0, self.operand_dim1)
+        if self.is_mm:
+            return (1 if self.op == DescOp.GEMV else self.input_dim0, self.operand_dim1)
+        if self.is_softmax:
+            return (self.input_dim0, self.input_dim1)
+        return (0, 0)
+
+    def returned_elems(self, element_bytes: int = 2) -> int:
+        """Elements the core returns on ``y``: LOAD its operand; GEMV/GEMM the result unless KEEP or PARTIAL;
+        SOFTMAX the values and anchors, or only the anchors with KEEP; STORE nothing."""
+        if self.type == DescType.LOAD:
+            return self.operand_bytes // element_bytes
+        if self.is_mm:
+            return 0 if (self.keep or self.partial) else self.output_elems(element_bytes)
+        if self.is_softmax:
+            return ANCHOR_ELEMS * self.input_dim0 if self.keep else self.output_elems(element_bytes)
+        return 0
+
+    @property
     def has_operand(self) -> bool:
         """Everything but SOFTMAX reads a device-resident operand (a SOFTMAX's operand fields are ignored)."""
         return not (self.type == DescType.READ_COMPUTE and self.op == DescOp.SOFTMAX)
@@ -133,12 +185,51 @@ class Descriptor:
         return True
 
     def _not_multiple(self, config) -> bool:
-        t, op, lanes = self.type, self.op, config.lanes
-        if t == DescType.READ_COMPUTE and op in (DescOp.GEMV, DescOp.GEMM):
-            return self.operand_dim0 % lanes != 0 or self.operand_dim1 % lanes != 0
-        if t == DescType.READ_COMPUTE and op == DescOp.SOFTMAX:
+        t, lanes = self.type, config.lanes
+        k, n = self.operand_dim0, self.operand_dim1
+        if self.is_mm:
+            if self.trans:
+                return not (k % lanes == 0 or (2 * k == lanes and n % 2 == 0))
+            return not (n % lanes == 0 or (2 * n == lanes and k % 2 == 0))
+        if self.is_softmax:
             return self.input_dim1 % lanes != 0
         return t == DescType.STORE and self.operand_bytes % config.align_bytes != 0
+
+    def _bad_flags(self) -> bool:
+        f = self.flags
+        if self.type != DescType.READ_COMPUTE:
+            return f != 0
+        if self.op == DescOp.SOFTMAX:
+            return bool(f & (FLAG_ACC | FLAG_PARTIAL | FLAG_TRANS))
+        if f & (FLAG_ACC | FLAG_PARTIAL) and not f & FLAG_TRANS:
+            return True
+        return bool(f & FLAG_KEEP and f & FLAG_PARTIAL)
+
+    def _input_too_large(self, config) -> bool:
+        if not self.has_input:
+            return False
+        if self.input_bytes > config.input_buffer_bytes:
+            return True
+        if self.input_beats(config.lanes) * 2 * config.lanes > config.input_buffer_bytes:
+            return True
+        if self.is_mm or self.is_softmax:
+            return self.input_dim1 > config.max_k
+        return False
+
+    def _output_too_large(self, config, esize) -> bool:
+        lanes = config.lanes
+        ret = self.returned_elems(esize)
+        if -(-ret // lanes) * 2 * lanes > config.output_buffer_bytes:
+            return True
+        rows, cols = self.result_shape()
+        if self.keep and self.type == DescType.READ_COMPUTE:
+            if rows * -(-cols // lanes) * 2 * lanes > config.kept_slot_bytes:
+                return True
+        if self.is_mm and (self.acc or self.partial) and rows * cols > config.partial_slot_elems:
+            return True
+        if self.is_mm and not self.trans:
+            return -(-cols // lanes) > config.acc_columns
+        return False
 
     def validate(self, config) -> ErrorCode:
         """The decoder's verdict for this descriptor on an :class:`NDPConfig` (first failing check wins)."""
@@ -161,7 +252,7 @@ class Descriptor:
             return ErrorCode.SIZE_MISMATCH
         if opd and self.operand_bytes > config.dram_buffer_bytes:
             return ErrorCode.OPERAND_TOO_LARGE
-        if inp and self.input_bytes > config.input_buffer_bytes:
+        if self._input_too_large(config):
             return ErrorCode.INPUT_TOO_LARGE
         if opd and self.base_addr + self.operand_bytes > config.device_bytes:
             return ErrorCode.ADDRESS_OVERFLOW
@@ -169,38 +260,45 @@ class Descriptor:
             return ErrorCode.SHAPE_MISMATCH
         if self.type == DescType.READ_COMPUTE and self.op == DescOp.GEMM and self.input_dim0 > config.max_batch:
             return ErrorCode.BATCH_TOO_LARGE
-        if self.output_elems(esize) * esize > config.output_buffer_bytes:
+        if self._output_too_large(config, esize):
             return ErrorCode.OUTPUT_TOO_LARGE
         if opd and self.base_addr % config.align_bytes:
             return ErrorCode.MISALIGNED
         if self._not_multiple(config):
             return ErrorCode.NOT_MULTIPLE
-        if self.type != DescType.READ_COMPUTE and self.flags:
+        if self._bad_flags():
             return ErrorCode.BAD_FLAGS
         return ErrorCode.OK
 
-    def command(self, config, seq: int = 0) -> dict:
+    def command(self, config, seq: int = 0, owner: int = 0) -> dict:
         """The decoder's output for this descriptor as a ``command_layout(config)`` initializer (a dict)."""
         status = self.validate(config)
         seq %= 1 << SEQ_BITS
         if status != ErrorCode.OK:
-            return {"status": status, "seq": seq}
+            return {"status": status, "seq": seq, "owner": owner}
         esize = ELEMENT_BYTES[self.dtype]
         inp, opd = self.has_input, self.has_operand
         return {
-            "status": status, "seq": seq, "type": self.type, "op": self.op, "dtype": self.dtype,
-            "keep": int(self.keep), "chain": int(self.chain),
+            "status": status, "seq": seq, "owner": owner, "type": self.type, "op": self.op, "dtype": self.dtype,
+            "keep": int(self.keep), "chain": int(self.chain), "acc": int(self.acc), "partial": int(self.partial),
+            "trans": int(self.trans),
             "base_addr": self.base_addr if opd else 0,
             "operand_dim0": self.operand_dim0 if opd else 0, "operand_dim1": self.operand_dim1 if opd else 0,
             "input_dim0": self.input_dim0 if inp else 0, "input_dim1": self.input_dim1 if inp else 0,
             "operand_elems": self.operand_bytes // esize if opd else 0,
             "input_elems": self.input_bytes // esize if inp else 0,
             "output_elems": self.output_elems(esize),
+            "input_beats": self.input_beats(config.lanes),
+            "ret_elems": self.returned_elems(esize),
         }
 
-    def command_bits(self, config, seq: int = 0) -> int:
+    def command_bits(self, config, seq: int = 0, owner: int = 0) -> int:
         """:meth:`command` packed by ``command_layout(config).const`` (what the decoder's ``o`` carries)."""
-        return command_layout(config).const(self.command(config, seq)).as_value().value
+        return command_layout(config).const(self.command(config, seq, owner)).as_value().value
+
+    def request(self, owner: int = 0) -> int:
+        """The core's ``desc`` stream payload (``REQUEST_LAYOUT``): this descriptor and its ``owner``."""
+        return request(self, owner)
 
 
 def decode(raw: int | bytes) -> Descriptor:
@@ -225,22 +323,35 @@ def _nbytes(rows, cols, dtype):
     return rows * cols * ELEMENT_BYTES[DType(_code(dtype))]
 
 
-def _flags(keep, chain):
-    return (FLAG_KEEP if keep else 0) | (FLAG_CHAIN if chain else 0)
+def request(desc: "Descriptor | int", owner: int = 0) -> int:
+    """A ``REQUEST_LAYOUT`` payload: descriptor ``desc`` (a :class:`Descriptor` or its 204-bit encoding) of
+    ``owner`` (0..2**32 - 1)."""
+    raw = desc.encode() if isinstance(desc, Descriptor) else desc
+    if isinstance(owner, bool) or not isinstance(owner, int) or not 0 <= owner < 1 << OWNER_BITS:
+        raise ValueError(f"owner must be an int in 0..{(1 << OWNER_BITS) - 1}, got {owner!r}")
+    return raw | owner << DESCRIPTOR_BITS
 
 
-def gemv(base_addr: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=False) -> Descriptor:
-    """y[1 x N] = x[1 x K] A[K x N], A at ``base_addr``. ``keep``/``chain``: header flags (module docs)."""
+def _flags(keep=False, chain=False, acc=False, partial=False, trans=False):
+    return ((FLAG_KEEP if keep else 0) | (FLAG_CHAIN if chain else 0) | (FLAG_ACC if acc else 0)
+            | (FLAG_PARTIAL if partial else 0) | (FLAG_TRANS if trans else 0))
+
+
+def gemv(base_addr: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=False, acc=False,
+         partial=False, trans=False) -> Descriptor:
+    """y[1 x N] = x[1 x K] A[K x N], A at ``base_addr``. ``keep``/``chain``/``acc``/``partial``/``trans``:
+    header flags (module docs of :mod:`hdl.ndp.descriptor`)."""
     return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMV, dtype=dtype, base_addr=base_addr,
-                      flags=_flags(keep, chain),
+                      flags=_flags(keep, chain, acc, partial, trans),
                       operand_bytes=_nbytes(k, n, dtype), operand_dim0=k, operand_dim1=n,
                       input_bytes=_nbytes(1, k, dtype), input_dim0=1, input_dim1=k)
 
 
-def gemm(base_addr: int, b: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=False) -> Descriptor:
+def gemm(base_addr: int, b: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=False, acc=False,
+         partial=False, trans=False) -> Descriptor:
     """Y[B x N] = X[B x K] A[K x N] (a batch of B GEMVs sharing A), A at ``base_addr``."""
     return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=dtype, base_addr=base_addr,
-                      flags=_flags(keep, chain),
+                      flags=_flags(keep, chain, acc, partial, trans),
                       operand_bytes=_nbytes(k, n, dtype), operand_dim0=k, operand_dim1=n,
                       input_bytes=_nbytes(b, k, dtype), input_dim0=b, input_dim1=k)
 

@@ -8,18 +8,24 @@ turns the core's completions (anything with ``status`` and ``result``, e.g.
 reject. Bad arguments raise ValueError naming the argument and the rule. See ``docs/ndp_kernels.md``.
 
 Tensors are FP16 bit patterns (``uint16``; ``float16`` arrays are accepted and viewed as bits), row-major.
-Device memory layout: :func:`lora_layout` / :func:`kv_layout` place tensors at addresses aligned to
-``config.align_bytes``, each region padded to a whole number of STORE granules (:func:`store_granule`), and
-:func:`store_tensor` / :func:`lora_store` / :func:`kv_store` build the STORE programs that write them.
 
-Kernels (PLoRA Section V, /work/shared/papers/plora.txt):
+**Tiling** (shapes beyond one descriptor: the 20-bit byte fields, the buffers). A *tile* is one operand of
+at most :func:`tile_bytes` (half the DRAM ring, so one tile computes while the next streams in; at most
+2**20 - 1 bytes). The layouts (:func:`lora_layout`, :func:`kv_layout`) decide the tiles and place each in its
+own aligned region; the STORE programs (:func:`lora_store`, :func:`kv_store`) write them:
 
-* :func:`lora_e2_loads`: LOAD A (d x r) and B (r x d) for the GPU (E2: the GPU computes with the adapter).
-* :func:`lora_e3`: ``y = x A B`` on the device: GEMM(X, A) KEEP, then GEMM(CHAIN, B) (GEMV for one row).
-* :func:`lora_e4`: ``m = x A`` on the device, returned.
-* :func:`attention_integral`: one device's share of the KV cache (K^T: d x l, V: l x d): GEMV(q, K^T) KEEP,
-  SOFTMAX(CHAIN, KEEP) -> anchors, GEMV(CHAIN, V) -> unnormalized partial output ``o = e V``. The hardware
-  applies no 1/sqrt(d): the host passes the pre-scaled query (:func:`host.attention.prepare_query`).
+* LoRA A (d x r), the contraction over d: **K-tiles** of whole blocks of ``lanes`` rows in the TRANS layout
+  (:func:`sim.golden.ndp_core.trans_layout`; the GEMV-PE dataflow keeps every lane busy for any rank), plus a
+  half-block tail descriptor when ``d mod lanes = lanes / 2``. The tiles of one batch chunk accumulate on the
+  device: the first with PARTIAL, the middle ones ACC + PARTIAL, the last ACC (E4: returned; E3: KEEP).
+* LoRA B (r x d), the output over d: **column panels** (row-major r x P, P a multiple of ``lanes``), plus a
+  ``lanes / 2``-wide tail panel; each panel is a CHAIN descriptor on the same kept ``m = xA``.
+* Attention: the KV share is cut into **token tiles** of ``L_t`` tokens (a multiple of ``lanes``); each tile is
+  scores GEMM/GEMV on K^T (d x L_t, KEEP), SOFTMAX (CHAIN, KEEP: anchors returned), context GEMM/GEMV TRANS on
+  V (L_t x d, CHAIN): one partial output per tile, merged by the host (:func:`host.attention.merge_partials`)
+  exactly like the partials of several devices.
+
+Batches beyond the buffers are cut into **batch chunks** (the largest for which every descriptor validates).
 """
 
 from dataclasses import dataclass, field
@@ -32,8 +38,9 @@ from hdl.ndp.config import NDPConfig
 from hdl.ndp.descriptor import ErrorCode, FIELD_BITS, ANCHOR_ELEMS
 from .descriptor import Descriptor, gemv, gemm, softmax, load, store
 
-__all__ = ["Kernel", "KernelError", "store_granule", "region_bytes", "lora_layout", "kv_layout", "store_tensor",
-           "lora_store", "kv_store", "lora_e2_loads", "lora_e3", "lora_e4", "attention_integral"]
+__all__ = ["Kernel", "KernelError", "store_granule", "region_bytes", "tile_bytes", "k_tiles", "n_panels",
+           "token_tile", "lora_layout", "kv_layout", "store_tensor", "lora_store", "kv_store", "lora_e2_loads",
+           "lora_e3", "lora_e4", "attention_integral", "trans_layout", "trans_unlayout"]
 
 _FIELD_MAX = (1 << FIELD_BITS) - 1      # largest byte size one descriptor field can describe
 
@@ -81,14 +88,6 @@ def _pos_int(name, v):
     return int(v)
 
 
-def _dim(name, v, config):
-    v = _pos_int(name, v)
-    if v % config.lanes:
-        raise ValueError(f"{name} ({v}) must be a multiple of config.lanes ({config.lanes}): GEMV/GEMM operand "
-                         f"dimensions and softmax lengths are whole beats")
-    return v
-
-
 def _addr(name, v, config):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
         raise ValueError(f"{name} must be a non-negative int, got {v!r}")
@@ -108,19 +107,24 @@ def _bits(name, value, shape_desc, ndims=(1, 2)):
     return arr
 
 
-def _operand_fits(name, rows, cols, config):
-    nbytes = 2 * rows * cols
-    lim = min(config.dram_buffer_bytes, _FIELD_MAX)
-    if nbytes > lim:
-        raise ValueError(f"{name} ({rows} x {cols} FP16 = {nbytes} bytes) must fit one operand: at most "
-                         f"min(config.dram_buffer_bytes, 2**20 - 1) = {lim} bytes")
-
-
 def _checked(desc: Descriptor, config, what) -> Descriptor:
     st = desc.validate(config)
     if st != ErrorCode.OK:
         raise ValueError(f"{what}: descriptor rejected by config {config.name!r} with {st.name}")
     return desc
+
+
+def trans_layout(a_bits, config: NDPConfig) -> np.ndarray:
+    """A (K x N) in the TRANS storage order of ``config`` (:func:`sim.golden.ndp_core.trans_layout` with
+    ``lanes`` and ``acc_columns``)."""
+    from sim.golden.ndp_core import trans_layout as tl
+    return tl(a_bits, _cfg(config).lanes, config.acc_columns)
+
+
+def trans_unlayout(flat, k, n, config: NDPConfig) -> np.ndarray:
+    """Inverse of :func:`trans_layout`."""
+    from sim.golden.ndp_core import trans_unlayout as tu
+    return tu(flat, k, n, _cfg(config).lanes, config.acc_columns)
 
 
 # ---- memory layout and STOREs --------------------------------------------------------------------------------
@@ -138,6 +142,67 @@ def region_bytes(elems: int, config) -> int:
     return -(-2 * _pos_int("elems", elems) // g) * g
 
 
+def tile_bytes(config) -> int:
+    """Largest operand of one tile: half the DRAM ring (design choice: one tile computes while the next one
+    streams in), at most 2**20 - 1 bytes (the 20-bit byte field)."""
+    return min(_cfg(config).dram_buffer_bytes // 2, _FIELD_MAX)
+
+
+def k_tiles(d: int, r: int, config) -> list:
+    """K ranges ``[(k0, k1), ...]`` of LoRA A (d x r) for the TRANS dataflow: whole blocks of ``lanes`` rows,
+    at most :func:`tile_bytes` and ``max_k`` each, then a ``lanes / 2`` tail when ``d mod lanes = lanes/2``."""
+    _cfg(config)
+    d, r, L = _pos_int("d", d), _pos_int("r", r), config.lanes
+    tail = d % L
+    if tail not in (0, L // 2) or (tail and (r % 2 or L < 2)):
+        raise ValueError(f"d ({d}) must be a multiple of lanes ({L}) or of lanes / 2 with an even rank r "
+                         f"({r}): the TRANS dataflow reads whole or half blocks of lanes rows")
+    per = min(tile_bytes(config) // (2 * r), config.max_k) // L * L
+    if d >= L and per < L:
+        raise ValueError(f"one block of {L} rows x r = {r} ({2 * L * r} bytes) exceeds the tile limit "
+                         f"({tile_bytes(config)} bytes) of config {config.name!r}")
+    full = d - tail
+    out = [(k0, min(full, k0 + per)) for k0 in range(0, full, per)] if full else []
+    if tail:
+        out.append((full, d))
+    return out
+
+
+def n_panels(r: int, d: int, config) -> list:
+    """Column ranges ``[(n0, n1), ...]`` of LoRA B (r x d) for the row dataflow: multiples of ``lanes`` wide,
+    at most :func:`tile_bytes` and ``acc_columns`` beats wide, then a ``lanes / 2``-wide tail panel when
+    ``d mod lanes = lanes / 2``."""
+    _cfg(config)
+    r, d, L = _pos_int("r", r), _pos_int("d", d), config.lanes
+    tail = d % L
+    if tail not in (0, L // 2) or (tail and r % 2):
+        raise ValueError(f"d ({d}) must be a multiple of lanes ({L}) or of lanes / 2 with an even rank r "
+                         f"({r}): the row dataflow needs whole beats or a half beat of columns")
+    per = min(tile_bytes(config) // (2 * r) // L, config.acc_columns) * L
+    if d >= L and per < L:
+        raise ValueError(f"one panel of {L} columns x r = {r} rows exceeds the tile limit of config "
+                         f"{config.name!r}")
+    full = d - tail
+    out = [(n0, min(full, n0 + per)) for n0 in range(0, full, per)] if full else []
+    if tail:
+        out.append((full, d))
+    return out
+
+
+def token_tile(d: int, l: int, rows: int, config) -> int:
+    """Tokens per attention tile: the largest multiple of ``lanes`` (at most ``l``) whose K^T tile (d x L_t)
+    fits :func:`tile_bytes`, whose scores row fits ``max_k`` and the PE accumulators (L_t / lanes <=
+    ``acc_columns``), and whose ``rows x L_t`` kept scores fit a state slot."""
+    _cfg(config)
+    L = config.lanes
+    per = min(tile_bytes(config) // (2 * d), config.max_k, config.acc_columns * L,
+              config.kept_slot_bytes // (2 * rows), l)
+    per = per // L * L
+    if per < L:
+        raise ValueError(f"no token tile of {L} tokens fits config {config.name!r} (d={d}, rows={rows})")
+    return per
+
+
 def _layout(base, config, regions):
     _addr("base", base, config)
     out, addr = {}, base
@@ -151,17 +216,38 @@ def _layout(base, config, regions):
 
 
 def lora_layout(d: int, r: int, *, config: NDPConfig, base: int = 0) -> dict:
-    """Addresses of a LoRA adapter: ``{"a": A (d x r), "b": B (r x d), "end": first free byte}``."""
+    """Regions of a LoRA adapter: ``{"d", "r", "a": [(addr, k0, k1), ...] (A's K-tiles, TRANS layout),
+    "b": [(addr, n0, n1), ...] (B's column panels, row-major), "end": first free byte}``."""
     _cfg(config)
     d, r = _pos_int("d", d), _pos_int("r", r)
-    return _layout(base, config, [("a", d * r), ("b", r * d)])
+    kt, npn = k_tiles(d, r, config), n_panels(r, d, config)
+    regions = [(f"a{i}", (k1 - k0) * r) for i, (k0, k1) in enumerate(kt)] + \
+              [(f"b{i}", r * (n1 - n0)) for i, (n0, n1) in enumerate(npn)]
+    lay = _layout(base, config, regions)
+    return {"d": d, "r": r, "a": [(lay[f"a{i}"], k0, k1) for i, (k0, k1) in enumerate(kt)],
+            "b": [(lay[f"b{i}"], n0, n1) for i, (n0, n1) in enumerate(npn)], "end": lay["end"]}
 
 
-def kv_layout(d: int, l: int, *, config: NDPConfig, base: int = 0) -> dict:
-    """Addresses of one device's KV share: ``{"kT": K^T (d x l), "v": V (l x d), "end": first free byte}``."""
+def kv_layout(d: int, l: int, *, config: NDPConfig, rows: int = 1, base: int = 0) -> dict:
+    """Regions of one device's KV share of one KV head (``l`` tokens, head dim ``d``) for query groups of
+    ``rows`` query heads: ``{"d", "l", "rows", "tile": L_t, "tiles": [(kT_addr, v_addr, t0, t1), ...],
+    "end"}``; tile i holds K^T (d x (t1 - t0), row-major) and V ((t1 - t0) x d, TRANS layout)."""
     _cfg(config)
-    d, l = _pos_int("d", d), _pos_int("l", l)
-    return _layout(base, config, [("kT", d * l), ("v", l * d)])
+    d, l, rows = _pos_int("d", d), _pos_int("l", l), _pos_int("rows", rows)
+    if l % config.lanes:
+        raise ValueError(f"l ({l}) must be a multiple of config.lanes ({config.lanes}): the softmax and the "
+                         f"scores work on whole beats of tokens")
+    if rows > config.max_batch:
+        raise ValueError(f"rows ({rows}) must be <= config.max_batch ({config.max_batch})")
+    lt = token_tile(d, l, rows, config)
+    spans = [(t0, min(l, t0 + lt)) for t0 in range(0, l, lt)]
+    regions = []
+    for i, (t0, t1) in enumerate(spans):
+        regions += [(f"k{i}", d * (t1 - t0)), (f"v{i}", d * (t1 - t0))]
+    lay = _layout(base, config, regions)
+    return {"d": d, "l": l, "rows": rows, "tile": lt,
+            "tiles": [(lay[f"k{i}"], lay[f"v{i}"], t0, t1) for i, (t0, t1) in enumerate(spans)],
+            "end": lay["end"]}
 
 
 def store_tensor(addr: int, bits, *, config: NDPConfig) -> Kernel:
@@ -191,65 +277,82 @@ def store_tensor(addr: int, bits, *, config: NDPConfig) -> Kernel:
     return Kernel("store", program, {"addr": addr, "elems": int(arr.size), "bytes": total * 2})
 
 
-def _concat(*kernels, name, meta):
+def _concat(kernels, name, meta):
     return Kernel(name, [e for k in kernels for e in k.program], meta)
 
 
 def lora_store(a_bits, b_bits, layout: dict, *, config: NDPConfig) -> Kernel:
-    """STOREs of A (d x r) at ``layout["a"]`` and B (r x d) at ``layout["b"]`` (:func:`lora_layout`)."""
+    """STOREs of A (d x r, its K-tiles in the TRANS layout) and B (r x d, its column panels row-major) into the
+    regions of ``layout`` (:func:`lora_layout`)."""
     a = _bits("a_bits", a_bits, "(d, r)", (2,))
     b = _bits("b_bits", b_bits, "(r, d)", (2,))
-    if b.shape != a.shape[::-1]:
-        raise ValueError(f"b_bits must be (r, d) = {a.shape[::-1]} for a_bits {a.shape}, got {b.shape}")
-    return _concat(store_tensor(layout["a"], a, config=config), store_tensor(layout["b"], b, config=config),
-                   name="lora_store", meta={"d": a.shape[0], "r": a.shape[1]})
+    if a.shape != (layout["d"], layout["r"]) or b.shape != (layout["r"], layout["d"]):
+        raise ValueError(f"a_bits must be (d, r) = ({layout['d']}, {layout['r']}) and b_bits (r, d), got "
+                         f"{a.shape} and {b.shape}")
+    ks = [store_tensor(addr, trans_layout(a[k0:k1], config), config=config) for addr, k0, k1 in layout["a"]]
+    ks += [store_tensor(addr, np.ascontiguousarray(b[:, n0:n1]), config=config) for addr, n0, n1 in layout["b"]]
+    return _concat(ks, "lora_store", {"d": a.shape[0], "r": a.shape[1]})
 
 
 def kv_store(k_bits, v_bits, layout: dict, *, config: NDPConfig) -> Kernel:
-    """STOREs of one device's KV share: K (l x d, as the model holds it) is written transposed (d x l) at
-    ``layout["kT"]``, V (l x d) at ``layout["v"]`` (:func:`kv_layout`)."""
+    """STOREs of one KV head's share: K (l x d, as the model holds it) as K^T tiles, V (l x d) as TRANS tiles,
+    into the regions of ``layout`` (:func:`kv_layout`)."""
     k = _bits("k_bits", k_bits, "(l, d)", (2,))
     v = _bits("v_bits", v_bits, "(l, d)", (2,))
-    if v.shape != k.shape:
-        raise ValueError(f"v_bits must have k_bits' shape {k.shape}, got {v.shape}")
-    return _concat(store_tensor(layout["kT"], np.ascontiguousarray(k.T), config=config),
-                   store_tensor(layout["v"], v, config=config),
-                   name="kv_store", meta={"l": k.shape[0], "d": k.shape[1]})
+    if k.shape != (layout["l"], layout["d"]) or v.shape != k.shape:
+        raise ValueError(f"k_bits and v_bits must be (l, d) = ({layout['l']}, {layout['d']}), got {k.shape} "
+                         f"and {v.shape}")
+    ks = []
+    for kt_addr, v_addr, t0, t1 in layout["tiles"]:
+        ks.append(store_tensor(kt_addr, np.ascontiguousarray(k[t0:t1].T), config=config))
+        ks.append(store_tensor(v_addr, trans_layout(v[t0:t1], config), config=config))
+    return _concat(ks, "kv_store", {"l": k.shape[0], "d": k.shape[1]})
 
 
 # ---- LoRA ----------------------------------------------------------------------------------------------------
 
-def _load_chunks(addr, rows, cols, config, name):
-    """LOADs of a rows x cols tensor at addr, by row chunks: each chunk's bytes fit the output and DRAM
-    buffers and the 20-bit field, and every chunk starts aligned."""
-    row_bytes = 2 * cols
+def _load_chunks(addr, nbytes, config, name):
+    """LOADs of ``nbytes`` bytes (an even count) at ``addr``, in aligned chunks that fit the return ring, the
+    DRAM ring and the 20-bit field; ``[(desc, None)]``."""
     lim = min(config.output_buffer_bytes, config.dram_buffer_bytes, _FIELD_MAX)
-    step = config.align_bytes // gcd(row_bytes, config.align_bytes)   # rows per aligned chunk boundary
-    per = rows if rows * row_bytes <= lim else (lim // row_bytes) // step * step
+    g = store_granule(config)
+    per = lim // g * g
     if per < 1:
-        raise ValueError(f"{name}: a chunk of {step} rows x {cols} columns (the aligned unit) exceeds "
-                         f"min(output buffer, DRAM buffer, 2**20 - 1) = {lim} bytes")
+        raise ValueError(f"{name}: a LOAD granule of {g} bytes exceeds the buffers")
     out = []
-    for r0 in range(0, rows, per):
-        n = min(per, rows - r0)
-        a = addr + r0 * row_bytes
-        out.append((_checked(load(a, n, cols), config, f"{name} LOAD rows {r0}..{r0 + n - 1}"), None))
+    for off in range(0, nbytes, per):
+        n = min(per, nbytes - off)
+        out.append((_checked(load(addr + off, 1, n // 2), config, f"{name} LOAD at {addr + off}"), None))
     return out
 
 
-def lora_e2_loads(a_addr: int, b_addr: int, d: int, r: int, *, config: NDPConfig) -> Kernel:
-    """LOAD A (d x r) at ``a_addr`` and B (r x d) at ``b_addr``, each split by rows into LOADs that fit the
-    buffers and the 20-bit byte field. ``results`` -> ``(A uint16 (d, r), B uint16 (r, d))``."""
+def lora_e2_loads(layout: dict, *, config: NDPConfig) -> Kernel:
+    """LOAD A and B (every tile and panel of ``layout``) for the GPU (E2), in chunks that fit the buffers.
+    ``results`` -> ``(A uint16 (d, r), B uint16 (r, d))``."""
     _cfg(config)
-    d, r = _pos_int("d", d), _pos_int("r", r)
-    a_addr, b_addr = _addr("a_addr", a_addr, config), _addr("b_addr", b_addr, config)
-    pa = _load_chunks(a_addr, d, r, config, "A")
-    pb = _load_chunks(b_addr, r, d, config, "B")
-    na = len(pa)
+    d, r = layout["d"], layout["r"]
+    program, parts = [], []
+    for addr, k0, k1 in layout["a"]:
+        loads = _load_chunks(addr, 2 * (k1 - k0) * r, config, "A")
+        parts.append(("a", k0, k1, len(loads)))
+        program += loads
+    for addr, n0, n1 in layout["b"]:
+        loads = _load_chunks(addr, 2 * r * (n1 - n0), config, "B")
+        parts.append(("b", n0, n1, len(loads)))
+        program += loads
 
     def assemble(res):
-        return (np.concatenate(res[:na]).reshape(d, r), np.concatenate(res[na:]).reshape(r, d))
-    return Kernel("lora_e2_loads", pa + pb, {"d": d, "r": r, "a_loads": na, "b_loads": len(pb)}, assemble)
+        a, b = np.zeros((d, r), np.uint16), np.zeros((r, d), np.uint16)
+        i = 0
+        for kind, lo, hi, n in parts:
+            flat = np.concatenate(res[i:i + n])
+            i += n
+            if kind == "a":
+                a[lo:hi] = trans_unlayout(flat, hi - lo, r, config)
+            else:
+                b[:, lo:hi] = flat.reshape(r, hi - lo)
+        return a, b
+    return Kernel("lora_e2_loads", program, {"d": d, "r": r, "loads": len(program)}, assemble)
 
 
 def _rows_input(name, x, d):
@@ -259,10 +362,10 @@ def _rows_input(name, x, d):
     return arr.ndim == 1, np.atleast_2d(arr)
 
 
-def _mm(addr, b, k, n, config, *, keep=False, chain=False):
+def _mm(addr, b, k, n, **flags):
     if b == 1:
-        return gemv(addr, k, n, keep=keep, chain=chain)
-    return gemm(addr, b, k, n, keep=keep, chain=chain)
+        return gemv(addr, k, n, **flags)
+    return gemm(addr, b, k, n, **flags)
 
 
 def _max_batch(config, steps, total):
@@ -277,102 +380,129 @@ def _max_batch(config, steps, total):
     return 0
 
 
-def lora_e3(x, a_addr: int, b_addr: int, d: int, r: int, *, config: NDPConfig) -> Kernel:
-    """LoRA E3 on the device: ``y = (x A) B``; x (d,) or (batch, d), A d x r at ``a_addr``, B r x d at
-    ``b_addr``. Per batch chunk (the largest the buffers and ``max_batch`` allow): GEMM(X, A) KEEP then
-    GEMM(CHAIN, B) (GEMVs for a one-row chunk); ``m = x A`` stays on the device in FP16.
-    ``results`` -> y uint16, (d,) for a 1-D x else (batch, d)."""
-    _cfg(config)
-    d, r = _dim("d", d, config), _dim("r", r, config)
-    a_addr, b_addr = _addr("a_addr", a_addr, config), _addr("b_addr", b_addr, config)
-    _operand_fits("A", d, r, config)
-    _operand_fits("B", r, d, config)
-    one, xs = _rows_input("x", x, d)
-    total = xs.shape[0]
-    steps = lambda b: [_mm(a_addr, b, d, r, config, keep=True), _mm(b_addr, b, r, d, config, chain=True)]  # noqa
+def _a_tiles(layout, b, *, last_keep):
+    """The K-tile descriptors of ``x A`` for a batch chunk of ``b`` rows: PARTIAL, ACC + PARTIAL, ..., ACC
+    (+ KEEP if ``last_keep``); a single tile has neither ACC nor PARTIAL."""
+    r, tiles = layout["r"], layout["a"]
+    out = []
+    for i, (addr, k0, k1) in enumerate(tiles):
+        last = i == len(tiles) - 1
+        out.append(_mm(addr, b, k1 - k0, r, trans=True, acc=i > 0, partial=not last, keep=last and last_keep))
+    return out
+
+
+def _chunk(config, steps, total, what):
     per = _max_batch(config, steps, total)
     if per < 1:
         try:
             st = [s.validate(config).name for s in steps(1)]
         except ValueError as exc:
             st = [str(exc)]
-        raise ValueError(f"lora_e3: even one row does not fit config {config.name!r} (d={d}, r={r}, a_addr, "
-                         f"b_addr): statuses {st}")
+        raise ValueError(f"{what}: even one row does not fit config {config.name!r}: statuses {st}")
+    return per
+
+
+def lora_e4(x, layout: dict, *, config: NDPConfig) -> Kernel:
+    """LoRA E4 on the device: ``m = x A`` returned to the GPU; x (d,) or (batch, d); A in the regions of
+    ``layout`` (:func:`lora_layout`). Per batch chunk: the K-tiles of A accumulating on the device (TRANS
+    GEMV/GEMM). ``results`` -> m uint16, (r,) or (batch, r)."""
+    _cfg(config)
+    d, r = layout["d"], layout["r"]
+    one, xs = _rows_input("x", x, d)
+    total = xs.shape[0]
+    steps = lambda b: _a_tiles(layout, b, last_keep=False)  # noqa: E731
+    per = _chunk(config, steps, total, "lora_e4")
     program = []
     for r0 in range(0, total, per):
         n = min(per, total - r0)
-        s1, s2 = steps(n)
-        program += [(_checked(s1, config, "lora_e3 x A"), xs[r0:r0 + n].copy()),
-                    (_checked(s2, config, "lora_e3 m B"), None)]
+        for desc, (_, k0, k1) in zip(steps(n), layout["a"]):
+            program.append((_checked(desc, config, "lora_e4 x A"), xs[r0:r0 + n, k0:k1].copy()))
+    nt = len(layout["a"])
 
     def assemble(res):
-        y = np.concatenate(res[1::2]).reshape(total, d)
-        return y[0] if one else y
-    return Kernel("lora_e3", program, {"d": d, "r": r, "batch": total, "chunk": per}, assemble)
+        m = np.concatenate(res[nt - 1::nt]).reshape(total, r)
+        return m[0] if one else m
+    return Kernel("lora_e4", program, {"d": d, "r": r, "batch": total, "chunk": per, "tiles": nt}, assemble)
 
 
-def lora_e4(x, a_addr: int, d: int, r: int, *, config: NDPConfig) -> Kernel:
-    """LoRA E4 on the device: ``m = x A`` returned to the GPU; x (d,) or (batch, d), A d x r at ``a_addr``.
-    GEMM per batch chunk (GEMV for one row). ``results`` -> m uint16, (r,) or (batch, r)."""
+def lora_e3(x, layout: dict, *, config: NDPConfig) -> Kernel:
+    """LoRA E3 on the device: ``y = (x A) B``; x (d,) or (batch, d). Per batch chunk: the K-tiles of A (the
+    last one KEEPs ``m = xA`` on the device in FP16), then one CHAIN descriptor per column panel of B (row
+    dataflow), each returning its columns of y. ``results`` -> y uint16, (d,) or (batch, d)."""
     _cfg(config)
-    d, r = _dim("d", d, config), _dim("r", r, config)
-    a_addr = _addr("a_addr", a_addr, config)
-    _operand_fits("A", d, r, config)
+    d, r = layout["d"], layout["r"]
     one, xs = _rows_input("x", x, d)
     total = xs.shape[0]
-    steps = lambda b: [_mm(a_addr, b, d, r, config)]  # noqa: E731
-    per = _max_batch(config, steps, total)
-    if per < 1:
-        try:
-            st = steps(1)[0].validate(config).name
-        except ValueError as exc:
-            st = str(exc)
-        raise ValueError(f"lora_e4: even one row does not fit config {config.name!r} (d={d}, r={r}, a_addr): "
-                         f"{st}")
-    program = [(_checked(steps(min(per, total - r0))[0], config, "lora_e4 x A"), xs[r0:r0 + per].copy())
-               for r0 in range(0, total, per)]
+
+    def steps(b):
+        return _a_tiles(layout, b, last_keep=True) + [_mm(addr, b, r, n1 - n0, chain=True)
+                                                       for addr, n0, n1 in layout["b"]]
+    per = _chunk(config, steps, total, "lora_e3")
+    nt, npn = len(layout["a"]), len(layout["b"])
+    program = []
+    for r0 in range(0, total, per):
+        n = min(per, total - r0)
+        descs = steps(n)
+        for desc, (_, k0, k1) in zip(descs[:nt], layout["a"]):
+            program.append((_checked(desc, config, "lora_e3 x A"), xs[r0:r0 + n, k0:k1].copy()))
+        program += [(_checked(desc, config, "lora_e3 m B"), None) for desc in descs[nt:]]
 
     def assemble(res):
-        m = np.concatenate(res).reshape(total, r)
-        return m[0] if one else m
-    return Kernel("lora_e4", program, {"d": d, "r": r, "batch": total, "chunk": per}, assemble)
+        y = np.zeros((total, d), np.uint16)
+        i, r0 = 0, 0
+        while r0 < total:
+            n = min(per, total - r0)
+            i += nt
+            for _, n0, n1 in layout["b"]:
+                y[r0:r0 + n, n0:n1] = res[i].reshape(n, n1 - n0)
+                i += 1
+            r0 += n
+        return y[0] if one else y
+    return Kernel("lora_e3", program, {"d": d, "r": r, "batch": total, "chunk": per, "tiles": nt,
+                                       "panels": npn}, assemble)
 
 
 # ---- attention -----------------------------------------------------------------------------------------------
 
-def attention_integral(q, kT_addr: int, v_addr: int, d: int, l: int, *, config: NDPConfig) -> Kernel:
-    """One device's share of integral attention (PLoRA V-B) over ``l`` cached positions.
+def attention_integral(q, layout: dict, *, config: NDPConfig) -> Kernel:
+    """One device's share of integral attention (PLoRA V-B) for one KV head over the tokens of ``layout``
+    (:func:`kv_layout`).
 
     ``q``: the *pre-scaled* query (``q / sqrt(d)`` rounded to FP16, :func:`host.attention.prepare_query`),
-    (d,) or (R, d) for R query rows sharing the KV share (R <= ``max_batch``); K^T (d x l) at ``kT_addr``,
-    V (l x d) at ``v_addr`` (:func:`kv_layout`, :func:`kv_store`). Program (GEMV for R = 1, else GEMM):
+    (d,) or (R, d) for the R query heads of a GQA group sharing the KV head (R = ``layout["rows"]``). Per
+    token tile (GEMV for R = 1, else GEMM):
 
-    1. ``p = q K^T`` (R x l), KEEP;
-    2. SOFTMAX(R x l, CHAIN, KEEP): keeps ``e = exp(p - m)``, returns the anchors ``m`` and ``sum``;
-    3. ``o = e V`` (R x d), CHAIN: the unnormalized partial output, returned.
+    1. ``p = q K^T`` (R x L_t), KEEP;
+    2. SOFTMAX(R x L_t, CHAIN, KEEP): keeps ``e = exp(p - m)``, returns the anchors ``m`` and ``sum``;
+    3. ``o = e V`` (R x d, TRANS), CHAIN: the unnormalized partial output, returned.
 
-    ``results`` -> ``(o uint16, m uint16, sum uint32)``: shapes (d,), (), () for a 1-D q, else (R, d), (R,),
-    (R,). Merge the devices' partials with :func:`host.attention.merge_partials`."""
+    ``results`` -> a list with one ``(o uint16, m uint16, sum uint32)`` per tile: shapes (d,), (), () for a
+    1-D q, else (R, d), (R,), (R,). Merge them (and other devices' partials) with
+    :func:`host.attention.merge_partials`."""
     _cfg(config)
-    d, l = _dim("d", d, config), _dim("l", l, config)
-    kT_addr, v_addr = _addr("kT_addr", kT_addr, config), _addr("v_addr", v_addr, config)
-    _operand_fits("K^T", d, l, config)
-    _operand_fits("V", l, d, config)
+    d, rows_l = layout["d"], layout["rows"]
     one, qs = _rows_input("q", q, d)
     rows = qs.shape[0]
-    if rows > config.max_batch:
-        raise ValueError(f"q has {rows} rows; at most config.max_batch ({config.max_batch}) query rows")
-    descs = [_mm(kT_addr, rows, d, l, config, keep=True),
-             softmax(rows, l, keep=True, chain=True),
-             _mm(v_addr, rows, l, d, config, chain=True)]
-    for name, desc in zip(("scores q K^T", "softmax", "context e V"), descs):
-        _checked(desc, config, f"attention_integral {name} (d={d}, l={l}, rows={rows})")
-    program = [(descs[0], qs.copy()), (descs[1], None), (descs[2], None)]
+    if rows != rows_l:
+        raise ValueError(f"q has {rows} rows; the layout was made for rows = {rows_l}")
+    program = []
+    for kt_addr, v_addr, t0, t1 in layout["tiles"]:
+        lt = t1 - t0
+        descs = [_mm(kt_addr, rows, d, lt, keep=True), softmax(rows, lt, keep=True, chain=True),
+                 _mm(v_addr, rows, lt, d, chain=True, trans=True)]
+        for name, desc in zip(("scores q K^T", "softmax", "context e V"), descs):
+            _checked(desc, config, f"attention_integral {name} (d={d}, tile={lt}, rows={rows})")
+        program += [(descs[0], qs.copy()), (descs[1], None), (descs[2], None)]
 
     def assemble(res):
-        anc = res[1].reshape(rows, ANCHOR_ELEMS)
-        m = anc[:, 0].copy()
-        s = anc[:, 1].astype(np.uint32) | (anc[:, 2].astype(np.uint32) << 16)
-        o = res[2].reshape(rows, d)
-        return (o[0], m[0], s[0]) if one else (o, m, s)
-    return Kernel("attention_integral", program, {"d": d, "l": l, "rows": rows}, assemble)
+        out = []
+        for i in range(len(layout["tiles"])):
+            anc = res[3 * i + 1].reshape(rows, ANCHOR_ELEMS)
+            m = anc[:, 0].copy()
+            s = anc[:, 1].astype(np.uint32) | (anc[:, 2].astype(np.uint32) << 16)
+            o = res[3 * i + 2].reshape(rows, d)
+            out.append((o[0], m[0], s[0]) if one else (o, m, s))
+        return out
+    return Kernel("attention_integral", program, {"d": d, "l": layout["l"], "rows": rows,
+                                                  "tiles": len(layout["tiles"]), "tile": layout["tile"]},
+                  assemble)

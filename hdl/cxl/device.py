@@ -35,13 +35,14 @@ queue's data window off it, so no device-side descriptor operand reaches a queue
 """
 
 from amaranth.hdl import Module, Signal, Const, Cat, Mux, Array
+from amaranth.utils import exact_log2
 from amaranth.lib import wiring, stream, data, memory
 from amaranth.lib.wiring import In, Out
 from amaranth.lib.fifo import SyncFIFOBuffered
 
 from hdl.ndp.config import NDPConfig
 from hdl.ndp.core import NDPCore
-from hdl.ndp.descriptor import DESCRIPTOR_LAYOUT, DescType, DescOp, FLAG_CHAIN, DESCRIPTOR_BITS
+from hdl.ndp.descriptor import DESCRIPTOR_LAYOUT, DescType, DescOp, FLAG_CHAIN, DESCRIPTOR_BITS, ErrorCode
 from .regmap import (RegisterMap, QueueLayout, COUNTER_BITS, SLOT_HEADER_BYTES, VALID_OFFSET, VALID_TAG,
                      CPL_HEADER_BYTES, CPL_SEQ_OFFSET, CPL_STATUS_OFFSET, CPL_RESULT_BYTES_OFFSET, CPL_FLAG_OFFSET,
                      CPL_FLAG_TAG)
@@ -49,13 +50,24 @@ from .csr import CSRBank, mmio_request_layout, MMIO_RESPONSE_LAYOUT
 from .guard import MemoryGuard, WindowCheck
 from .filter import HostFilter
 
-__all__ = ["CXLDevice", "WINDOW_VIOLATION", "LINE_BYTES", "event_layout", "core_req_layout", "line_window_ok"]
+__all__ = ["CXLDevice", "WINDOW_VIOLATION", "LINE_BYTES", "event_layout", "core_req_layout", "line_window_ok",
+           "owner_of", "OWNER_QUEUE_BITS"]
 
-#: Completion status of a descriptor whose operand lies outside its queue's window (a front-end status above
-#: the core's 4-bit ErrorCode range; the completion record's status is a u32).
-WINDOW_VIOLATION = 16
+#: Completion status of a descriptor whose operand lies outside its queue's window (the front end's code of
+#: ``ErrorCode``; the completion record's status is a u32).
+WINDOW_VIOLATION = ErrorCode.WINDOW_VIOLATION.value
 #: CXL.mem line = the memory burst the device top is built for (64 B: DDR4/LPDDR5 BL8/BL16 x64 bursts).
 LINE_BYTES = 64
+
+
+#: Low bits of the NDP core's owner field that hold the queue index; the queue's PASID is above them.
+OWNER_QUEUE_BITS = 8
+
+
+def owner_of(queue: int, pasid: int) -> int:
+    """The owner the device gives the core for a descriptor of ``queue`` bound to ``pasid``: kept results and
+    partials belong to that queue *and* PASID (a queue re-bound to another requester cannot read them)."""
+    return pasid << OWNER_QUEUE_BITS | queue
 
 
 def line_window_ok(base_addr: int, size: int, win_base: int, win_limit: int, has_operand: bool = True) -> bool:
@@ -302,7 +314,10 @@ class CXLDevice(wiring.Component):
             span = ((desc.base_addr[:6] + desc.operand.bytes + (LINE_BYTES - 1)) >> 6) << 6
             ok = WindowCheck.check(lo, span, qr.win_base, qr.win_limit, has_operand)
             gpu_input = ((h.type == DescType.STORE) | is_rc) & ((h.flags & FLAG_CHAIN) == 0)
-            nlines = (desc.input.bytes + (LINE_BYTES - 1)) >> 6
+            # the x stream: a READ_COMPUTE's rows each padded to whole beats, a STORE's bytes
+            row_beats = (desc.input.dim1 + (L - 1)) >> exact_log2(L)
+            in_bytes = Mux(is_rc, desc.input.dim0 * row_beats * (2 * L), desc.input.bytes)
+            nlines = (in_bytes + (LINE_BYTES - 1)) >> 6
             cap = lay.input_bytes // LINE_BYTES
             m.d.sync += [issued.eq(0), got.eq(0), y_beats.eq(0), res_lines.eq(0), line_n.eq(0),
                          line_full.eq(0), st_ptr.eq(0), st_hold_valid.eq(0), st_beat.eq(0), st_rd_pending.eq(0)]
@@ -325,7 +340,9 @@ class CXLDevice(wiring.Component):
             with m.If(got == in_lines):
                 m.d.sync += state.eq(PUSH)
         with m.Elif(state == PUSH):
-            m.d.comb += [core.desc.valid.eq(1), core.desc.payload.eq(desc)]
+            # the owner of any state the descriptor keeps or uses: this queue and its PASID
+            m.d.comb += [core.desc.valid.eq(1), core.desc.payload.desc.eq(desc),
+                         core.desc.payload.owner.eq(Cat(cur, Const(0, OWNER_QUEUE_BITS - len(cur)), qr.pasid))]
             with m.If(core.desc.ready):
                 m.d.sync += state.eq(RUN)
         with m.Elif(state == RUN):

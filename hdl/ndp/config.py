@@ -9,16 +9,28 @@ Sources used below:
             (line ~177): "NDP core synthesized in Verilog: 3 MB of SRAM (input, DRAM and output buffers) and 1024
             FP16 multiply-add units delivering 2048 GFLOPS at 1 GHz"; device-count sweep "of 512 GB each".
             Section V-A (line ~108): "the per-adapter batch size B_i, 0 to 256".
-* [issue]   The project issue for the NDP core: 1024 FP16 MACs at 1 GHz, 3 MB *each* of input, DRAM and output
-            buffer. (The paper's line ~177 can also be read as 3 MB in total; see PAPER below.)
+* [issue11] Project issue 11 ("the NDP device at the paper's scale"): "1024 FP16 MACs at 1 GHz, 3 MB of
+            buffers"; LPDDR5X-8533 device memory of 64 x16 channels (hdl/memctl/timing.py LPDDR5X_8533: 1024 B
+            per memory clock CK = 1066.7 MHz, 1.09 TB/s).
 """
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
-__all__ = ["NDPConfig", "ACCUMULATORS", "TINY", "PAPER", "NDP_PRESETS", "ndp_preset"]
+__all__ = ["NDPConfig", "ACCUMULATORS", "TINY", "PAPER", "NDP_PRESETS", "ndp_preset", "slice_preset",
+           "CHANNEL_LANES", "PAPER_CHANNELS", "CORE_CLOCK_RATIO"]
 
 #: Accumulator formats of the FP16 MACs (the names of :class:`hdl.fp.FPMAC`'s ``acc`` parameter).
 ACCUMULATORS = ("fp16", "fp32")
+
+#: FP16 lanes per LPDDR5X-8533 x16 channel: one channel delivers 16 B per CK (32-byte BL16 burst every 2 CK,
+#: hdl/memctl/timing.py) = 8 FP16 per cycle, so 8 lanes x ``pe_batch`` rows is the exact one-channel slice of
+#: the paper geometry (design choice, docs/ndp_core.md "Geometry").
+CHANNEL_LANES = 8
+#: Channels of the paper's device memory (hdl/memctl/timing.py LPDDR5X_8533: 64 channels, 1.09 TB/s).
+PAPER_CHANNELS = 64
+#: Core clock / memory clock: 1000 MHz ([PLoRA] line ~177, "at 1 GHz") over LPDDR5X-8533's CK 1066.67 MHz =
+#: 15/16 exactly. The one-domain RTL simulation runs the core under a 15-of-16 clock enable (docs/ndp_core.md).
+CORE_CLOCK_RATIO = (15, 16)
 
 # Ranges accepted by NDPConfig, field -> (min, max) inclusive.
 _RANGES = {
@@ -27,11 +39,17 @@ _RANGES = {
     "input_buffer_bytes": (64, 1 << 32),
     "dram_buffer_bytes": (64, 1 << 32),
     "output_buffer_bytes": (64, 1 << 32),
+    "state_buffer_bytes": (64, 1 << 32),
+    "partial_buffer_bytes": (64, 1 << 32),
     "max_batch": (1, (1 << 20) - 1),          # a batch is a 20-bit descriptor dimension (input dim0)
     "instr_buffer_depth": (2, 1024),
     "lanes": (1, 1 << 12),
     "pe_batch": (1, 1 << 10),
-    "align_bytes": (2, 1 << 12),
+    "sfu_lanes": (1, 1 << 12),
+    "align_bytes": (2, 1 << 16),
+    "state_slots": (1, 64),
+    "acc_columns": (16, 1 << 16),
+    "max_k": (1, 1 << 20),
     "device_bytes": (1, 1 << 64),             # base + bytes is checked against this; 2**64 = whole address space
 }
 
@@ -40,21 +58,24 @@ _RANGES = {
 class NDPConfig:
     """One NDP core. Every field is validated on construction (ValueError names the field and its range).
 
-    * ``macs``: FP16 multiply-accumulate units of the compute unit (PEs).
+    * ``macs``: FP16 multiply-accumulate units of the compute unit (PEs); ``lanes`` x ``pe_batch`` = ``macs``:
+      FP16 elements per beat (the width of every core-internal data path) and PE rows (GEMM rows computed
+      per pass over the operand; a batch ``B > pe_batch`` takes ``ceil(B / pe_batch)`` passes).
     * ``clock_mhz``: core clock.
-    * ``input_buffer_bytes`` / ``dram_buffer_bytes`` / ``output_buffer_bytes``: the compute unit's three SRAM
-      buffers (GPU-supplied input, device-resident operand, results). A descriptor whose input / operand /
-      result does not fit its buffer is rejected by the decoder.
-    * ``max_batch``: largest GEMM batch (input rows; a GEMM is a batch of GEMVs sharing the operand).
+    * ``input_buffer_bytes``: the input ring (GPU inputs and CHAIN copies of descriptors in flight).
+    * ``dram_buffer_bytes``: the DRAM ring (operands read from device memory, ahead of the compute).
+    * ``output_buffer_bytes``: the return ring (results on their way back to the GPU).
+    * ``state_buffer_bytes`` / ``partial_buffer_bytes``: kept FP16 results / partial sums (accumulator format)
+      that survive a descriptor, split evenly into ``state_slots`` slots, one per owner (requester queue).
+    * ``acc_columns``: PE accumulator words per bank (row mode: N / lanes virtual columns; TRANS: N columns).
+    * ``max_k``: largest contraction K per descriptor (the PE array's x memory per bank).
+    * ``sfu_lanes``: width of the softmax SFU (a divisor of ``lanes``: the core feeds it through a gearbox).
+    * ``max_batch``: largest GEMM batch (input rows).
     * ``acc``: MAC accumulator format, ``"fp16"`` or ``"fp32"``.
     * ``instr_buffer_depth``: descriptors the instruction buffer holds before the decoder.
     * ``device_bytes``: device memory capacity; ``base_addr + operand bytes`` beyond it is rejected.
-    * ``lanes`` x ``pe_batch`` = ``macs``: geometry of the PE array (:class:`hdl.ndp.pe_array.PEArray`): FP16
-      elements per beat (the width of every core-internal data path) and PE rows (GEMM rows computed per pass
-      over the operand; a batch ``B > pe_batch`` takes ``ceil(B / pe_batch)`` passes). GEMV/GEMM operand
-      dimensions and softmax lengths must be multiples of ``lanes``.
-    * ``align_bytes``: the memory burst (access granule): ``base_addr`` must be a multiple of it, and a STORE
-      writes whole bursts (its byte size must be a multiple of it).
+    * ``align_bytes``: the memory line (access granule): ``base_addr`` must be a multiple of it, and a STORE
+      writes whole lines (its byte size must be a multiple of it).
     """
 
     name: str
@@ -64,12 +85,18 @@ class NDPConfig:
     dram_buffer_bytes: int
     output_buffer_bytes: int
     max_batch: int
+    state_buffer_bytes: int = 1024
+    partial_buffer_bytes: int = 512
+    state_slots: int = 2
+    acc_columns: int = 16
+    max_k: int = 256
+    sfu_lanes: int = 0            # 0: lanes
     acc: str = "fp32"             # design choice: FP32 accumulation of FP16 products (FPMAC acc="fp32")
     instr_buffer_depth: int = 16
     device_bytes: int = 1 << 64
     lanes: int = 0                # 0: macs // pe_batch
     pe_batch: int = 1
-    align_bytes: int = 64         # DDR4/LPDDR5X burst of one x64 channel: 8 beats x 8 bytes (BL8, JESD79-4)
+    align_bytes: int = 64         # DDR4 burst of one x64 channel: 8 beats x 8 bytes (BL8, JESD79-4)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -77,6 +104,8 @@ class NDPConfig:
         who = f"NDPConfig {self.name!r}"
         if self.lanes == 0 and isinstance(self.macs, int) and isinstance(self.pe_batch, int) and self.pe_batch > 0:
             object.__setattr__(self, "lanes", self.macs // self.pe_batch)
+        if self.sfu_lanes == 0 and isinstance(self.lanes, int):
+            object.__setattr__(self, "sfu_lanes", self.lanes)
         for f in fields(self):
             if f.name not in _RANGES:
                 continue
@@ -84,19 +113,28 @@ class NDPConfig:
             lo, hi = _RANGES[f.name]
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise ValueError(f"{who}: {f.name} must be an int in {lo}..{hi}, got {value!r}")
-        for f in ("lanes", "align_bytes"):
+        for f in ("lanes", "sfu_lanes", "align_bytes", "state_slots"):
             v = getattr(self, f)
             if v & (v - 1):
                 raise ValueError(f"{who}: {f} must be a power of two, got {v}")
         if self.lanes * self.pe_batch != self.macs:
             raise ValueError(f"{who}: lanes ({self.lanes}) x pe_batch ({self.pe_batch}) must equal macs "
                              f"({self.macs})")
+        if self.sfu_lanes > self.lanes:
+            raise ValueError(f"{who}: sfu_lanes ({self.sfu_lanes}) must divide lanes ({self.lanes})")
         if self.max_batch < self.pe_batch:
             raise ValueError(f"{who}: max_batch ({self.max_batch}) must be >= pe_batch ({self.pe_batch})")
+        beat = 2 * self.lanes
         for f in ("input_buffer_bytes", "dram_buffer_bytes", "output_buffer_bytes"):
-            if getattr(self, f) % (2 * self.lanes):
-                raise ValueError(f"{who}: {f} must be a multiple of one beat (2 x lanes = {2 * self.lanes} "
-                                 f"bytes), got {getattr(self, f)}")
+            if getattr(self, f) % beat or getattr(self, f) % self.align_bytes:
+                raise ValueError(f"{who}: {f} must be a multiple of one beat (2 x lanes = {beat} bytes) and of "
+                                 f"align_bytes ({self.align_bytes}), got {getattr(self, f)}")
+        if self.state_buffer_bytes % (beat * self.state_slots):
+            raise ValueError(f"{who}: state_buffer_bytes must be a multiple of state_slots x one beat "
+                             f"({self.state_slots * beat}), got {self.state_buffer_bytes}")
+        if self.partial_buffer_bytes % (4 * self.state_slots):
+            raise ValueError(f"{who}: partial_buffer_bytes must be a multiple of state_slots x 4, got "
+                             f"{self.partial_buffer_bytes}")
         if self.acc not in ACCUMULATORS:
             raise ValueError(f"{who}: acc must be one of {ACCUMULATORS}, got {self.acc!r}")
 
@@ -107,45 +145,79 @@ class NDPConfig:
 
     @property
     def buffer_bytes(self) -> int:
-        """SRAM of the three compute-unit buffers together."""
-        return self.input_buffer_bytes + self.dram_buffer_bytes + self.output_buffer_bytes
+        """SRAM of the compute-unit buffers together (input, DRAM, output, state, partial)."""
+        return (self.input_buffer_bytes + self.dram_buffer_bytes + self.output_buffer_bytes
+                + self.state_buffer_bytes + self.partial_buffer_bytes)
+
+    @property
+    def acc_bytes(self) -> int:
+        """Bytes of one accumulator (the partial buffer's element)."""
+        return 4 if self.acc == "fp32" else 2
+
+    @property
+    def kept_slot_bytes(self) -> int:
+        """Bytes of one owner's kept (FP16) result: state_buffer_bytes / state_slots."""
+        return self.state_buffer_bytes // self.state_slots
+
+    @property
+    def partial_slot_elems(self) -> int:
+        """Accumulator-format elements of one owner's partial: partial_buffer_bytes / state_slots / acc_bytes."""
+        return self.partial_buffer_bytes // self.state_slots // self.acc_bytes
 
 
-#: Small core for tests: buffers of a few KB so that "too large" descriptors are easy to build.
+#: Small core for tests: the one-channel slice geometry (8 lanes x 2 PE rows) with buffers of a few KB so that
+#: "too large" descriptors are easy to build.
 TINY = NDPConfig(
     name="tiny",
     macs=16,                       # 8 lanes x 2 PE rows: a GEMM of max_batch 4 takes 2 passes
-    lanes=8,                       # 8 FP16 = 16 B per cycle = one 64 B DDR4 burst per 4 cycles (BL8, tCCD_S 4)
+    lanes=8,                       # 8 FP16 = 16 B per cycle: one LPDDR5X channel's peak (CHANNEL_LANES)
     pe_batch=2,
     clock_mhz=1000,
     input_buffer_bytes=2048,
     dram_buffer_bytes=4096,
     output_buffer_bytes=2048,
+    state_buffer_bytes=1024,       # 2 slots x 512 B
+    partial_buffer_bytes=512,      # 2 slots x 64 FP32
+    state_slots=2,
+    acc_columns=16,
+    max_k=256,
+    sfu_lanes=8,
     max_batch=4,
     acc="fp32",
     instr_buffer_depth=4,
     device_bytes=1 << 24,          # 16 MiB: random base addresses overflow it often
 )
 
-#: The paper's NDP core: 1024 FP16 MACs x 2 FLOP x 1 GHz = 2.05 TFLOPS ([PLoRA] IV-B "2 TFLOPS", line ~177
-#: "1024 FP16 multiply-add units delivering 2048 GFLOPS at 1 GHz"); 3 MiB each of input, DRAM and output buffer
-#: ([issue]; [PLoRA] line ~177 "3 MB of SRAM (input, DRAM and output buffers)" could also mean 1 MiB each --
-#: either way every buffer holds the largest operand a 20-bit byte size can describe, 2**20 - 1 bytes);
-#: GEMM batch up to 256 ([PLoRA] V-A, "B_i, 0 to 256"); 512 GB device ([PLoRA] IV-B, the CXL-PNM device [60],
-#: and the evaluation's "512 GB each").
+#: The paper's NDP core. 1024 FP16 MACs x 2 FLOP x 1 GHz = 2.05 TFLOPS ([PLoRA] IV-B "2 TFLOPS", line ~177
+#: "1024 FP16 multiply-add units delivering 2048 GFLOPS at 1 GHz"). Geometry (design choice, docs/ndp_core.md):
+#: 512 lanes x 2 PE rows, so one A beat is 512 FP16 = 1 KB = one memory clock of the 64-channel LPDDR5X device
+#: (1024 B per CK, [issue11]): GEMV (batch 1) consumes a beat per core cycle, and a batch >= 2 reuses every beat
+#: twice, so GEMM of even batch runs at the MAC rate. Buffers: 3 MiB of SRAM in total ([PLoRA] line ~177 "3 MB
+#: of SRAM (input, DRAM and output buffers)"; [issue11] "3 MB of buffers"), split (design choice): DRAM ring
+#: 1 MiB (the largest operand a 20-bit byte size describes, 2**20 - 1 bytes), input ring 512 KiB, return ring
+#: 512 KiB, kept results 512 KiB and FP32 partials 512 KiB over 4 owner slots. Batch up to 256 ([PLoRA] V-A,
+#: "B_i, 0 to 256"); 512 GB device ([PLoRA] IV-B, the CXL-PNM device [60], and the evaluation's "512 GB each").
 PAPER = NDPConfig(
     name="paper",
     macs=1024,
-    lanes=64,                      # design choice (the paper gives only the MAC count): 64 lanes x 16 PE rows;
-    pe_batch=16,                   # K, N multiples of 64 (LoRA ranks 64 and 128 directly). See docs/ndp_core.md
+    lanes=512,
+    pe_batch=2,
     clock_mhz=1000,
-    input_buffer_bytes=3 << 20,
-    dram_buffer_bytes=3 << 20,
-    output_buffer_bytes=3 << 20,
+    input_buffer_bytes=512 << 10,
+    dram_buffer_bytes=1 << 20,
+    output_buffer_bytes=512 << 10,
+    state_buffer_bytes=512 << 10,
+    partial_buffer_bytes=512 << 10,
+    state_slots=4,                 # design choice: 4 concurrent requesters keep state without evicting each other
+    acc_columns=32,                # design choice: N / lanes <= 32 (row mode), N <= 32 ... see docs/ndp_core.md
+    max_k=16384,                   # D up to 14336 ([issue11] item 3) in one descriptor when the operand fits
+    sfu_lanes=128,                 # design choice: softmax is < 1 % of the attention MACs (docs/ndp_core.md)
     max_batch=256,
     acc="fp32",
     instr_buffer_depth=64,         # design choice (not in the paper): one 256 B flit per entry, 16 KiB of SRAM
     device_bytes=512 << 30,
+    align_bytes=4096,              # one NDP line of the 64-channel device memory: a 64-byte CXL.mem granule (two
+                                   # 32-byte BL16 bursts) of every channel (hdl/memctl/devmem.py)
 )
 
 NDP_PRESETS = {c.name: c for c in (TINY, PAPER)}
@@ -157,3 +229,21 @@ def ndp_preset(name: str) -> NDPConfig:
         return NDP_PRESETS[name]
     except KeyError:
         raise ValueError(f"unknown NDP preset {name!r}; allowed: {sorted(NDP_PRESETS)}") from None
+
+
+def slice_preset(channels: int) -> NDPConfig:
+    """The exact slice of :data:`PAPER` for ``channels`` LPDDR5X channels (1, 2, 4, ..., 64): the same per-lane
+    datapath with ``8 x channels`` lanes, the same 2 PE rows (so the same bytes per MAC), and every buffer, the
+    SFU width, the memory line and the device capacity scaled by ``channels / 64``. ``slice_preset(64)`` equals
+    PAPER except for its name."""
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1 \
+            or channels > PAPER_CHANNELS or channels & (channels - 1):
+        raise ValueError(f"channels must be a power of two in 1..{PAPER_CHANNELS}, got {channels!r}")
+    f = PAPER_CHANNELS // channels
+    lanes = CHANNEL_LANES * channels
+    return replace(
+        PAPER, name=f"slice{channels}", macs=lanes * PAPER.pe_batch, lanes=lanes,
+        input_buffer_bytes=PAPER.input_buffer_bytes // f, dram_buffer_bytes=PAPER.dram_buffer_bytes // f,
+        output_buffer_bytes=PAPER.output_buffer_bytes // f, state_buffer_bytes=PAPER.state_buffer_bytes // f,
+        partial_buffer_bytes=PAPER.partial_buffer_bytes // f, sfu_lanes=max(1, PAPER.sfu_lanes // f),
+        align_bytes=PAPER.align_bytes // f, device_bytes=PAPER.device_bytes // f)

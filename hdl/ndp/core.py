@@ -5,39 +5,51 @@ until they issue, and the decoder turns each into control code for the control u
 controller and the Compute Unit. The Compute Unit holds an input buffer for GPU data, a DRAM buffer for
 device-resident data, and an output buffer for intermediate and final results, and its logic pairs PEs
 optimized for GEMV and GEMM with a Special Function Unit (SFU) for softmax." See ``docs/ndp_core.md`` for the
-dataflow of every descriptor type, the stream protocol and measured figures.
+units, the rings, the stream protocol, the clocking and measured figures.
 
 Streams (all ``amaranth.lib.stream``; a *beat* is ``lanes`` FP16 elements, element ``l`` in bits
 ``[16 l, 16 l + 16)``):
 
-* ``desc`` (in): descriptors (``DESCRIPTOR_LAYOUT``), into the instruction buffer.
-* ``x`` (in): the GPU-supplied input of every *accepted* descriptor with an input (STORE and READ_COMPUTE
-  without CHAIN), in descriptor order: ``input elements / lanes`` beats, row-major. A rejected descriptor (any
-  status but OK) and a CHAIN descriptor take no ``x`` beats.
-* ``y`` (out): the result of every accepted LOAD and READ_COMPUTE, in order: ``ceil(result elements / lanes)``
-  beats of FP16, row-major; lanes past the end of the result in the last beat are 0. A KEEP result is not
-  returned, except a SOFTMAX's anchors (``ceil(3 R / lanes)`` beats).
+* ``desc`` (in): requests (``REQUEST_LAYOUT``: a descriptor and its owner) into the instruction buffer.
+* ``x`` (in): the GPU input of every descriptor that completes OK and takes one (STORE, READ_COMPUTE without
+  CHAIN), in descriptor order: a READ_COMPUTE's rows each padded to whole beats, a STORE's bytes.
+* ``y`` (out): the returned elements of every OK descriptor, in order, packed row-major:
+  ``ceil(elements / lanes)`` beats, the last zero-padded.
 * ``cpl`` (out): one completion ``{seq, status}`` per descriptor, in order, after its ``y`` beats.
-* ``mem_req`` (out) / ``mem_rsp`` (in): the memory controller's request and read-response streams (burst
-  granularity, responses in request order: an ``"in-order"`` :class:`hdl.memctl.controller.MemoryController`).
+* ``mem_req`` (out) / ``mem_rsp`` (in): line-granular requests ``{addr, write, wdata, tag}`` and read
+  responses ``{rdata, tag}`` in request order (an in-order memory controller or the device memory system).
+* ``ce`` (in, default 1): clock enable of the whole core. The memory side runs every cycle; with ``ce`` high
+  15 of 16 cycles the core runs at 1 GHz against LPDDR5X's 1066.7 MHz CK (``hdl.ndp.config.CORE_CLOCK_RATIO``).
 
-One descriptor executes at a time; the instruction buffer and the decoder's pipeline hide the decode latency.
+Descriptors overlap: the memory engine reads the operands of later descriptors into the DRAM ring while
+earlier ones compute, drain and return (``docs/ndp_core.md``).
 """
 
-from amaranth.hdl import Module, Signal, Const, Cat, Mux, Elaboratable, unsigned
+from amaranth.hdl import Module, Signal, Const, Cat, Mux, Array, EnableInserter, unsigned
 from amaranth.lib import wiring, stream, data, memory
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import exact_log2
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.utils import exact_log2, bits_for, ceil_log2
 
+from ..fp.add import FPAdd
 from ..fp.convert import FPConvert
 from ..fp.format import FP16, FP32
+from ..fp.mac import ACCUMULATORS
 from .config import NDPConfig
 from .decoder import DescriptorDecoder
-from .descriptor import DESCRIPTOR_LAYOUT, DescType, DescOp, ErrorCode, SEQ_BITS, ANCHOR_ELEMS
-from .pe_array import PEArray
+from .descriptor import (REQUEST_LAYOUT, OWNER_BITS, FIELD_BITS, ADDR_BITS, SEQ_BITS, DescType, DescOp,
+                         ErrorCode, ANCHOR_ELEMS)
+from .pe_array import PEArray, PEMode
 from .softmax import SoftmaxUnit
 
-__all__ = ["NDPCore", "completion_layout"]
+__all__ = ["NDPCore", "completion_layout", "CMD_RING", "JOB_RING"]
+
+#: Descriptors in flight between the decoder and the completion (design choice: enough for the memory engine
+#: to run several descriptors ahead of the compute).
+CMD_RING = 8
+#: PE / SFU / LOAD / STORE jobs in flight between the job generator and the output writer (design choice:
+#: LOAD, COMPUTE and DRAIN of three jobs, plus slack).
+JOB_RING = 8
 
 
 def completion_layout() -> data.StructLayout:
@@ -45,48 +57,664 @@ def completion_layout() -> data.StructLayout:
     return data.StructLayout({"seq": SEQ_BITS, "status": ErrorCode})
 
 
-class _Reader(Elaboratable):
-    """Streams words ``[start, start + count)`` of a synchronous read port: ``go`` (one cycle) loads
-    ``start``/``count``; ``valid``/``ready``/``data`` is a stream (one word per cycle at full rate, data held
-    under backpressure); ``busy`` while words remain or one is offered."""
+def _pow2(v):
+    return v > 0 and v & (v - 1) == 0
 
-    def __init__(self, port, depth):
+
+class _RingReader(wiring.Component):
+    """Streams words of a synchronous read port from ``start`` (a free-running ring position) for ``count``
+    words, one per cycle, each only once ``avail`` says it has been written. ``go`` loads ``start``/``count``;
+    ``o`` is the word stream (data held under backpressure); ``busy`` while words remain or one is offered.
+    ``sel`` (optional): the port's words hold ``1 << sel_bits`` items; the item ``pos & mask`` is selected."""
+
+    def __init__(self, port, pos_bits, count_bits, item_bits, sel_bits=0):
         self.port = port
-        self.start = Signal(range(depth + 1))
-        self.count = Signal(range(depth + 1))
-        self.go = Signal()
-        self.valid = Signal()
-        self.ready = Signal()
-        self.data = port.data
-        self.busy = Signal()
-        self._depth = depth
+        self.pos_bits, self.sel_bits = pos_bits, sel_bits
+        self.item_bits = item_bits
+        super().__init__({
+            "go": In(1), "start": In(pos_bits), "count": In(count_bits),
+            "avail": In(1), "pos": Out(pos_bits),
+            "o": Out(stream.Signature(item_bits)), "busy": Out(1),
+        })
 
     def elaborate(self, platform):
         m = Module()
-        ptr = Signal(range(self._depth + 1))
-        rem = Signal(range(self._depth + 1))
-        adv = ~self.valid | self.ready
+        ptr = self.pos
+        rem = Signal.like(self.count)
+        sel = Signal(max(self.sel_bits, 1))
+        adv = ~self.o.valid | self.o.ready
+        issue = adv & (rem != 0) & self.avail
+        word_idx = ptr >> self.sel_bits
         m.d.comb += [
-            self.port.addr.eq(ptr),
+            self.port.addr.eq(word_idx[:len(self.port.addr)]),
             self.port.en.eq(adv),
-            self.busy.eq(self.valid | (rem != 0)),
+            self.busy.eq(self.o.valid | (rem != 0)),
         ]
+        if self.sel_bits:
+            m.d.comb += self.o.payload.eq(self.port.data.word_select(sel, self.item_bits))
+        else:
+            m.d.comb += self.o.payload.eq(self.port.data)
         with m.If(self.go):
-            m.d.sync += [ptr.eq(self.start), rem.eq(self.count), self.valid.eq(0)]
+            m.d.sync += [ptr.eq(self.start), rem.eq(self.count), self.o.valid.eq(0)]
         with m.Elif(adv):
-            m.d.sync += self.valid.eq(rem != 0)
-            with m.If(rem != 0):
+            m.d.sync += self.o.valid.eq(issue)
+            with m.If(issue):
                 m.d.sync += [ptr.eq(ptr + 1), rem.eq(rem - 1)]
+                if self.sel_bits:
+                    m.d.sync += sel.eq(ptr[:self.sel_bits])
+        return m
+
+
+class _Core(wiring.Component):
+    """The core's logic in one clock domain (``NDPCore`` adds the clock enable)."""
+
+    def __init__(self, core):
+        self.c = core
+        super().__init__(core._ports())
+
+    def elaborate(self, platform):
+        core, cfg = self.c, self.c.config
+        L, W, P = core.lanes, core.beat_bits, core.beats_per_line
+        lsh, psh = exact_log2(L), exact_log2(P)
+        line_sh = exact_log2(core.line_bytes)
+        half = L // 2
+        acc_fmt = ACCUMULATORS[cfg.acc]
+        aw = acc_fmt.width
+        m = Module()
+        m.submodules.decoder = dec = core.decoder
+        m.submodules.pe = pe = core.pe
+        m.submodules.sfu = sfu = core.sfu
+        wiring.connect(m, wiring.flipped(self.desc), dec.i)
+
+        IN_CAP, DR_CAP, RET_CAP = core.in_cap, core.dram_lines, core.ret_cap
+        KB, PS, NS = core.kept_beats, core.partial_elems, cfg.state_slots
+        in_pb, dr_pb, ret_pb = bits_for(2 * IN_CAP - 1), bits_for(2 * DR_CAP - 1), bits_for(2 * RET_CAP - 1)
+
+        # ---- buffers
+        m.submodules.inbuf = inbuf = memory.Memory(shape=unsigned(W), depth=IN_CAP, init=[])
+        m.submodules.dbuf = dbuf = memory.Memory(shape=unsigned(W * P), depth=DR_CAP, init=[])
+        m.submodules.retbuf = retbuf = memory.Memory(shape=unsigned(W), depth=RET_CAP, init=[])
+        m.submodules.keptbuf = keptbuf = memory.Memory(shape=unsigned(W), depth=max(NS * KB, 2), init=[])
+        m.submodules.partbuf = partbuf = memory.Memory(shape=unsigned(aw), depth=max(NS * PS, 2), init=[])
+        in_w = inbuf.write_port()
+        d_w = dbuf.write_port()
+        r_w = retbuf.write_port(granularity=16)        # results
+        r_wa = retbuf.write_port(granularity=16)       # softmax anchors (element writes)
+        k_w = keptbuf.write_port(granularity=16)
+        p_w = partbuf.write_port()
+        p_r = partbuf.read_port(transparent_for=(p_w,))
+
+        # ============================================================== command ring (decoder -> units)
+        cl = dec.command_layout
+        ent_layout = data.StructLayout({"cmd": cl, "slot": max(1, ceil_log2(NS))})
+        CQ = CMD_RING
+        qb = bits_for(2 * CQ - 1)
+        ring = Array(Signal(ent_layout.size, name=f"cq{i}") for i in range(CQ))
+        wp = Signal(qb)
+        rp_m, rp_i, rp_g, rp_o, rp_r = (Signal(qb, name=n) for n in ("rp_mem", "rp_in", "rp_gen", "rp_out",
+                                                                     "rp_ret"))
+
+        def entry(rp):
+            return ent_layout(ring[rp[:qb - 1]])
+
+        def has(rp):
+            return rp != wp
+
+        # ---- dispatcher: the control unit's state check (NO_CHAIN_INPUT / FOREIGN_STATE) and state slots
+        so = [Signal(OWNER_BITS, name=f"slot{s}_owner") for s in range(NS)]
+        kv = [Signal(name=f"slot{s}_kept") for s in range(NS)]
+        kr = [Signal(FIELD_BITS, name=f"slot{s}_kept_rows") for s in range(NS)]
+        kc = [Signal(FIELD_BITS, name=f"slot{s}_kept_cols") for s in range(NS)]
+        pv = [Signal(name=f"slot{s}_part") for s in range(NS)]
+        pr = [Signal(FIELD_BITS, name=f"slot{s}_part_rows") for s in range(NS)]
+        pc = [Signal(FIELD_BITS, name=f"slot{s}_part_cols") for s in range(NS)]
+        victim = Signal(range(max(NS, 2)))
+        c = dec.o.payload
+        is_mm = (c.type == DescType.READ_COMPUTE) & ((c.op == DescOp.GEMV) | (c.op == DescOp.GEMM))
+        res_rows = Mux(is_mm, Mux(c.op == DescOp.GEMV, 1, c.input_dim0), c.input_dim0)
+        res_cols = Mux(is_mm, c.operand_dim1, c.input_dim1)
+        valid_s = [kv[s] | pv[s] for s in range(NS)]
+        hit_s = [valid_s[s] & (so[s] == c.owner) for s in range(NS)]
+        any_hit, any_valid = Cat(*hit_s).any(), Cat(*valid_s).any()
+        hit_idx = Signal(range(max(NS, 2)))
+        free_idx = Signal(range(max(NS, 2)))
+        for s in reversed(range(NS)):
+            with m.If(hit_s[s]):
+                m.d.comb += hit_idx.eq(s)
+            with m.If(~valid_s[s]):
+                m.d.comb += free_idx.eq(s)
+        any_free = ~Cat(*valid_s).all()
+        kept_ok = Array(kv)[hit_idx] & (Array(kr)[hit_idx] == c.input_dim0) & (Array(kc)[hit_idx] == c.input_dim1)
+        part_ok = Array(pv)[hit_idx] & (Array(pr)[hit_idx] == res_rows) & (Array(pc)[hit_idx] == res_cols)
+        needs = c.chain | c.acc
+        state_ok = ~needs | (any_hit & (~c.chain | kept_ok) & (~c.acc | part_ok))
+        status = Signal(ErrorCode)
+        with m.If(c.status != ErrorCode.OK):
+            m.d.comb += status.eq(c.status)
+        with m.Elif(state_ok):
+            m.d.comb += status.eq(ErrorCode.OK)
+        with m.Elif(~any_hit & any_valid):
+            m.d.comb += status.eq(ErrorCode.FOREIGN_STATE)
+        with m.Else():
+            m.d.comb += status.eq(ErrorCode.NO_CHAIN_INPUT)
+        slot = Signal(range(max(NS, 2)))
+        m.d.comb += slot.eq(Mux(any_hit, hit_idx, Mux(any_free, free_idx, victim)))
+        full = (wp - rp_r)[:qb] == CQ
+        m.d.comb += dec.o.ready.eq(~full)
+        with m.If(dec.o.valid & ~full):
+            e = Signal(ent_layout)
+            m.d.comb += [e.cmd.eq(c), e.cmd.status.eq(status), e.slot.eq(slot)]
+            with m.If(status != ErrorCode.OK):       # a rejected command carries only status, seq, owner
+                m.d.comb += [e.cmd.eq(0), e.cmd.status.eq(status), e.cmd.seq.eq(c.seq), e.cmd.owner.eq(c.owner)]
+            for i in range(CQ):                  # (explicit per entry: complete case statements in the Verilog)
+                with m.If(wp[:qb - 1] == i):
+                    m.d.sync += ring[i].eq(e.as_value())
+            m.d.sync += wp.eq(wp + 1)
+            uses = c.keep | c.partial | c.chain | c.acc
+            with m.If((status == ErrorCode.OK) & uses):
+                for s in range(NS):
+                    with m.If(slot == s):
+                        with m.If(~any_hit):
+                            m.d.sync += [so[s].eq(c.owner), kv[s].eq(0), pv[s].eq(0)]
+                            if NS > 1:
+                                with m.If(~any_free):
+                                    m.d.sync += victim.eq(victim + 1)
+                        with m.If(c.keep):
+                            m.d.sync += [kv[s].eq(1), kr[s].eq(res_rows), kc[s].eq(res_cols)]
+                        with m.If(c.partial):
+                            m.d.sync += [pv[s].eq(1), pr[s].eq(res_rows), pc[s].eq(res_cols)]
+                        with m.Elif(c.acc):
+                            m.d.sync += pv[s].eq(0)
+
+        def lines_of(cmd):
+            return ((cmd.operand_elems << 1) + (core.line_bytes - 1)) >> line_sh
+
+        # ============================================================== memory engine
+        a_m = Signal(dr_pb)                    # DRAM ring lines allocated (free-running, mod 2 * DR_CAP)
+        w_m = Signal(dr_pb)                    # lines written by read responses
+        f_e = Signal(dr_pb)                    # lines freed by the compute
+        stores_done = Signal(qb)
+        m.submodules.store_fifo = store_fifo = SyncFIFOBuffered(width=W, depth=4)
+        me = entry(rp_m)
+        mc = me.cmd
+        m_busy = Signal()
+        m_n = Signal(FIELD_BITS)               # lines of the current request burst
+        m_i = Signal(FIELD_BITS)
+        m_line = Signal(core.mem_addr_bits)
+        m_store = Signal()
+        wp_buf = Signal(W * P)
+        wp_n = Signal(range(P + 1))
+        req = self.mem_req
+        mem_line_first = (mc.base_addr >> line_sh)[:core.mem_addr_bits]
+        with m.If(~m_busy & has(rp_m)):
+            reads = (mc.status == ErrorCode.OK) & ((mc.type == DescType.LOAD)
+                                                   | ((mc.type == DescType.READ_COMPUTE) & (mc.op != DescOp.SOFTMAX)))
+            writes = (mc.status == ErrorCode.OK) & (mc.type == DescType.STORE)
+            space = ((a_m - f_e)[:dr_pb] + lines_of(mc)) <= DR_CAP
+            with m.If(reads):
+                with m.If(space):
+                    m.d.sync += [m_busy.eq(1), m_store.eq(0), m_n.eq(lines_of(mc)), m_i.eq(0),
+                                 m_line.eq(mem_line_first), a_m.eq(a_m + lines_of(mc))]
+            with m.Elif(writes):
+                m.d.sync += [m_busy.eq(1), m_store.eq(1), m_n.eq(lines_of(mc)), m_i.eq(0), m_line.eq(mem_line_first),
+                             wp_n.eq(0)]
+            with m.Else():
+                m.d.sync += rp_m.eq(rp_m + 1)
+        # STORE: pack P beats of the store FIFO into a line
+        m.d.comb += store_fifo.r_en.eq(m_busy & m_store & (wp_n != P) & (m_i != m_n))
+        with m.If(store_fifo.r_en & store_fifo.r_rdy):
+            m.d.sync += [wp_buf.eq(Cat(wp_buf[W:], store_fifo.r_data) if P > 1 else store_fifo.r_data),
+                         wp_n.eq(wp_n + 1)]
+        m.d.comb += [
+            req.valid.eq(m_busy & (m_i != m_n) & (~m_store | (wp_n == P))),
+            req.payload.as_value().eq(Cat(m_line, m_store, wp_buf,
+                                          Const(0, len(req.payload.as_value()) - core.mem_addr_bits - 1 - W * P))),
+        ]
+        with m.If(req.valid & req.ready):
+            m.d.sync += [m_i.eq(m_i + 1), m_line.eq(m_line + 1), wp_n.eq(0)]
+        with m.If(m_busy & (m_i == m_n)):
+            m.d.sync += [m_busy.eq(0), rp_m.eq(rp_m + 1)]
+            with m.If(m_store):
+                m.d.sync += stores_done.eq(stores_done + 1)
+        # read responses (in request order) -> DRAM ring; space was reserved, so always ready
+        m.d.comb += [
+            self.mem_rsp.ready.eq(1),
+            d_w.addr.eq(w_m[:dr_pb - 1]), d_w.data.eq(self.mem_rsp.payload.rdata), d_w.en.eq(self.mem_rsp.valid),
+        ]
+        with m.If(self.mem_rsp.valid):
+            m.d.sync += w_m.eq(w_m + 1)
+
+        # ============================================================== input unit
+        w_i = Signal(in_pb)                    # input beats written
+        f_i = Signal(in_pb)                    # input beats freed by the compute
+        ie = entry(rp_i)
+        ic = ie.cmd
+        i_busy = Signal()
+        i_left = Signal(FIELD_BITS)
+        i_chain = Signal()
+        m.submodules.kept_rd = kept_rd = _RingReader(keptbuf.read_port(), bits_for(NS * KB), FIELD_BITS, W)
+        m.d.comb += kept_rd.avail.eq(1)
+        with m.If(~i_busy & has(rp_i)):
+            takes = (ic.status == ErrorCode.OK) & ((ic.type == DescType.STORE) | (ic.type == DescType.READ_COMPUTE))
+            space = ((w_i - f_i)[:in_pb] + ic.input_beats) <= IN_CAP
+            with m.If(~takes):
+                m.d.sync += rp_i.eq(rp_i + 1)
+            with m.Elif(space & (~ic.chain | (rp_o == rp_i))):
+                m.d.sync += [i_busy.eq(1), i_left.eq(ic.input_beats), i_chain.eq(ic.chain)]
+                with m.If(ic.chain):
+                    m.d.comb += [kept_rd.go.eq(1), kept_rd.start.eq(ie.slot * KB), kept_rd.count.eq(ic.input_beats)]
+        src_valid = Mux(i_chain, kept_rd.o.valid, self.x.valid)
+        m.d.comb += [
+            self.x.ready.eq(i_busy & ~i_chain & (i_left != 0)),
+            kept_rd.o.ready.eq(i_busy & i_chain & (i_left != 0)),
+            in_w.addr.eq(w_i[:in_pb - 1]),
+            in_w.data.eq(Mux(i_chain, kept_rd.o.payload, self.x.payload)),
+            in_w.en.eq(i_busy & src_valid & (i_left != 0)),
+        ]
+        with m.If(in_w.en):
+            m.d.sync += [w_i.eq(w_i + 1), i_left.eq(i_left - 1)]
+        with m.If(i_busy & (i_left == 0)):
+            m.d.sync += [i_busy.eq(0), rp_i.eq(rp_i + 1)]
+
+        # ============================================================== job generator
+        KIND_NONE, KIND_STORE, KIND_LOAD, KIND_SFU, KIND_PE = range(5)
+        job_layout = data.StructLayout({
+            "kind": 3, "mode": PEMode, "rows": range(cfg.pe_batch + 1), "k": FIELD_BITS,
+            "cols": bits_for(2 * cfg.acc_columns), "x_start": in_pb, "x_count": FIELD_BITS,
+            "a_start": dr_pb + psh, "a_count": FIELD_BITS, "row0": FIELD_BITS, "col0": FIELD_BITS,
+            "first": 1, "last": 1, "free_in": FIELD_BITS, "free_lines": FIELD_BITS,
+        })
+        JQ = JOB_RING
+        jb = bits_for(2 * JQ - 1)
+        jring = Array(Signal(job_layout.size, name=f"jq{i}") for i in range(JQ))
+        jwp = Signal(jb)
+        rp_x, rp_a, rp_w = Signal(jb, name="rp_xfeed"), Signal(jb, name="rp_afeed"), Signal(jb, name="rp_write")
+
+        def job(rp):
+            return job_layout(jring[rp[:jb - 1]])
+
+        def jhas(rp):
+            return rp != jwp
+
+        jfull = ((jwp - rp_x)[:jb] == JQ) | ((jwp - rp_a)[:jb] == JQ) | ((jwp - rp_w)[:jb] == JQ)
+        g_in = Signal(in_pb)                   # input ring position of the next command's input
+        g_dr = Signal(dr_pb + psh)             # DRAM ring beat position of the next command's operand
+        g_p = Signal(FIELD_BITS)               # row0 of the current pass
+        g_c = Signal(FIELD_BITS)               # col0 of the current group
+        g_started = Signal()
+        ge = entry(rp_g)
+        gc = ge.cmd
+        K, N = gc.operand_dim0, gc.operand_dim1
+        B = Mux(gc.op == DescOp.GEMV, 1, gc.input_dim0)
+        G = cfg.acc_columns
+        mode = Signal(PEMode)
+        m.d.comb += mode.eq(Mux(gc.trans, Mux((K & (L - 1)) == 0, PEMode.TRANS, PEMode.TRANS_HALF),
+                                Mux((N & (L - 1)) == 0, PEMode.ROW, PEMode.ROW_HALF)))
+        is_trans = (mode == PEMode.TRANS) | (mode == PEMode.TRANS_HALF)
+        kw = (K + (L - 1)) >> lsh
+        gcols = Mux(is_trans, Mux(N - g_c > G, G, N - g_c), Mux(mode == PEMode.ROW, N >> lsh, 1))
+        grp_beats = Mux(mode == PEMode.TRANS, (K >> lsh) * gcols, gcols >> 1)   # TRANS / TRANS_HALF
+        full_grp = Mux(mode == PEMode.TRANS, (K >> lsh) * G, G >> 1)
+        beats_mm = Mux(is_trans, grp_beats, Mux(mode == PEMode.ROW, K * (N >> lsh), K >> 1))
+        rows_p = Mux(B - g_p > cfg.pe_batch, cfg.pe_batch, B - g_p)
+        last_pass = g_p + rows_p >= B
+        last_grp = ~is_trans | (g_c + G >= N)
+        gen_lines = lines_of(gc)
+        jr = Signal(job_layout)
+        with m.If(has(rp_g) & ~jfull):
+            m.d.comb += [jr.first.eq(~g_started), jr.x_start.eq(g_in), jr.a_start.eq(g_dr)]
+            ok = gc.status == ErrorCode.OK
+            with m.If(~ok):
+                m.d.comb += [jr.kind.eq(KIND_NONE), jr.last.eq(1)]
+            with m.Elif(gc.type == DescType.STORE):
+                m.d.comb += [jr.kind.eq(KIND_STORE), jr.last.eq(1), jr.x_count.eq(gc.input_beats),
+                             jr.free_in.eq(gc.input_beats)]
+            with m.Elif(gc.type == DescType.LOAD):
+                m.d.comb += [jr.kind.eq(KIND_LOAD), jr.last.eq(1),
+                             jr.a_count.eq((gc.operand_elems + (L - 1)) >> lsh), jr.free_lines.eq(gen_lines)]
+            with m.Elif(gc.op == DescOp.SOFTMAX):
+                m.d.comb += [jr.kind.eq(KIND_SFU), jr.last.eq(1), jr.x_count.eq(gc.input_beats),
+                             jr.free_in.eq(gc.input_beats), jr.row0.eq(gc.input_dim0), jr.k.eq(gc.input_dim1)]
+            with m.Else():
+                last = last_pass & last_grp
+                m.d.comb += [
+                    jr.kind.eq(KIND_PE), jr.mode.eq(mode), jr.rows.eq(rows_p), jr.k.eq(K),
+                    jr.cols.eq(Mux(is_trans, gcols, Mux(mode == PEMode.ROW, N >> lsh, 1))),
+                    jr.x_start.eq(g_in + g_p * kw), jr.x_count.eq(rows_p * kw),
+                    jr.a_start.eq(g_dr + Mux(is_trans, (g_c >> exact_log2(G)) * full_grp, 0)),
+                    jr.a_count.eq(beats_mm), jr.row0.eq(g_p), jr.col0.eq(g_c), jr.last.eq(last),
+                    jr.free_in.eq(Mux(last, gc.input_beats, 0)), jr.free_lines.eq(Mux(last, gen_lines, 0)),
+                ]
+            for i in range(JQ):
+                with m.If(jwp[:jb - 1] == i):
+                    m.d.sync += jring[i].eq(jr.as_value())
+            m.d.sync += [jwp.eq(jwp + 1), g_started.eq(1)]
+            with m.If(jr.last):
+                m.d.sync += [rp_g.eq(rp_g + 1), g_started.eq(0), g_p.eq(0), g_c.eq(0)]
+                with m.If(ok):
+                    m.d.sync += [g_in.eq(g_in + Mux(gc.type == DescType.LOAD, 0, gc.input_beats)),
+                                 g_dr.eq(g_dr + (Mux((gc.type == DescType.STORE) | (gc.op == DescOp.SOFTMAX)
+                                                     & (gc.type == DescType.READ_COMPUTE), 0, gen_lines) << psh))]
+            with m.Elif(is_trans & ~last_grp):
+                m.d.sync += g_c.eq(g_c + G)
+            with m.Else():
+                m.d.sync += [g_c.eq(0), g_p.eq(g_p + rows_p)]
+
+        # ============================================================== x feeder (input ring -> PE / SFU / STORE)
+        m.submodules.in_rd = in_rd = _RingReader(inbuf.read_port(), in_pb, FIELD_BITS, W)
+        m.d.comb += in_rd.avail.eq((w_i - in_rd.pos)[:in_pb] != 0)
+        xj = job(rp_x)
+        x_busy = Signal()
+        x_cmd_sent = Signal()
+        SL = cfg.sfu_lanes
+        gear = L // SL
+        gear_buf = Signal(W)
+        gear_n = Signal(range(gear + 1))
+        with m.If(~x_busy & jhas(rp_x)):
+            with m.If((xj.kind == KIND_NONE) | (xj.kind == KIND_LOAD)):
+                m.d.sync += rp_x.eq(rp_x + 1)
+            with m.Else():
+                m.d.comb += [in_rd.go.eq(1), in_rd.start.eq(xj.x_start), in_rd.count.eq(xj.x_count)]
+                m.d.sync += [x_busy.eq(1), x_cmd_sent.eq(0), gear_n.eq(0)]
+        x_kind = xj.kind
+        # commands to the PE / SFU first
+        m.d.comb += [
+            pe.cmd.valid.eq(x_busy & (x_kind == KIND_PE) & ~x_cmd_sent),
+            pe.cmd.payload.mode.eq(xj.mode), pe.cmd.payload.rows.eq(xj.rows), pe.cmd.payload.k.eq(xj.k),
+            pe.cmd.payload.cols.eq(xj.cols),
+        ]
+        # the SFU's job shape (row0 = R, k = L_len): R rows of L_len / sfu_lanes sub-beats
+        m.d.comb += [
+            sfu.cmd.valid.eq(x_busy & (x_kind == KIND_SFU) & ~x_cmd_sent),
+            sfu.cmd.payload.rows.eq(xj.row0), sfu.cmd.payload.nb.eq(xj.k >> exact_log2(cfg.sfu_lanes)),
+        ]
+        with m.If((pe.cmd.valid & pe.cmd.ready) | (sfu.cmd.valid & sfu.cmd.ready)):
+            m.d.sync += x_cmd_sent.eq(1)
+        x_go = x_busy & (x_cmd_sent | (x_kind == KIND_STORE))
+        with m.If(x_go & (x_kind == KIND_PE)):
+            m.d.comb += [pe.x.valid.eq(in_rd.o.valid), pe.x.payload.eq(in_rd.o.payload),
+                         in_rd.o.ready.eq(pe.x.ready)]
+        with m.If(x_go & (x_kind == KIND_STORE)):
+            m.d.comb += [store_fifo.w_en.eq(in_rd.o.valid), store_fifo.w_data.eq(in_rd.o.payload),
+                         in_rd.o.ready.eq(store_fifo.w_rdy)]
+        with m.If(x_go & (x_kind == KIND_SFU)):
+            # gearbox: one input beat -> `gear` SFU beats
+            if gear == 1:
+                m.d.comb += [sfu.i.valid.eq(in_rd.o.valid), sfu.i.payload.eq(in_rd.o.payload),
+                             in_rd.o.ready.eq(sfu.i.ready)]
+            else:
+                m.d.comb += [sfu.i.valid.eq(in_rd.o.valid),
+                             sfu.i.payload.eq(in_rd.o.payload.word_select(gear_n[:exact_log2(gear)], 16 * SL)),
+                             in_rd.o.ready.eq(sfu.i.ready & (gear_n == gear - 1))]
+                with m.If(sfu.i.valid & sfu.i.ready):
+                    m.d.sync += gear_n.eq(Mux(gear_n == gear - 1, 0, gear_n + 1))
+        with m.If(x_busy & x_go & ~in_rd.busy):
+            m.d.sync += [x_busy.eq(0), rp_x.eq(rp_x + 1), f_i.eq(f_i + xj.free_in)]
+
+        # ============================================================== A feeder (DRAM ring -> PE / LOAD)
+        m.submodules.d_rd = d_rd = _RingReader(dbuf.read_port(), dr_pb + psh, FIELD_BITS, W, sel_bits=psh)
+        m.d.comb += d_rd.avail.eq((w_m - (d_rd.pos >> psh))[:dr_pb] != 0)
+        m.submodules.load_fifo = load_fifo = SyncFIFOBuffered(width=W, depth=4)
+        aj = job(rp_a)
+        a_busy = Signal()
+        with m.If(~a_busy & jhas(rp_a)):
+            with m.If((aj.kind == KIND_PE) | (aj.kind == KIND_LOAD)):
+                m.d.comb += [d_rd.go.eq(1), d_rd.start.eq(aj.a_start), d_rd.count.eq(aj.a_count)]
+                m.d.sync += a_busy.eq(1)
+            with m.Else():
+                m.d.sync += rp_a.eq(rp_a + 1)
+        with m.If(a_busy & (aj.kind == KIND_PE)):
+            m.d.comb += [pe.a.valid.eq(d_rd.o.valid), pe.a.payload.eq(d_rd.o.payload), d_rd.o.ready.eq(pe.a.ready)]
+        with m.If(a_busy & (aj.kind == KIND_LOAD)):
+            m.d.comb += [load_fifo.w_en.eq(d_rd.o.valid), load_fifo.w_data.eq(d_rd.o.payload),
+                         d_rd.o.ready.eq(load_fifo.w_rdy)]
+        with m.If(a_busy & ~d_rd.busy):
+            m.d.sync += [a_busy.eq(0), rp_a.eq(rp_a + 1), f_e.eq(f_e + aj.free_lines)]
+
+        # ============================================================== output writer
+        a_r = Signal(ret_pb)                   # return ring beats allocated
+        f_r = Signal(ret_pb)                   # return ring beats freed by the return unit
+        wj = job(rp_w)
+        oe = entry(rp_o)
+        oc = oe.cmd
+        w_busy = Signal()
+        ret_start = Signal(ret_pb)
+        w_cnt = Signal(FIELD_BITS + 1)         # outputs written in this job
+        w_in = Signal(FIELD_BITS + 1)          # PE outputs taken in this job (the next job's must wait)
+        w_b = Signal(FIELD_BITS)               # (row, column) of the next scalar / beat written
+        w_j = Signal(FIELD_BITS)
+        ret_beats_o = (oc.ret_elems + (L - 1)) >> lsh
+        o_N = oc.operand_dim1
+        nbw = (o_N + (L - 1)) >> lsh           # kept beats per row
+        kept_base = oe.slot * KB
+        part_base = oe.slot * PS
+        is_keep = oc.keep
+        with m.If(~w_busy & jhas(rp_w)):
+            space = ((a_r - f_r)[:ret_pb] + ret_beats_o) <= RET_CAP
+            with m.If(~wj.first | space):
+                m.d.sync += [w_busy.eq(1), w_cnt.eq(0), w_in.eq(0), w_b.eq(0), w_j.eq(0)]
+                with m.If(wj.first):
+                    m.d.sync += [ret_start.eq(a_r), a_r.eq(a_r + ret_beats_o)]
+        w_kind = wj.kind
+        w_mode = wj.mode
+        w_row_mode = (w_mode == PEMode.ROW) | (w_mode == PEMode.ROW_HALF)
+        job_outs = Mux(w_kind == KIND_PE,
+                       Mux(w_row_mode, Mux(w_mode == PEMode.ROW, wj.rows * wj.cols, wj.rows), wj.rows * wj.cols),
+                       Mux(w_kind == KIND_LOAD, wj.a_count, 0))
+        full_mask = Const((1 << L) - 1, L)
+        lo_mask = Const((1 << half) - 1, L)
+        # -- row-mode words: FP32 -> FP16 per lane (free-running: the destination never stalls)
+        row_valid = Signal()
+        row_data = Signal(W)
+        if cfg.acc == "fp32":
+            convs = []
+            for lane in range(L):
+                cv = FPConvert(src=FP32, dst=FP16)
+                m.submodules[f"cvt{lane}"] = cv
+                m.d.comb += [cv.i.valid.eq(pe.y.valid & pe.y.ready),
+                             cv.i.payload.a.eq(pe.y.payload[32 * lane:32 * lane + 32]), cv.o.ready.eq(1)]
+                convs.append(cv)
+            m.d.comb += [row_valid.eq(convs[0].o.valid), row_data.eq(Cat(*[cv.o.payload.z for cv in convs]))]
+        else:
+            m.d.comb += [row_valid.eq(pe.y.valid & pe.y.ready), row_data.eq(pe.y.payload)]
+        more_in = w_in != job_outs
+        m.d.comb += pe.y.ready.eq(w_busy & (w_kind == KIND_PE) & w_row_mode & more_in)
+        with m.If((pe.y.valid & pe.y.ready) | (pe.ys.valid & pe.ys.ready)):
+            m.d.sync += w_in.eq(w_in + 1)
+        # -- TRANS scalars: + partial (ACC; else + -0, which is exact) -> partial or FP16 -> element write
+        s_val = Signal(aw)
+        s_acc = Signal()
+        s_in = Signal()                         # scalar pipeline input stage holds a scalar
+        s_adv = Signal()
+        s_b, s_j = Signal(FIELD_BITS), Signal(FIELD_BITS)      # read-side (row, column) counters
+        padd = FPAdd(fmt=acc_fmt)
+        m.submodules.post_add = padd
+        flat_r = (wj.row0 + s_b) * o_N + wj.col0 + s_j
+        m.d.comb += [
+            s_adv.eq(~s_in | padd.i.ready),
+            pe.ys.ready.eq(w_busy & (w_kind == KIND_PE) & ~w_row_mode & s_adv & more_in),
+            p_r.addr.eq(part_base + flat_r), p_r.en.eq(s_adv),
+        ]
+        with m.If(s_adv):
+            m.d.sync += [s_in.eq(pe.ys.valid & pe.ys.ready), s_val.eq(pe.ys.payload)]
+        with m.If(pe.ys.valid & pe.ys.ready):
+            with m.If(s_j == wj.cols - 1):
+                m.d.sync += [s_j.eq(0), s_b.eq(s_b + 1)]
+            with m.Else():
+                m.d.sync += s_j.eq(s_j + 1)
+        neg_zero = Const(1 << (aw - 1), aw)
+        m.d.comb += [padd.i.valid.eq(s_in), padd.i.payload.a.eq(Mux(oc.acc, p_r.data, neg_zero)),
+                     padd.i.payload.b.eq(s_val)]
+        scal_valid = Signal()
+        scal_data = Signal(16)
+        to_partial = oc.partial
+        if cfg.acc == "fp32":
+            scv = FPConvert(src=FP32, dst=FP16)
+            m.submodules.post_cvt = scv
+            m.d.comb += [scv.i.valid.eq(padd.o.valid & ~to_partial), scv.i.payload.a.eq(padd.o.payload.z),
+                         scv.o.ready.eq(1), padd.o.ready.eq(1)]
+            m.d.comb += [scal_valid.eq(scv.o.valid), scal_data.eq(scv.o.payload.z)]
+        else:
+            m.d.comb += [padd.o.ready.eq(1), scal_valid.eq(padd.o.valid & ~to_partial),
+                         scal_data.eq(padd.o.payload.z)]
+        # write-side (row, column) of the scalars
+        flat_w = (wj.row0 + w_b) * o_N + wj.col0 + w_j
+        part_w_valid = padd.o.valid & to_partial
+        m.d.comb += [p_w.addr.eq(part_base + flat_w), p_w.data.eq(padd.o.payload.z), p_w.en.eq(part_w_valid)]
+        scal_done = Mux(to_partial, part_w_valid, scal_valid)
+        with m.If(w_busy & (w_kind == KIND_PE) & ~w_row_mode & scal_done):
+            m.d.sync += w_cnt.eq(w_cnt + 1)
+            with m.If(w_j == wj.cols - 1):
+                m.d.sync += [w_j.eq(0), w_b.eq(w_b + 1)]
+            with m.Else():
+                m.d.sync += w_j.eq(w_j + 1)
+        with m.If(~w_busy):
+            m.d.sync += [s_b.eq(0), s_j.eq(0)]
+        # -- SFU outputs: exponentials (collected to lanes) and anchors
+        sfu_gear_buf = Signal(W)
+        sfu_gear_n = Signal(range(gear + 1))
+        sfu_word_valid = Signal()
+        sfu_word = Signal(W)
+        sfu_words = (oc.input_dim0 * oc.input_dim1) >> lsh       # R * L_len / lanes
+        m.d.comb += sfu.o.ready.eq(w_busy & (w_kind == KIND_SFU) & (w_cnt != sfu_words))
+        if gear == 1:
+            m.d.comb += [sfu_word_valid.eq(sfu.o.valid & sfu.o.ready), sfu_word.eq(sfu.o.payload)]
+        else:
+            with m.If(sfu.o.valid & sfu.o.ready):
+                m.d.sync += [sfu_gear_buf.eq(Cat(sfu_gear_buf[16 * SL:], sfu.o.payload)),
+                             sfu_gear_n.eq(Mux(sfu_gear_n == gear - 1, 0, sfu_gear_n + 1))]
+            m.d.comb += [sfu_word_valid.eq(sfu.o.valid & sfu.o.ready & (sfu_gear_n == gear - 1)),
+                         sfu_word.eq(Cat(sfu_gear_buf[16 * SL:], sfu.o.payload))]
+        anc_cnt = Signal(FIELD_BITS)
+        anc_second = Signal()
+        # -- the one result write per cycle (return ring or kept slot)
+        wr_addr = Signal(max(ret_pb, bits_for(max(NS * KB, 2))))
+        wr_data = Signal(W)
+        wr_en = Signal(L)
+        wr_kept = Signal()
+        with m.If(w_busy):
+            with m.If(w_kind == KIND_LOAD):
+                m.d.comb += [load_fifo.r_en.eq(w_cnt != job_outs)]
+                with m.If(load_fifo.r_en & load_fifo.r_rdy):
+                    m.d.comb += [wr_addr.eq(ret_start + w_cnt), wr_data.eq(load_fifo.r_data), wr_en.eq(full_mask)]
+                    m.d.sync += w_cnt.eq(w_cnt + 1)
+            with m.Elif((w_kind == KIND_PE) & (w_mode == PEMode.ROW)):
+                r = wj.row0 + w_b
+                word = r * wj.cols + w_j
+                m.d.comb += [wr_kept.eq(is_keep), wr_data.eq(row_data),
+                             wr_addr.eq(Mux(is_keep, kept_base + word, ret_start + word)),
+                             wr_en.eq(Mux(row_valid, full_mask, 0))]
+                with m.If(row_valid):
+                    m.d.sync += w_cnt.eq(w_cnt + 1)
+                    with m.If(w_j == wj.cols - 1):
+                        m.d.sync += [w_j.eq(0), w_b.eq(w_b + 1)]
+                    with m.Else():
+                        m.d.sync += w_j.eq(w_j + 1)
+            with m.Elif((w_kind == KIND_PE) & (w_mode == PEMode.ROW_HALF)):
+                r = wj.row0 + w_b
+                odd = r[0] & ~is_keep
+                m.d.comb += [wr_kept.eq(is_keep),
+                             wr_data.eq(Mux(odd, row_data << (16 * half), row_data)),
+                             wr_addr.eq(Mux(is_keep, kept_base + r, ret_start + (r >> 1))),
+                             wr_en.eq(Mux(row_valid, Mux(odd, lo_mask << half, lo_mask), 0))]
+                with m.If(row_valid):
+                    m.d.sync += [w_cnt.eq(w_cnt + 1), w_b.eq(w_b + 1)]
+            with m.Elif(w_kind == KIND_PE):
+                r = wj.row0 + w_b
+                col = wj.col0 + w_j
+                kept_word = kept_base + r * nbw + (col >> lsh)
+                flat = r * o_N + col
+                lane = Mux(is_keep, col[:lsh], flat[:lsh])
+                m.d.comb += [wr_kept.eq(is_keep), wr_data.eq(scal_data.replicate(L)),
+                             wr_addr.eq(Mux(is_keep, kept_word, ret_start + (flat >> lsh))),
+                             wr_en.eq(Mux(scal_valid, Const(1, L) << lane, 0))]
+            with m.Elif(w_kind == KIND_SFU):
+                m.d.comb += [wr_kept.eq(is_keep), wr_data.eq(sfu_word),
+                             wr_addr.eq(Mux(is_keep, kept_base + w_cnt, ret_start + w_cnt)),
+                             wr_en.eq(Mux(sfu_word_valid, full_mask, 0))]
+                with m.If(sfu_word_valid):
+                    m.d.sync += w_cnt.eq(w_cnt + 1)
+        m.d.comb += [
+            r_w.addr.eq(wr_addr[:ret_pb - 1]), r_w.data.eq(wr_data), r_w.en.eq(Mux(wr_kept, 0, wr_en)),
+            k_w.addr.eq(wr_addr), k_w.data.eq(wr_data), k_w.en.eq(Mux(wr_kept, wr_en, 0)),
+        ]
+        # anchors: 3 elements at element index base + 3r (two cycles when they straddle a beat)
+        anc_elem = (ret_start << lsh) + Mux(is_keep, 0, oc.input_dim0 * oc.input_dim1) + anc_cnt * ANCHOR_ELEMS
+        a_lane = anc_elem[:lsh]
+        a_word = anc_elem >> lsh
+        a_val = Cat(sfu.anchor.payload.max, sfu.anchor.payload.sum)
+        straddle = a_lane > L - ANCHOR_ELEMS
+        with m.If(w_busy & (w_kind == KIND_SFU) & (anc_cnt != oc.input_dim0)):
+            with m.If(~anc_second):
+                m.d.comb += [
+                    r_wa.addr.eq(a_word[:ret_pb - 1]),
+                    r_wa.data.eq((a_val << (a_lane * 16))[:W]),
+                    r_wa.en.eq(Mux(sfu.anchor.valid, (Const(0b111, L) << a_lane)[:L], 0)),
+                    sfu.anchor.ready.eq(~straddle),
+                ]
+                with m.If(sfu.anchor.valid & straddle):
+                    m.d.sync += anc_second.eq(1)
+            with m.Else():
+                done_n = Signal(range(L + 1))
+                m.d.comb += [
+                    done_n.eq(L - a_lane),
+                    r_wa.addr.eq((a_word + 1)[:ret_pb - 1]),
+                    r_wa.data.eq((a_val >> (done_n * 16))[:W]),
+                    r_wa.en.eq(Const(0b111, 3) >> done_n),
+                    sfu.anchor.ready.eq(1),
+                ]
+                m.d.sync += anc_second.eq(0)
+            with m.If(sfu.anchor.valid & sfu.anchor.ready):
+                m.d.sync += anc_cnt.eq(anc_cnt + 1)
+        # end of a job
+        sfu_done = (w_cnt == sfu_words) & (anc_cnt == oc.input_dim0)
+        job_done = Mux(w_kind == KIND_SFU, sfu_done, w_cnt == job_outs)
+        with m.If(w_busy & job_done):
+            m.d.sync += [w_busy.eq(0), rp_w.eq(rp_w + 1), anc_cnt.eq(0)]
+            with m.If(wj.last):
+                m.d.sync += rp_o.eq(rp_o + 1)
+
+        # ============================================================== return unit
+        re_ = entry(rp_r)
+        rc = re_.cmd
+        m.submodules.ret_rd = ret_rd = _RingReader(retbuf.read_port(), ret_pb, FIELD_BITS, W)
+        m.d.comb += ret_rd.avail.eq(1)
+        r_state = Signal(2)                     # 0 wait, 1 return beats, 2 completion
+        r_cnt = Signal(FIELD_BITS)
+        r_beats = (rc.ret_elems + (L - 1)) >> lsh
+        stores_seen = Signal(qb)
+        done_r = (rp_o != rp_r) & ((rc.type != DescType.STORE) | (rc.status != ErrorCode.OK)
+                                   | (stores_done != stores_seen))
+        with m.If((r_state == 0) & has(rp_r) & done_r):
+            m.d.comb += [ret_rd.go.eq(1), ret_rd.start.eq(f_r), ret_rd.count.eq(r_beats)]
+            m.d.sync += [r_state.eq(1), r_cnt.eq(0)]
+            with m.If((rc.type == DescType.STORE) & (rc.status == ErrorCode.OK)):
+                m.d.sync += stores_seen.eq(stores_seen + 1)
+        last_r = r_cnt == r_beats - 1
+        tail = rc.ret_elems - ((r_beats - 1) << lsh)
+        lane_mask = Cat(*[Mux(last_r & (tail <= lane), Const(0, 16), Const(0xFFFF, 16)) for lane in range(L)])
+        with m.If(r_state == 1):
+            m.d.comb += [self.y.valid.eq(ret_rd.o.valid), self.y.payload.eq(ret_rd.o.payload & lane_mask),
+                         ret_rd.o.ready.eq(self.y.ready)]
+            with m.If(self.y.valid & self.y.ready):
+                m.d.sync += r_cnt.eq(r_cnt + 1)
+            with m.If(~ret_rd.busy):
+                m.d.sync += r_state.eq(2)
+        with m.If(r_state == 2):
+            m.d.comb += [self.cpl.valid.eq(1), self.cpl.payload.seq.eq(rc.seq), self.cpl.payload.status.eq(rc.status)]
+            with m.If(self.cpl.ready):
+                m.d.sync += [r_state.eq(0), rp_r.eq(rp_r + 1), f_r.eq(f_r + r_beats)]
         return m
 
 
 class NDPCore(wiring.Component):
-    """One NDP core for ``config`` (:class:`NDPConfig`) on a memory controller with ``mem_burst_bits``-bit bursts
-    and ``mem_addr_bits``-bit burst addresses (``MemoryController.request_layout``; ``mem_tag_width`` must
-    match the controller's ``tag_width``; tags are driven 0, responses must come back in request order).
+    """One NDP core for ``config`` (:class:`NDPConfig`) on a memory with ``mem_burst_bits``-bit lines and
+    ``mem_addr_bits``-bit line addresses (``MemoryController.request_layout``; ``mem_tag_width`` must match;
+    tags are driven 0, responses must come back in request order).
 
-    ``config.lanes`` must be >= 4 (a softmax anchor spans at most two beats) and divide a burst
-    (``mem_burst_bits % (16 * lanes) == 0``); ``config.align_bytes`` must be a multiple of the burst size.
+    Requirements checked at construction (ValueError): ``lanes >= 4``; a line holds a power-of-two number of
+    beats; ``align_bytes`` is a multiple of the line; the input, DRAM and return rings and the kept slots hold
+    a power-of-two number of beats (lines for the DRAM ring); ``sfu_lanes`` divides ``lanes``.
     """
 
     def __init__(self, *, config: NDPConfig, mem_burst_bits: int, mem_addr_bits: int, mem_tag_width: int = 0):
@@ -95,363 +723,74 @@ class NDPCore(wiring.Component):
         L = config.lanes
         if L < 4:
             raise ValueError(f"NDPCore needs config.lanes >= 4, got {L}")
-        if mem_burst_bits % (16 * L):
-            raise ValueError(f"mem_burst_bits ({mem_burst_bits}) must be a multiple of one beat "
+        if mem_burst_bits % (16 * L) or not _pow2(mem_burst_bits // (16 * L)):
+            raise ValueError(f"mem_burst_bits ({mem_burst_bits}) must be a power-of-two multiple of one beat "
                              f"(16 x lanes = {16 * L})")
-        burst_bytes = mem_burst_bits // 8
-        if config.align_bytes % burst_bytes:
-            raise ValueError(f"config.align_bytes ({config.align_bytes}) must be a multiple of the burst "
-                             f"({burst_bytes} bytes)")
+        line_bytes = mem_burst_bits // 8
+        if config.align_bytes % line_bytes:
+            raise ValueError(f"config.align_bytes ({config.align_bytes}) must be a multiple of the memory line "
+                             f"({line_bytes} bytes)")
         if not 1 <= mem_addr_bits <= 64:
             raise ValueError(f"mem_addr_bits must be in 1..64, got {mem_addr_bits}")
+        beat = 2 * L
+        for name, v in (("input_buffer_bytes / beat", config.input_buffer_bytes // beat),
+                        ("output_buffer_bytes / beat", config.output_buffer_bytes // beat),
+                        ("dram_buffer_bytes / line", config.dram_buffer_bytes // line_bytes),
+                        ("kept slot bytes / beat", config.kept_slot_bytes // beat)):
+            if not _pow2(v) or v < 2:
+                raise ValueError(f"NDPCore needs {name} to be a power of two >= 2, got {v}")
+        if config.dram_buffer_bytes % line_bytes:
+            raise ValueError(f"dram_buffer_bytes must be a multiple of the line ({line_bytes} bytes)")
+        if L % config.sfu_lanes:
+            raise ValueError(f"config.sfu_lanes ({config.sfu_lanes}) must divide lanes ({L})")
+        if not _pow2(config.acc_columns):
+            raise ValueError(f"config.acc_columns must be a power of two, got {config.acc_columns}")
         self.config = config
         self.lanes = L
         self.beat_bits = 16 * L
+        self.line_bytes = line_bytes
         self.burst_bits = mem_burst_bits
-        self.burst_bytes = burst_bytes
-        self.beats_per_burst = mem_burst_bits // (16 * L)
+        self.beats_per_line = mem_burst_bits // (16 * L)
         self.mem_addr_bits = mem_addr_bits
-        self.in_depth = config.input_buffer_bytes // (2 * L)
-        self.dram_depth = config.dram_buffer_bytes // (2 * L)
-        self.out_depth = config.output_buffer_bytes // (2 * L)
+        self.mem_tag_width = mem_tag_width
+        self.in_cap = config.input_buffer_bytes // beat
+        self.ret_cap = config.output_buffer_bytes // beat
+        self.dram_lines = config.dram_buffer_bytes // line_bytes
+        self.kept_beats = config.kept_slot_bytes // beat
+        self.partial_elems = config.partial_slot_elems
         self.decoder = DescriptorDecoder(config=config)
-        self.pe = PEArray(lanes=L, batch=config.pe_batch, acc=config.acc,
-                          max_k=config.input_buffer_bytes // 2, max_n=config.output_buffer_bytes // 2)
-        self.sfu = SoftmaxUnit(lanes=L, max_len=config.input_buffer_bytes // 2, max_rows=self.in_depth)
+        self.pe = PEArray(lanes=L, batch=config.pe_batch, acc=config.acc, max_k=config.max_k,
+                          acc_columns=config.acc_columns)
+        SL = config.sfu_lanes
+        self.sfu = SoftmaxUnit(lanes=SL, max_len=-(-config.max_k // SL) * SL, max_rows=self.in_cap)
         self.request_layout = data.StructLayout({
             "addr": mem_addr_bits, "write": 1, "wdata": mem_burst_bits, "tag": mem_tag_width})
         self.response_layout = data.StructLayout({"rdata": mem_burst_bits, "tag": mem_tag_width})
-        super().__init__({
-            "desc": In(stream.Signature(DESCRIPTOR_LAYOUT)),
+        ports = self._ports()
+        ports["ce"] = In(1, init=1)
+        super().__init__(ports)
+
+    def _ports(self):
+        return {
+            "desc": In(stream.Signature(REQUEST_LAYOUT)),
             "x": In(stream.Signature(unsigned(self.beat_bits))),
             "y": Out(stream.Signature(unsigned(self.beat_bits))),
             "cpl": Out(stream.Signature(completion_layout())),
             "mem_req": Out(stream.Signature(self.request_layout)),
             "mem_rsp": In(stream.Signature(self.response_layout)),
-        })
+        }
 
     def elaborate(self, platform):
-        cfg = self.config
-        L, W, P = self.lanes, self.beat_bits, self.beats_per_burst
-        lsh = exact_log2(L)
-        bsh = exact_log2(self.burst_bytes)
         m = Module()
-        m.submodules.decoder = dec = self.decoder
-        m.submodules.pe = pe = self.pe
-        m.submodules.sfu = sfu = self.sfu
-        wiring.connect(m, wiring.flipped(self.desc), dec.i)
-
-        # ---- buffers
-        m.submodules.inbuf = inbuf = memory.Memory(shape=unsigned(W), depth=max(self.in_depth, 2), init=[])
-        m.submodules.dbuf = dbuf = memory.Memory(shape=unsigned(W), depth=max(self.dram_depth, 2), init=[])
-        m.submodules.obuf = obuf = memory.Memory(shape=unsigned(W), depth=max(self.out_depth, 2), init=[])
-        in_w = inbuf.write_port()
-        d_w = dbuf.write_port()
-        o_w = obuf.write_port(granularity=16)          # beats (results, exponentials, LOAD data)
-        o_wa = obuf.write_port(granularity=16)         # softmax anchors (element writes)
-        m.submodules.in_rd = in_rd = _Reader(inbuf.read_port(), self.in_depth)
-        m.submodules.d_rd = d_rd = _Reader(dbuf.read_port(), self.dram_depth)
-        m.submodules.o_rd = o_rd = _Reader(obuf.read_port(), self.out_depth)
-
-        # ---- the command being executed
-        cmd = Signal(dec.command_layout)
-        c_is_load = cmd.type == DescType.LOAD
-        c_is_store = cmd.type == DescType.STORE
-        c_is_sfu = (cmd.type == DescType.READ_COMPUTE) & (cmd.op == DescOp.SOFTMAX)
-        status = Signal(ErrorCode)
-        kept = Signal(range(self.out_depth * L + 1))       # elements KEPT by the previous descriptor
-        in_beats = Signal(range(self.in_depth + 1))
-        nbursts = Signal(range(self.dram_depth // P + 2))
-        nb = Signal(range(self.out_depth + 1))             # N / lanes (GEMV/GEMM), L / lanes (SOFTMAX)
-        kbeats = Signal(range(self.in_depth + 1))          # K / lanes
-        rows = Signal(20)                                  # B (GEMM) or R (SOFTMAX); 1 for GEMV
-        out_elems = Signal(range(self.out_depth * L + 1))
-        ret_start = Signal(range(self.out_depth + 1))
-        ret_beats = Signal(range(self.out_depth + 1))
-        ret_elems = Signal(range(self.out_depth * L + 1))  # elements returned (last-beat mask)
-
-        # ---- memory read path: request issuer + burst unpacker
-        rd_issue = Signal()                 # issuing read requests
-        rd_next = Signal(range(self.dram_depth // P + 2))
-        base_burst = Signal(self.mem_addr_bits)
-        ub = Signal(self.burst_bits)        # unpacker burst register
-        ub_valid = Signal()
-        ub_idx = Signal(range(max(P, 2)))
-        u_valid = Signal()
-        u_ready = Signal()
-        u_data = Signal(W)
-        m.d.comb += [
-            u_valid.eq(ub_valid),
-            u_data.eq(ub.word_select(ub_idx, W) if P > 1 else ub),
-        ]
-        u_last = (ub_idx == P - 1) if P > 1 else Const(1)
-        take_burst = ~ub_valid | (u_ready & u_last)
-        m.d.comb += self.mem_rsp.ready.eq(take_burst)
-        with m.If(self.mem_rsp.valid & take_burst):
-            m.d.sync += [ub.eq(self.mem_rsp.payload.rdata), ub_valid.eq(1), ub_idx.eq(0)]
-        with m.Elif(u_valid & u_ready):
-            with m.If(u_last):
-                m.d.sync += ub_valid.eq(0)
-            with m.Else():
-                m.d.sync += ub_idx.eq(ub_idx + 1)
-
-        # ---- memory write path (STORE): beat packer
-        wp = Signal(self.burst_bits)
-        wp_idx = Signal(range(P + 1))
-        wp_full = wp_idx == P
-        wr_next = Signal(range(self.dram_depth // P + 2))
-
-        req = self.mem_req
-        req_addr = Signal(self.mem_addr_bits)
-        with m.If(c_is_store):
-            m.d.comb += [req.valid.eq(wp_full), req_addr.eq(base_burst + wr_next)]
-        with m.Else():
-            m.d.comb += [req.valid.eq(rd_issue & (rd_next != nbursts)), req_addr.eq(base_burst + rd_next)]
-        # one assignment of the whole payload (tags are driven 0: responses return in request order)
-        m.d.comb += req.payload.as_value().eq(
-            Cat(req_addr, c_is_store, wp, Const(0, self.request_layout.size - self.mem_addr_bits - 1 - self.burst_bits)))
-        with m.If(req.valid & req.ready):
-            with m.If(c_is_store):
-                m.d.sync += [wr_next.eq(wr_next + 1), wp_idx.eq(0)]
-            with m.Else():
-                m.d.sync += rd_next.eq(rd_next + 1)
-
-        # ---- FP32 -> FP16 conversion of the PE results (acc="fp32"); lock-step, always ready
-        pe_y_valid = Signal()
-        pe_y_data = Signal(W)
-        m.d.comb += pe.y.ready.eq(1)
-        if cfg.acc == "fp32":
-            convs = []
-            for lane in range(L):
-                cv = FPConvert(src=FP32, dst=FP16)
-                m.submodules[f"cvt{lane}"] = cv
-                m.d.comb += [
-                    cv.i.valid.eq(pe.y.valid),
-                    cv.i.payload.a.eq(pe.y.payload[32 * lane:32 * lane + 32]),
-                    cv.o.ready.eq(1),
-                ]
-                convs.append(cv)
-            m.d.comb += [pe_y_valid.eq(convs[0].o.valid), pe_y_data.eq(Cat(*[c.o.payload.z for c in convs]))]
-        else:
-            m.d.comb += [pe_y_valid.eq(pe.y.valid), pe_y_data.eq(pe.y.payload)]
-
-        # ---- control unit
-        IDLE, CHECK, INPUT, LOADRD, STORE_WR, PASS, PASS_RUN, SFU_RUN, RETURN, CPL = range(10)
-        state = Signal(range(10), name="ctl_state")
-        ptr = Signal(range(max(self.in_depth, self.out_depth, self.dram_depth) + P + 1))   # write pointer
-        a_ptr = Signal(range(self.dram_depth + 1))        # A beats of pass 0 / expected per pass
-        a_total = Signal(range(self.dram_depth + 1))
-        y_cnt = Signal(range(self.out_depth + 1))
-        y_total = Signal(range(self.out_depth + 1))
-        row0 = Signal(20)                                  # first row of the current GEMM pass
-        rows_p = Signal(range(cfg.pe_batch + 1))
-        pass0 = Signal()
-        anc_cnt = Signal(range(self.in_depth + 1))
-        ret_cnt = Signal(range(self.out_depth + 1))
-
-        m.d.comb += dec.o.ready.eq(state == IDLE)
-        with m.If(state == IDLE):
-            with m.If(dec.o.valid):
-                p = dec.o.payload
-                m.d.sync += [
-                    cmd.eq(p), status.eq(p.status),
-                    in_beats.eq(p.input_elems >> lsh),
-                    nbursts.eq((p.operand_elems * 2 + (self.burst_bytes - 1)) >> bsh),
-                    base_burst.eq(p.base_addr >> bsh),
-                    out_elems.eq(p.output_elems),
-                    rd_next.eq(0), wr_next.eq(0), wp_idx.eq(0), ptr.eq(0),
-                    state.eq(CHECK),
-                ]
-        with m.Elif(state == CHECK):
-            is_sfu = c_is_sfu
-            m.d.sync += [
-                nb.eq(Mux(is_sfu, cmd.input_dim1, cmd.operand_dim1) >> lsh),
-                kbeats.eq(cmd.operand_dim0 >> lsh),
-                rows.eq(Mux(cmd.op == DescOp.GEMV, 1, cmd.input_dim0)),
-            ]
-            with m.If(status != ErrorCode.OK):
-                m.d.sync += state.eq(CPL)
-            with m.Elif(cmd.chain & (cmd.input_elems > kept)):
-                m.d.sync += [status.eq(ErrorCode.NO_CHAIN_INPUT), state.eq(CPL)]
-            with m.Else():
-                # Operand reads start at once (LOAD and GEMV/GEMM), overlapping the input transfer.
-                m.d.sync += rd_issue.eq(~c_is_store & ~is_sfu)
-                with m.If(cmd.chain):
-                    m.d.comb += [o_rd.go.eq(1), o_rd.start.eq(0), o_rd.count.eq(in_beats)]
-                with m.If(c_is_load):
-                    m.d.sync += state.eq(LOADRD)
-                with m.Else():
-                    m.d.sync += state.eq(INPUT)
-        with m.Elif(state == INPUT):
-            # Input buffer <- x (GPU) or the kept result (CHAIN), in_beats beats.
-            src_valid = Mux(cmd.chain, o_rd.valid, self.x.valid)
-            m.d.comb += [
-                self.x.ready.eq(~cmd.chain & (ptr != in_beats)),
-                o_rd.ready.eq(cmd.chain & (ptr != in_beats)),
-                in_w.addr.eq(ptr),
-                in_w.data.eq(Mux(cmd.chain, o_rd.data, self.x.payload)),
-                in_w.en.eq(src_valid & (ptr != in_beats)),
-            ]
-            with m.If(src_valid & (ptr != in_beats)):
-                m.d.sync += ptr.eq(ptr + 1)
-            with m.If(ptr == in_beats):
-                m.d.sync += [ptr.eq(0), row0.eq(0), pass0.eq(1)]
-                with m.If(c_is_store):
-                    m.d.comb += [in_rd.go.eq(1), in_rd.start.eq(0), in_rd.count.eq(in_beats)]
-                    m.d.sync += state.eq(STORE_WR)
-                with m.Elif(c_is_sfu):
-                    m.d.comb += [in_rd.go.eq(1), in_rd.start.eq(0), in_rd.count.eq(in_beats)]
-                    m.d.sync += [anc_cnt.eq(0), y_cnt.eq(0), state.eq(SFU_RUN)]
-                with m.Else():
-                    m.d.sync += state.eq(PASS)
-        with m.Elif(state == LOADRD):
-            # Output buffer <- memory, out_beats beats; the tail of the last burst is dropped.
-            obeats = (out_elems + (L - 1)) >> lsh
-            m.d.comb += [
-                u_ready.eq(1),
-                o_w.addr.eq(ptr),
-                o_w.data.eq(u_data),
-                o_w.en.eq(Mux(u_valid & (ptr < obeats), (1 << L) - 1, 0)),
-            ]
-            with m.If(u_valid):
-                m.d.sync += ptr.eq(ptr + 1)
-            with m.If(ptr == nbursts * P):
-                # every requested burst was answered and unpacked
-                m.d.sync += [rd_issue.eq(0), ret_start.eq(0), ret_beats.eq(obeats), ret_elems.eq(out_elems),
-                             state.eq(RETURN)]
-                m.d.comb += [o_rd.go.eq(1), o_rd.start.eq(0), o_rd.count.eq(obeats)]
-        with m.Elif(state == STORE_WR):
-            m.d.comb += in_rd.ready.eq(~wp_full)
-            with m.If(in_rd.valid & ~wp_full):
-                m.d.sync += [wp.eq(Cat(wp[W:], in_rd.data) if P > 1 else in_rd.data), wp_idx.eq(wp_idx + 1)]
-            with m.If((wr_next == nbursts) & ~in_rd.busy):
-                m.d.sync += state.eq(CPL)
-        with m.Elif(state == PASS):
-            # Start one pass of the PE array over A: rows row0 .. row0 + rows_p - 1.
-            left = rows - row0
-            n_rows = Mux(left > cfg.pe_batch, cfg.pe_batch, left)
-            m.d.comb += [
-                pe.cmd.valid.eq(1),
-                pe.cmd.payload.rows.eq(n_rows),
-                pe.cmd.payload.k.eq(cmd.operand_dim0),
-                pe.cmd.payload.nb.eq(nb),
-            ]
-            with m.If(pe.cmd.ready):
-                m.d.sync += [rows_p.eq(n_rows), a_ptr.eq(0), a_total.eq(kbeats * L * nb),
-                             y_cnt.eq(0), y_total.eq(n_rows * nb), state.eq(PASS_RUN)]
-                m.d.comb += [in_rd.go.eq(1), in_rd.start.eq(row0 * kbeats), in_rd.count.eq(n_rows * kbeats),
-                             d_rd.go.eq(~pass0), d_rd.start.eq(0), d_rd.count.eq(kbeats * L * nb)]
-        with m.Elif(state == PASS_RUN):
-            # x from the input buffer; A from memory (pass 0, also written to the DRAM buffer) or the DRAM buffer.
-            m.d.comb += [
-                pe.x.valid.eq(in_rd.valid), pe.x.payload.eq(in_rd.data), in_rd.ready.eq(pe.x.ready),
-                pe.a.valid.eq(Mux(pass0, u_valid, d_rd.valid)),
-                pe.a.payload.eq(Mux(pass0, u_data, d_rd.data)),
-                u_ready.eq(pass0 & pe.a.ready & (a_ptr != a_total)),
-                d_rd.ready.eq(~pass0 & pe.a.ready),
-                d_w.addr.eq(a_ptr),
-                d_w.data.eq(u_data),
-                d_w.en.eq(pass0 & pe.a.valid & pe.a.ready),
-                o_w.addr.eq(ptr),
-                o_w.data.eq(pe_y_data),
-                o_w.en.eq(Mux(pe_y_valid, (1 << L) - 1, 0)),
-            ]
-            with m.If(pe.a.valid & pe.a.ready):
-                m.d.sync += a_ptr.eq(a_ptr + 1)
-            with m.If(pe_y_valid):
-                m.d.sync += [ptr.eq(ptr + 1), y_cnt.eq(y_cnt + 1)]
-            with m.If(y_cnt == y_total):
-                m.d.sync += [pass0.eq(0), row0.eq(row0 + rows_p)]
-                with m.If(row0 + rows_p >= rows):
-                    # Drop whatever the unpacker still holds of the last burst (N*K not a burst multiple).
-                    m.d.sync += [rd_issue.eq(0), ub_valid.eq(0)]
-                    with m.If(cmd.keep):
-                        m.d.sync += state.eq(CPL)
-                    with m.Else():
-                        obeats = out_elems >> lsh
-                        m.d.sync += [ret_start.eq(0), ret_beats.eq(obeats), ret_elems.eq(out_elems),
-                                     state.eq(RETURN)]
-                        m.d.comb += [o_rd.go.eq(1), o_rd.start.eq(0), o_rd.count.eq(obeats)]
-                with m.Else():
-                    m.d.sync += state.eq(PASS)
-        with m.Elif(state == SFU_RUN):
-            n_beats = rows * nb        # R * L / lanes exponential beats; anchors from element R * L
-            # (pass0, set when the input transfer ended, doubles as "SFU command pending")
-            m.d.comb += [
-                sfu.cmd.valid.eq(pass0),
-                sfu.cmd.payload.rows.eq(rows),
-                sfu.cmd.payload.nb.eq(nb),
-                sfu.i.valid.eq(in_rd.valid), sfu.i.payload.eq(in_rd.data), in_rd.ready.eq(sfu.i.ready),
-                sfu.o.ready.eq(1),
-                o_w.addr.eq(ptr),
-                o_w.data.eq(sfu.o.payload),
-                o_w.en.eq(Mux(sfu.o.valid, (1 << L) - 1, 0)),
-            ]
-            with m.If(sfu.cmd.valid & sfu.cmd.ready):
-                m.d.sync += pass0.eq(0)
-            with m.If(sfu.o.valid):
-                m.d.sync += [ptr.eq(ptr + 1), y_cnt.eq(y_cnt + 1)]
-            # Anchor writer: 3 elements at element index R*L + 3r; two cycles when they straddle a beat.
-            a_elem = (n_beats << lsh) + anc_cnt * ANCHOR_ELEMS
-            a_lane = a_elem[:lsh]
-            a_word = a_elem >> lsh
-            a_val = Cat(sfu.anchor.payload.max, sfu.anchor.payload.sum)
-            second = Signal()
-            straddle = a_lane > L - ANCHOR_ELEMS
-            full_mask = (1 << L) - 1
-            with m.If(~second):
-                m.d.comb += [
-                    o_wa.addr.eq(a_word),
-                    o_wa.data.eq((a_val << (a_lane * 16))[:W]),
-                    o_wa.en.eq(Mux(sfu.anchor.valid, (Const(0b111, L) << a_lane)[:L] & full_mask, 0)),
-                    sfu.anchor.ready.eq(~straddle),
-                ]
-                with m.If(sfu.anchor.valid & straddle):
-                    m.d.sync += second.eq(1)
-            with m.Else():
-                done_n = Signal(range(L + 1))          # anchor elements written in the first cycle
-                m.d.comb += done_n.eq(L - a_lane)
-                m.d.comb += [
-                    o_wa.addr.eq(a_word + 1),
-                    o_wa.data.eq((a_val >> (done_n * 16))[:W]),
-                    o_wa.en.eq(Const(0b111, 3) >> done_n),
-                    sfu.anchor.ready.eq(1),
-                ]
-                m.d.sync += second.eq(0)
-            with m.If(sfu.anchor.valid & sfu.anchor.ready):
-                m.d.sync += anc_cnt.eq(anc_cnt + 1)
-            with m.If((y_cnt == n_beats) & (anc_cnt == rows) & ~pass0):
-                anc_beats = (rows * ANCHOR_ELEMS + (L - 1)) >> lsh
-                all_beats = (out_elems + (L - 1)) >> lsh
-                m.d.sync += [
-                    ret_start.eq(Mux(cmd.keep, n_beats, 0)),
-                    ret_beats.eq(Mux(cmd.keep, anc_beats, all_beats)),
-                    ret_elems.eq(Mux(cmd.keep, rows * ANCHOR_ELEMS, out_elems)),
-                    state.eq(RETURN),
-                ]
-                m.d.comb += [o_rd.go.eq(1), o_rd.start.eq(Mux(cmd.keep, n_beats, 0)),
-                             o_rd.count.eq(Mux(cmd.keep, anc_beats, all_beats))]
-        with m.Elif(state == RETURN):
-            last = ret_cnt == ret_beats - 1
-            tail = ret_elems - ((ret_beats - 1) << lsh)        # valid elements of the last beat, 1..L
-            lane_mask = Cat(*[Mux(last & (tail <= lane), Const(0, 16), Const(0xFFFF, 16)) for lane in range(L)])
-            m.d.comb += [
-                self.y.valid.eq(o_rd.valid),
-                self.y.payload.eq(o_rd.data & lane_mask),
-                o_rd.ready.eq(self.y.ready),
-            ]
-            with m.If(self.y.valid & self.y.ready):
-                m.d.sync += ret_cnt.eq(ret_cnt + 1)
-            with m.If(~o_rd.busy):
-                m.d.sync += [ret_cnt.eq(0), state.eq(CPL)]
-        with m.Else():  # CPL
-            m.d.comb += [
-                self.cpl.valid.eq(1),
-                self.cpl.payload.seq.eq(cmd.seq),
-                self.cpl.payload.status.eq(status),
-            ]
-            with m.If(self.cpl.ready):
-                ok_keep = (status == ErrorCode.OK) & cmd.keep
-                kept_n = Mux(c_is_sfu, rows * (nb << lsh), out_elems)
-                m.d.sync += [kept.eq(Mux(ok_keep, kept_n, 0)), state.eq(IDLE)]
+        inner = _Core(self)
+        m.submodules.core = EnableInserter({"sync": self.ce})(inner)
+        # Every handshake crosses the boundary only in enabled cycles (the core's registers hold otherwise).
+        for name in ("desc", "x", "mem_rsp"):
+            outer, inn = getattr(self, name), getattr(inner, name)
+            m.d.comb += [inn.valid.eq(outer.valid & self.ce), inn.payload.eq(outer.payload),
+                         outer.ready.eq(inn.ready & self.ce)]
+        for name in ("y", "cpl", "mem_req"):
+            outer, inn = getattr(self, name), getattr(inner, name)
+            m.d.comb += [outer.valid.eq(inn.valid & self.ce), outer.payload.eq(inn.payload),
+                         inn.ready.eq(outer.ready & self.ce)]
         return m

@@ -27,8 +27,9 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 
 from ..fp.pipeline import Pipeline
 from .config import NDPConfig
-from .descriptor import (DESCRIPTOR_LAYOUT, DESCRIPTOR_BITS, SEQ_BITS, DescType, DescOp, DType, ELEMENT_BYTES,
-                         ErrorCode, DECODER_CODES, ANCHOR_ELEMS, FLAG_KEEP, FLAG_CHAIN, command_layout)
+from .descriptor import (REQUEST_LAYOUT, SEQ_BITS, DescType, DescOp, DType, ELEMENT_BYTES, ErrorCode,
+                         DECODER_CODES, ANCHOR_ELEMS, FLAG_KEEP, FLAG_CHAIN, FLAG_ACC, FLAG_PARTIAL, FLAG_TRANS,
+                         command_layout)
 
 __all__ = ["InstructionBuffer", "DescriptorDecoder"]
 
@@ -41,7 +42,7 @@ def _check_config(config):
 class InstructionBuffer(wiring.Component):
     """FIFO of ``config.instr_buffer_depth`` descriptors (PLoRA Fig. 5(c) "instruction buffer").
 
-    Ports: ``i``: In(stream of DESCRIPTOR_LAYOUT); ``o``: Out(stream of DESCRIPTOR_LAYOUT), registered output
+    Ports: ``i``: In(stream of REQUEST_LAYOUT); ``o``: Out(stream of REQUEST_LAYOUT), registered output
     (a descriptor accepted in cycle t is offered in cycle t + :attr:`latency` when the buffer was empty).
     Full throughput: one descriptor per cycle in and out.
     """
@@ -53,13 +54,13 @@ class InstructionBuffer(wiring.Component):
         self.config = config
         self.depth = config.instr_buffer_depth
         super().__init__({
-            "i": In(stream.Signature(DESCRIPTOR_LAYOUT)),
-            "o": Out(stream.Signature(DESCRIPTOR_LAYOUT)),
+            "i": In(stream.Signature(REQUEST_LAYOUT)),
+            "o": Out(stream.Signature(REQUEST_LAYOUT)),
         })
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.fifo = fifo = SyncFIFOBuffered(width=DESCRIPTOR_BITS, depth=self.depth)
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=REQUEST_LAYOUT.size, depth=self.depth)
         m.d.comb += [
             fifo.w_data.eq(self.i.payload.as_value()),
             fifo.w_en.eq(self.i.valid),
@@ -74,7 +75,8 @@ class InstructionBuffer(wiring.Component):
 class DescriptorDecoder(wiring.Component):
     """Instruction buffer + descriptor checks for an :class:`NDPConfig` ``config``.
 
-    Ports: ``i``: In(stream of DESCRIPTOR_LAYOUT); ``o``: Out(stream of ``command_layout(config)``).
+    Ports: ``i``: In(stream of REQUEST_LAYOUT: a descriptor and its owner); ``o``: Out(stream of
+    ``command_layout(config)``).
     Attribute :attr:`latency`: cycles from acceptance on ``i`` to the result on ``o`` (unloaded).
     """
 
@@ -85,7 +87,7 @@ class DescriptorDecoder(wiring.Component):
         self.config = config
         self.command_layout = command_layout(config)
         super().__init__({
-            "i": In(stream.Signature(DESCRIPTOR_LAYOUT)),
+            "i": In(stream.Signature(REQUEST_LAYOUT)),
             "o": Out(stream.Signature(self.command_layout)),
         })
 
@@ -102,8 +104,10 @@ class DescriptorDecoder(wiring.Component):
         with m.If(src.valid & src.ready):
             m.d.sync += seq.eq(seq + 1)
 
-        # ---- stage 1: decode the codes, the three products ----
-        d = src.payload
+        # ---- stage 1: decode the codes, the products ----
+        L = cfg.lanes
+        lsh = L.bit_length() - 1
+        d = src.payload.desc
         h, opd, inp = d.header, d.operand, d.input
         is_load = h.type == DescType.LOAD
         is_store = h.type == DescType.STORE
@@ -111,23 +115,37 @@ class DescriptorDecoder(wiring.Component):
         is_gemv = is_rc & (h.op == DescOp.GEMV)
         is_gemm = is_rc & (h.op == DescOp.GEMM)
         is_softmax = is_rc & (h.op == DescOp.SOFTMAX)
+        is_mm = is_gemv | is_gemm
+        flags = h.flags
+        keep, partial = (flags & FLAG_KEEP) != 0, (flags & FLAG_PARTIAL) != 0
         # Result shape rows x cols (descriptor module table): LOAD R x C, GEMV 1 x N, GEMM B x N,
-        # SOFTMAX R x (L + ANCHOR_ELEMS), STORE nothing.
-        out_rows = Mux(is_load, opd.dim0, Mux(is_softmax, inp.dim0, Mux(is_gemv, 1, Mux(is_gemm, inp.dim0, 0))))
+        # SOFTMAX R x (L + ANCHOR_ELEMS), STORE nothing; kept shape: GEMV/GEMM the result, SOFTMAX R x L.
+        res_rows = Mux(is_load, opd.dim0, Mux(is_softmax | is_gemm, inp.dim0, Mux(is_gemv, 1, 0)))
+        res_cols = Mux(is_softmax, inp.dim1, opd.dim1)
         out_cols = Mux(is_softmax, inp.dim1 + ANCHOR_ELEMS, opd.dim1)
+        col_beats = (res_cols + (L - 1)) >> lsh
+        in_row_beats = (inp.dim1 + (L - 1)) >> lsh
         s1 = pipe.stage(
-            desc=d, seq=seq,
+            desc=d, owner=src.payload.owner, seq=seq,
             is_load=is_load, is_store=is_store, is_rc=is_rc,
-            is_gemv=is_gemv, is_gemm=is_gemm, is_softmax=is_softmax,
+            is_gemv=is_gemv, is_gemm=is_gemm, is_softmax=is_softmax, is_mm=is_mm,
             op_known=(h.op == DescOp.GEMV) | (h.op == DescOp.GEMM) | (h.op == DescOp.SOFTMAX),
             operand_elems=opd.dim0 * opd.dim1,
             input_elems=inp.dim0 * inp.dim1,
-            output_elems=out_rows * out_cols,
+            output_elems=res_rows * out_cols,
+            result_elems=res_rows * res_cols,
+            kept_beats=res_rows * col_beats,
+            col_beats=col_beats,
+            rc_input_beats=inp.dim0 * in_row_beats,
+            anchor_elems=inp.dim0 * ANCHOR_ELEMS,
         )
 
         # ---- stage 2: checks in ErrorCode order, priority encoder, command ----
         d = s1.desc
         h, opd, inp = d.header, d.operand, d.input
+        flags = h.flags
+        keep, chain = (flags & FLAG_KEEP) != 0, (flags & FLAG_CHAIN) != 0
+        acc, partial, trans = (flags & FLAG_ACC) != 0, (flags & FLAG_PARTIAL) != 0, (flags & FLAG_TRANS) != 0
         esize = ELEMENT_BYTES[DType.FP16]       # the only accepted dtype (UNKNOWN_DTYPE otherwise)
         has_input = s1.is_store | s1.is_rc
         has_operand = ~s1.is_softmax
@@ -135,12 +153,30 @@ class DescriptorDecoder(wiring.Component):
             s1.is_store, (inp.dim0 != opd.dim0) | (inp.dim1 != opd.dim1),
             Mux(s1.is_gemv, (inp.dim0 != 1) | (inp.dim1 != opd.dim0),
                 Mux(s1.is_gemm, inp.dim1 != opd.dim0, 0)))
-        lane_mask, align_mask = cfg.lanes - 1, cfg.align_bytes - 1
+        lane_mask, align_mask = L - 1, cfg.align_bytes - 1
+        k, n = opd.dim0, opd.dim1
+        trans_ok = ((k & lane_mask) == 0) | ((k == L // 2) & ~n[0])
+        row_ok = ((n & lane_mask) == 0) | ((n == L // 2) & ~k[0])
         not_multiple = Mux(
-            s1.is_gemv | s1.is_gemm, ((opd.dim0 & lane_mask) != 0) | ((opd.dim1 & lane_mask) != 0),
+            s1.is_mm, Mux(trans, ~trans_ok, ~row_ok),
             Mux(s1.is_softmax, (inp.dim1 & lane_mask) != 0,
                 s1.is_store & ((opd.bytes & align_mask) != 0)))
-        flags = h.flags
+        store_beats = (inp.bytes + (2 * L - 1)) >> (lsh + 1)
+        input_beats = Mux(s1.is_store, store_beats, Mux(s1.is_rc, s1.rc_input_beats, 0))
+        input_big = has_input & ((inp.bytes > cfg.input_buffer_bytes)
+                                 | (input_beats > cfg.input_buffer_bytes // (2 * L))
+                                 | ((s1.is_mm | s1.is_softmax) & (inp.dim1 > cfg.max_k)))
+        ret_elems = Mux(s1.is_load, s1.operand_elems,
+                        Mux(s1.is_mm, Mux(keep | partial, 0, s1.output_elems),
+                            Mux(s1.is_softmax, Mux(keep, s1.anchor_elems, s1.output_elems), 0)))
+        ret_beats = (ret_elems + (L - 1)) >> lsh
+        output_big = ((ret_beats > cfg.output_buffer_bytes // (2 * L))
+                      | (s1.is_rc & keep & (s1.kept_beats > cfg.kept_slot_bytes // (2 * L)))
+                      | (s1.is_mm & (acc | partial) & (s1.result_elems > cfg.partial_slot_elems))
+                      | (s1.is_mm & ~trans & (s1.col_beats > cfg.acc_columns)))
+        bad_flags = Mux(~s1.is_rc, flags != 0,
+                        Mux(s1.is_softmax, acc | partial | trans,
+                            ((acc | partial) & ~trans) | (keep & partial)))
         checks = {
             ErrorCode.UNKNOWN_TYPE: ~(s1.is_load | s1.is_store | s1.is_rc),
             ErrorCode.UNKNOWN_OP: Mux(s1.is_rc, ~s1.op_known, h.op != DescOp.NONE),
@@ -150,33 +186,35 @@ class DescriptorDecoder(wiring.Component):
             ErrorCode.SIZE_MISMATCH: (has_operand & (opd.bytes != s1.operand_elems * esize))
                                      | (has_input & (inp.bytes != s1.input_elems * esize)),
             ErrorCode.OPERAND_TOO_LARGE: has_operand & (opd.bytes > cfg.dram_buffer_bytes),
-            ErrorCode.INPUT_TOO_LARGE: has_input & (inp.bytes > cfg.input_buffer_bytes),
+            ErrorCode.INPUT_TOO_LARGE: input_big,
             ErrorCode.ADDRESS_OVERFLOW: has_operand & ((d.base_addr + opd.bytes) > Const(cfg.device_bytes, 65)),
             ErrorCode.SHAPE_MISMATCH: shape_bad,
             ErrorCode.BATCH_TOO_LARGE: s1.is_gemm & (inp.dim0 > cfg.max_batch),
-            ErrorCode.OUTPUT_TOO_LARGE: s1.output_elems * esize > cfg.output_buffer_bytes,
+            ErrorCode.OUTPUT_TOO_LARGE: output_big,
             ErrorCode.MISALIGNED: has_operand & ((d.base_addr & align_mask) != 0),
             ErrorCode.NOT_MULTIPLE: not_multiple,
-            ErrorCode.BAD_FLAGS: ~s1.is_rc & (flags != 0),
+            ErrorCode.BAD_FLAGS: bad_flags,
         }
         assert tuple(checks) == DECODER_CODES   # precedence = value order
         status = Signal(ErrorCode)
-        code = Const(ErrorCode.OK.value, 4)
+        code = Const(ErrorCode.OK.value, ErrorCode.as_shape().width)
         for err in reversed(list(checks)):
             code = Mux(checks[err], err.value, code)
         m.d.comb += status.eq(code)
 
         ok = status == ErrorCode.OK
         cmd = Signal(self.command_layout)
-        m.d.comb += [cmd.status.eq(status), cmd.seq.eq(s1.seq)]
+        m.d.comb += [cmd.status.eq(status), cmd.seq.eq(s1.seq), cmd.owner.eq(s1.owner)]
         with m.If(ok):
             m.d.comb += [
                 cmd.type.eq(h.type),
                 cmd.op.eq(h.op),
                 cmd.dtype.eq(h.dtype),
-                cmd.keep.eq((flags & FLAG_KEEP) != 0),
-                cmd.chain.eq((flags & FLAG_CHAIN) != 0),
+                cmd.keep.eq(keep), cmd.chain.eq(chain), cmd.acc.eq(acc), cmd.partial.eq(partial),
+                cmd.trans.eq(trans),
                 cmd.output_elems.eq(s1.output_elems),
+                cmd.input_beats.eq(input_beats),
+                cmd.ret_elems.eq(ret_elems),
             ]
             with m.If(has_operand):
                 m.d.comb += [

@@ -33,13 +33,26 @@ Execution"): m_r is the row maximum, s_r the FP32 sum of the row's exponentials;
 values as 3 FP16 slots per row (m_r, then the low and high halves of s_r's binary32 bits), so the result has
 R * (L + 3) elements. The GPU merges the devices' partial outputs with the anchors.
 
-Header flags (``header.flags``, READ_COMPUTE only, so a device keeps intermediates off the link -- PLoRA V-B):
+Header flags (``header.flags``, READ_COMPUTE only, so a device keeps intermediates off the link -- PLoRA V-B).
+State that survives a descriptor (the kept result, the FP32 partial) belongs to the *owner* of the descriptor
+that made it (the requester queue, carried beside the descriptor on the core's ``desc`` stream):
 
-* ``KEEP`` (bit 0): the result stays in the output buffer for the next descriptor and is not returned; a
-  SOFTMAX still returns its anchors (R x 3 elements), keeping the R x L values.
-* ``CHAIN`` (bit 1): the input is not sent by the GPU; it is the first ``input elements`` of the result the
-  previous descriptor KEPT (e.g. LoRA E3: ``m = xA`` KEEP, then ``y = mB`` CHAIN; attention: scores KEEP,
-  SOFTMAX CHAIN KEEP, context CHAIN). Without such a result the descriptor completes with NO_CHAIN_INPUT.
+* ``KEEP`` (bit 0): the result stays in the owner's state slot (FP16) and is not returned; a SOFTMAX still
+  returns its anchors (R x 3 elements), keeping the R x L values.
+* ``CHAIN`` (bit 1): the input is not sent by the GPU; it is the owner's kept result, whose shape must equal
+  the input shape (e.g. LoRA E3: ``m = xA`` KEEP, then ``y = mB`` CHAIN, possibly several CHAINs over column
+  panels of B; attention: scores KEEP, SOFTMAX CHAIN KEEP, context CHAIN).
+* ``ACC`` (bit 2): the result is added (in the accumulator format) to the owner's FP32 partial of the same
+  shape before it is rounded, kept or returned (K-tiled GEMV/GEMM: several descriptors accumulate on the
+  device). TRANS only.
+* ``PARTIAL`` (bit 3): the result (after ACC) stays in the owner's partial slot in the accumulator format and
+  is not returned. TRANS only; not with KEEP.
+* ``TRANS`` (bit 4): the operand A (K x N) is stored k-major: for each group of ``acc_columns`` columns, for
+  each block of ``lanes`` rows, for each column of the group, the block's rows contiguous. The GEMV-PE dataflow
+  (lane = contraction index, a lane-reduction tree at drain) for small N. See ``docs/ndp_descriptor.md``.
+
+Without the state a CHAIN or ACC needs, the descriptor completes with NO_CHAIN_INPUT, or FOREIGN_STATE if
+the owner has no state at all while another owner does: nothing is read either way.
 
 Error codes are checked in the order of their values (the lowest failing check is reported); see
 :class:`ErrorCode`. ``firmware.ndp.descriptor.Descriptor.validate`` is the software mirror.
@@ -49,8 +62,9 @@ from amaranth.lib import data, enum
 
 __all__ = [
     "CODE_BITS", "FIELD_BITS", "ADDR_BITS", "HEADER_BITS", "DESCRIPTOR_BITS", "FLIT_BYTES", "SEQ_BITS",
-    "DescType", "DescOp", "DType", "ELEMENT_BYTES", "ErrorCode", "FLAG_KEEP", "FLAG_CHAIN", "FLAG_BITS",
-    "ANCHOR_ELEMS", "DECODER_CODES",
+    "DescType", "DescOp", "DType", "ELEMENT_BYTES", "ErrorCode", "FLAG_KEEP", "FLAG_CHAIN", "FLAG_ACC",
+    "FLAG_PARTIAL", "FLAG_TRANS", "FLAG_BITS", "OWNER_BITS", "ANCHOR_ELEMS", "DECODER_CODES", "CONTROL_CODES",
+    "REQUEST_LAYOUT",
     "HEADER_LAYOUT", "TENSOR_LAYOUT", "DESCRIPTOR_LAYOUT", "command_layout",
 ]
 
@@ -61,9 +75,13 @@ HEADER_BITS = 20       # Type + OP + data type (PLoRA IV-C: "into 20 bits")
 DESCRIPTOR_BITS = 204  # PLoRA IV-C: "This 204-bit layout"
 FLIT_BYTES = 256       # PLoRA IV-C: "fits one 256-Byte CXL 3.1 flit"
 SEQ_BITS = 16          # decoder sequence number (descriptors accepted, modulo 2**16): project choice
-FLAG_BITS = 2          # header.flags: KEEP, CHAIN (project choice, from the header's spare bits)
-FLAG_KEEP = 1          # result stays in the output buffer (not returned; SOFTMAX still returns its anchors)
-FLAG_CHAIN = 2         # input = the previous KEPT result, not GPU data
+FLAG_BITS = 5          # header.flags: KEEP, CHAIN, ACC, PARTIAL, TRANS (project choice, the header's spare bits)
+FLAG_KEEP = 1          # result stays in the owner's state slot (not returned; SOFTMAX still returns its anchors)
+FLAG_CHAIN = 2         # input = the owner's KEPT result, not GPU data
+FLAG_ACC = 4           # result += the owner's partial (accumulator format) before rounding / keeping / returning
+FLAG_PARTIAL = 8       # result (after ACC) kept as the owner's partial in the accumulator format, not returned
+FLAG_TRANS = 16        # operand stored k-major in blocks of `lanes` rows: GEMV-PE dataflow (lane = k)
+OWNER_BITS = 32        # owner of a descriptor (CXL front end: PASID << 8 | queue; project choice)
 ANCHOR_ELEMS = 3       # SOFTMAX anchor slots per row: max (FP16), sum (FP32 as two FP16 slots, low half first)
 
 
@@ -97,13 +115,14 @@ class DType(enum.Enum, shape=CODE_BITS):
 ELEMENT_BYTES = {DType.FP16: 2, DType.FP32: 4}
 
 
-class ErrorCode(enum.Enum, shape=4):
+class ErrorCode(enum.Enum, shape=5):
     """Completion status of one descriptor. **Precedence = value order**: when several checks fail, the one
     with the lowest value is reported (the decoder's priority encoder and ``Descriptor.validate`` agree).
     "has input" = STORE or READ_COMPUTE (a LOAD's input fields are ignored; a CHAIN input is described and
     checked like a GPU input, only its source differs); "has operand" = everything but SOFTMAX (whose operand
     fields are ignored).
-    Codes 1..14 come from the decoder; NO_CHAIN_INPUT from the control unit, after the decoder's checks."""
+    Codes 1..14 come from the decoder; NO_CHAIN_INPUT and FOREIGN_STATE from the control unit's state check,
+    after the decoder's checks; WINDOW_VIOLATION from the CXL front end (the core never sees the descriptor)."""
     OK = 0
     UNKNOWN_TYPE = 1       # type not LOAD/STORE/READ_COMPUTE
     UNKNOWN_OP = 2         # READ_COMPUTE with op not GEMV/GEMM/SOFTMAX, or LOAD/STORE with op != NONE
@@ -117,14 +136,19 @@ class ErrorCode(enum.Enum, shape=4):
     BATCH_TOO_LARGE = 10   # GEMM with input dim0 (batch) > max_batch
     OUTPUT_TOO_LARGE = 11  # result elements * element size > output_buffer_bytes
     MISALIGNED = 12        # (has operand) base_addr not a multiple of align_bytes
-    NOT_MULTIPLE = 13      # GEMV/GEMM operand dims, or SOFTMAX L, not multiples of lanes; STORE bytes not a
-                           # multiple of align_bytes
-    BAD_FLAGS = 14         # KEEP or CHAIN on a LOAD or STORE
-    NO_CHAIN_INPUT = 15    # (control unit) CHAIN, but the previous descriptor KEPT fewer than input elements
+    NOT_MULTIPLE = 13      # GEMV/GEMM: N (TRANS: K) not a multiple of lanes nor lanes/2 (then K, resp. N, even);
+                           # SOFTMAX L not a multiple of lanes; STORE bytes not a multiple of align_bytes
+    BAD_FLAGS = 14         # a flag on LOAD/STORE; ACC/PARTIAL/TRANS on SOFTMAX; ACC/PARTIAL without TRANS;
+                           # KEEP with PARTIAL
+    NO_CHAIN_INPUT = 15    # (control unit) CHAIN / ACC without the owner's kept result / partial of that shape
+    WINDOW_VIOLATION = 16  # (CXL front end) operand lines outside the queue's window; never reaches the core
+    FOREIGN_STATE = 17     # (control unit) CHAIN / ACC from an owner with no state while another owner has state
 
 
-#: The codes the decoder can report (NO_CHAIN_INPUT is the control unit's).
-DECODER_CODES = tuple(c for c in ErrorCode if c not in (ErrorCode.OK, ErrorCode.NO_CHAIN_INPUT))
+#: The codes the core's control unit reports after the decoder accepted a descriptor.
+CONTROL_CODES = (ErrorCode.NO_CHAIN_INPUT, ErrorCode.FOREIGN_STATE)
+#: The codes the decoder can report.
+DECODER_CODES = tuple(c for c in ErrorCode if c.value and c.value < ErrorCode.NO_CHAIN_INPUT.value)
 
 
 #: Header: type, op, dtype codes from the LSB up, then reserved bits (write 0; ignored by the decoder).
@@ -132,7 +156,7 @@ HEADER_LAYOUT = data.StructLayout({
     "type": CODE_BITS,     # DescType code
     "op": CODE_BITS,       # DescOp code
     "dtype": CODE_BITS,    # DType code
-    "flags": FLAG_BITS,    # FLAG_KEEP | FLAG_CHAIN
+    "flags": FLAG_BITS,    # FLAG_KEEP | FLAG_CHAIN | FLAG_ACC | FLAG_PARTIAL | FLAG_TRANS
     "reserved": HEADER_BITS - 3 * CODE_BITS - FLAG_BITS,
 })
 
@@ -151,6 +175,10 @@ DESCRIPTOR_LAYOUT = data.StructLayout({
     "input": TENSOR_LAYOUT,     # GPU-supplied input
 })
 
+#: The core's ``desc`` stream payload: the descriptor (bits 0..203, so a bare ``Descriptor.encode()`` is a
+#: request of owner 0) and the owner the state it keeps belongs to.
+REQUEST_LAYOUT = data.StructLayout({"desc": DESCRIPTOR_LAYOUT, "owner": OWNER_BITS})
+
 assert HEADER_LAYOUT.size == HEADER_BITS
 assert DESCRIPTOR_LAYOUT.size == DESCRIPTOR_BITS <= 8 * FLIT_BYTES
 
@@ -161,20 +189,22 @@ def command_layout(config) -> data.StructLayout:
     ``status`` OK: every field holds the decoded descriptor; element counts are ``bytes / element size``
     (``input_elems`` and the input dims are 0 for LOAD, the operand fields 0 for SOFTMAX, ``output_elems`` 0
     for STORE; ``input_elems`` of a CHAIN descriptor is the number of kept elements it consumes). Any other
-    status: only
-    ``status`` and ``seq`` are set, every other field is 0 -- the control unit forwards OK commands only, and
-    a rejected descriptor never reaches the DRAM controller.
+    status: only ``status``, ``seq`` and ``owner`` are set, every other field is 0 -- a rejected descriptor
+    never reaches the memory.
     """
     elem_bits = FIELD_BITS                                          # bytes / element size < 2**20
-    out_bits = max(1, (config.output_buffer_bytes // min(ELEMENT_BYTES.values())).bit_length())
     return data.StructLayout({
         "status": ErrorCode,
         "seq": SEQ_BITS,              # index of the descriptor (order of arrival, modulo 2**SEQ_BITS)
+        "owner": OWNER_BITS,          # owner of the state the descriptor keeps or uses
         "type": DescType,
         "op": DescOp,
         "dtype": DType,
         "keep": 1,
         "chain": 1,
+        "acc": 1,
+        "partial": 1,
+        "trans": 1,
         "base_addr": ADDR_BITS,
         "operand_dim0": FIELD_BITS,
         "operand_dim1": FIELD_BITS,
@@ -182,5 +212,7 @@ def command_layout(config) -> data.StructLayout:
         "input_dim1": FIELD_BITS,
         "operand_elems": elem_bits,
         "input_elems": elem_bits,
-        "output_elems": out_bits,
+        "output_elems": elem_bits + 1,  # SOFTMAX R x (L + 3) may exceed 2**20 elements
+        "input_beats": elem_bits,       # x beats of the input (rows padded to whole beats; STORE: bytes / beat)
+        "ret_elems": elem_bits + 1,     # elements returned on y (0 for KEEP / PARTIAL results and STORE)
     })

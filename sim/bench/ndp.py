@@ -9,7 +9,7 @@ channel, timing-only DRAM (``storage=False``: timing does not depend on the data
    the fraction of the controller's delivered bandwidth the core sustains (target >= 95 %).
 2. Kernel grid: LoRA E4 (m = xA) and E3 (y = xAB) for D in 256..4096, R in 8..128, batch 1..32, and the
    attention integral (scores, softmax with anchors, context) for head dim 64 and shares of 512..4096 tokens,
-   with the cycles of each of its three phases.
+   (token tiles of scores, softmax, context).
 """
 
 import sys
@@ -27,10 +27,11 @@ from sim.perf.dram import DRAMPerfModel
 
 __all__ = ["BENCH", "run_program", "gemv_bandwidth", "main"]
 
-#: The tiny core's geometry with buffers large enough for the bench shapes (design choice for the bench; the
-#: paper's core has 3 MiB buffers).
+#: The tiny core's geometry with buffers (PE accumulator columns: row-mode N <= 128 x 8 = 1024; K <= 4096) large
+#: enough for the bench shapes (design choice for the bench; the paper's core has 3 MiB buffers).
 BENCH = replace(TINY, name="bench", input_buffer_bytes=64 << 10, dram_buffer_bytes=512 << 10,
-                output_buffer_bytes=64 << 10, max_batch=32, device_bytes=DDR4_3200_TINY.org.rows
+                output_buffer_bytes=64 << 10, max_batch=32, acc_columns=128, max_k=4096, state_buffer_bytes=64 << 10,
+                partial_buffer_bytes=16 << 10, device_bytes=DDR4_3200_TINY.org.rows
                 * DDR4_3200_TINY.org.columns * DDR4_3200_TINY.org.banks * DDR4_3200_TINY.org.ranks
                 * DDR4_3200_TINY.org.bus_width // 8)
 
@@ -55,22 +56,17 @@ def _dut():
 
 
 def run_program(program, *, config=BENCH):
-    """Cycles of ``program`` (list of (Descriptor, input or None)) on the RTL core; every completion must be OK
-    and no DRAM timing violation may occur."""
-    n_y = 0
+    """Cycles of ``program`` (list of (Descriptor, input or None)) on the RTL core (owner 0); every completion
+    must be OK and no DRAM timing violation may occur."""
     for d, _ in program:
         if d.validate(config).value:
             raise ValueError(f"descriptor {d} is rejected: {d.validate(config)!r}")
     # Result beats: count what the core returns (timing only: the data path is tested in tests/hdl/ndp).
-    for d, _ in program:
-        n = d.output_elems()
-        if d.keep:
-            n = 3 * d.input_dim0 if d.op.name == "SOFTMAX" else 0
-        n_y += -(-n // config.lanes)
+    n_y = sum(-(-d.returned_elems() // config.lanes) for d, _ in program)
     run = _verilator().run_streams(
-        _dut(), {"desc": [d.encode() for d, _ in program], "x": x_beats(program, config)},
+        _dut(), {"desc": [d.request(0) for d, _ in program], "x": x_beats(program, config)},
         {"y": n_y, "cpl": len(program), "trace": None, "errors": None}, max_cycles=5_000_000)
-    status = [(w >> 16) & 0xF for w in run.outputs["cpl"]]
+    status = [(w >> 16) & 0x1F for w in run.outputs["cpl"]]
     if any(status) or run.outputs["errors"]:
         raise RuntimeError(f"bench program failed: statuses {status}, DRAM errors {len(run.outputs['errors'])}")
     return run.cycles
@@ -111,25 +107,22 @@ def main(argv=None):
     print("\n2. LoRA kernels (cycles; the adapter weights are device-resident)")
     print(f"{'kernel':>6} {'D':>5} {'R':>4} {'batch':>5} {'cycles':>9}")
     for d in (256, 1024, 4096):
-        lay = kernels.lora_layout(d, 128 if d < 4096 else 64, config=BENCH)
-        for r in ((8, 32, 128) if d < 4096 else (8, 32, 64)):   # one operand <= 2**20 - 1 bytes
+        for r in (8, 32, 128):
+            lay = kernels.lora_layout(d, r, config=BENCH)
             for b in (1, 4, 32):
                 x = _rand((b, d))
-                e4 = kernels.lora_e4(x, lay["a"], d, r, config=BENCH)
-                e3 = kernels.lora_e3(x, lay["a"], lay["b"], d, r, config=BENCH)
+                e4 = kernels.lora_e4(x, lay, config=BENCH)
+                e3 = kernels.lora_e3(x, lay, config=BENCH)
                 print(f"{'E4':>6} {d:>5} {r:>4} {b:>5} {run_program(e4.program):>9}")
                 print(f"{'E3':>6} {d:>5} {r:>4} {b:>5} {run_program(e3.program):>9}")
-    print("\n3. Attention integral over the device's KV share (head dim 64): scores GEMV (KEEP), SOFTMAX "
-          "(CHAIN, KEEP, anchors returned), context GEMV (CHAIN)")
-    print(f"{'tokens':>6} {'scores':>8} {'softmax':>8} {'context':>8} {'total':>8}")
+    print("\n3. Attention integral over the device's KV share (head dim 64), per token tile: scores GEMV (KEEP), "
+          "SOFTMAX (CHAIN, KEEP, anchors returned), context TRANS GEMV (CHAIN)")
+    print(f"{'tokens':>6} {'tiles':>5} {'cycles':>9}")
     hd = 64
     for l in (512, 2048, 4096):
         kv = kernels.kv_layout(hd, l, config=BENCH)
-        k = kernels.attention_integral(_rand((1, hd)), kv["kT"], kv["v"], hd, l, config=BENCH)
-        c1 = run_program(k.program[:1])
-        c2 = run_program(k.program[:2])
-        c3 = run_program(k.program[:3])
-        print(f"{l:>6} {c1:>8} {c2 - c1:>8} {c3 - c2:>8} {c3:>8}")
+        k = kernels.attention_integral(_rand((1, hd)), kv, config=BENCH)
+        print(f"{l:>6} {len(kv['tiles']):>5} {run_program(k.program):>9}")
     print(f"\n(bench wall time {time.time() - t0:.0f} s)")
     return 0
 

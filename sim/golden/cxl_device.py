@@ -19,14 +19,16 @@ the RTL's ``events``) follows the device semantics of ``docs/cxl_device.md`` / `
 ``q`` can execute while enabled with ``SQ_ENTRIES != 0`` and ``HEAD != tail`` and the valid word of slot
 ``HEAD % SQ_ENTRIES`` equals ``valid_word(HEAD)``; the descriptor's operand range is checked with
 :func:`hdl.cxl.device.line_window_ok` (whole 64-byte lines) against ``[WIN_BASE, WIN_LIMIT)`` (fail: status :data:`WINDOW_VIOLATION`, the
-core never sees it, KEEP/CHAIN state untouched), else :class:`sim.golden.ndp_core.GoldenCore` executes it on the
-staged input (``min(input bytes, input area)`` bytes of the slot's input area); the returned beats are written
+core never sees it, KEEP/CHAIN state untouched), else :class:`sim.golden.ndp_core.GoldenCore` executes it as
+owner :func:`hdl.cxl.device.owner_of` (queue, PASID) on the staged input (the slot's input area as the GPU wrote
+the ``x`` stream: a READ_COMPUTE's rows padded to whole beats); the returned beats are written
 to the result area (whole 64-byte lines, the tail of the last line zero) and then the 64-byte completion header
 ``{seq, status, result_bytes = beats * beat bytes, completion_flag(index)}`` (all other header bytes zero).
 
-KEEP/CHAIN state and device memory are shared by all queues, so the results of a program whose queues interact
-through them depend on the execution order; give the RTL's order (``order=rtl_events``) to check such a run
-exactly. The model checks that the given order is one the device could have taken (per queue in index order,
+Kept results and partials belong to the queue (and PASID) that made them: a CHAIN / ACC of another queue
+completes with FOREIGN_STATE (or NO_CHAIN_INPUT). The state slots are shared (a KEEP of a new owner may evict
+another's state) and so is device memory, so the results of a program whose queues interact through them
+depend on the execution order; give the RTL's order (``order=rtl_events``) to check such a run exactly. The model checks that the given order is one the device could have taken (per queue in index order,
 each descriptor valid and rung when it runs) and raises :class:`GoldenOrderError` otherwise.
 """
 
@@ -38,7 +40,7 @@ from hdl.cxl.regmap import (PASID_BITS, RegisterMap, QueueLayout, valid_word, co
                             MAX_SQ_ENTRIES, DESC_OFFSET, DESC_BYTES, VALID_OFFSET, CPL_SEQ_OFFSET,
                             CPL_STATUS_OFFSET, CPL_RESULT_BYTES_OFFSET, CPL_FLAG_OFFSET, CPL_HEADER_BYTES)
 from hdl.cxl.regmap import placement_ok, QWIN_ALIGN
-from hdl.cxl.device import line_window_ok
+from hdl.cxl.device import line_window_ok, owner_of
 from hdl.cxl.filter import FilterModel
 from hdl.ndp.config import NDPConfig
 from hdl.ndp.descriptor import DESCRIPTOR_BITS, DESCRIPTOR_LAYOUT, DescType, ErrorCode
@@ -49,7 +51,7 @@ __all__ = ["LINE_BYTES", "WINDOW_VIOLATION", "AFTER_BITS", "DYNAMIC_REGISTERS", 
            "GoldenDevice", "status_name", "encode_descriptor", "decode_descriptor"]
 
 LINE_BYTES = 64                 # one CXL.mem line = one device memory burst
-WINDOW_VIOLATION = 16           # completion status of a descriptor whose operand leaves its queue's window
+WINDOW_VIOLATION = ErrorCode.WINDOW_VIOLATION.value   # status of a descriptor whose operand leaves its window
 AFTER_BITS = 16                 # width of hmem.after
 EVENT_QUEUE_BITS = 8
 EVENT_STATUS_BITS = 8
@@ -465,12 +467,17 @@ class GoldenDevice:
             verdict = desc.validate(cfg)
             inp = None
             if verdict == ErrorCode.OK and desc.has_input and not desc.chain:
+                # the x stream as the GPU wrote it: a READ_COMPUTE's rows padded to whole beats
                 a = lay.input_addr(s.sq_base, s.entries, index)
-                n = min(desc.input_bytes, lay.input_bytes)
+                n = min(desc.input_beats(cfg.lanes) * 2 * cfg.lanes if desc.type == DescType.READ_COMPUTE
+                        else desc.input_bytes, lay.input_bytes)
                 self._check_range(a, -(-n // LINE_BYTES) * LINE_BYTES, "input area")
                 inp = np.frombuffer(bytes(self.memory[a:a + n]), dtype="<u2").astype(np.uint16)
+                if desc.type == DescType.READ_COMPUTE:
+                    w = -(-desc.input_dim1 // cfg.lanes) * cfg.lanes
+                    inp = inp.reshape(desc.input_dim0, w)[:, :desc.input_dim1].reshape(-1)
             try:
-                cpl = self.core.step(desc, inp)
+                cpl = self.core.step(desc, inp, owner_of(q, s.pasid))
             except ValueError as e:   # an accepted operand past the test memory (the window reaches past it)
                 raise ValueError(f"q{q}#{index}: {e} (a window beyond the device memory is undefined)") from e
             status = cpl.status.value

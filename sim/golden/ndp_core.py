@@ -1,29 +1,33 @@
 """Golden model of ``hdl/ndp/core.NDPCore``: the descriptors' results, returned data and completions, bit-exact.
 
-The model works at descriptor granularity (no timing) and mirrors the core's control unit
-(``hdl/ndp/core.py``, ``docs/ndp_descriptor.md``):
+The model works at descriptor granularity (no timing) and mirrors the core (``hdl/ndp/core.py``,
+``docs/ndp_descriptor.md``, ``docs/ndp_core.md``):
 
-* Descriptors execute one at a time, in order; each gets one :class:`Completion` ``(seq, status, result)``.
-  ``seq`` counts descriptors from 0 modulo 2**16 (rejected ones included). ``status`` is
-  :meth:`Descriptor.validate`; if that is OK and the descriptor has CHAIN and its input elements exceed the
-  elements *kept* by the immediately previous descriptor, NO_CHAIN_INPUT.
-* *kept*: GEMV/GEMM with KEEP keep their whole result (``output_elems``); SOFTMAX with KEEP keeps the ``R * L``
-  exponentials. Every completion sets *kept* for the next descriptor: 0 unless it completed OK with KEEP.
+* Descriptors complete in order; each gets one :class:`Completion` ``(seq, status, result)``. ``seq`` counts
+  descriptors from 0 modulo 2**16 (rejected ones included). ``status`` is :meth:`Descriptor.validate`; if that
+  is OK, the control unit's state check (:class:`StateTable`): a CHAIN needs the owner's kept result of the
+  input's shape, an ACC the owner's partial of the result's shape; otherwise FOREIGN_STATE if the owner holds
+  no state while another owner does, else NO_CHAIN_INPUT.
+* State (per owner, in one of ``config.state_slots`` slots): an OK KEEP sets the owner's kept result (FP16;
+  GEMV/GEMM: the result, SOFTMAX: the R x L exponentials); an OK PARTIAL sets the owner's partial (accumulator
+  format); an OK ACC without PARTIAL consumes it. Other descriptors leave every slot unchanged. An owner
+  without a slot takes a free one (lowest index) or evicts the slot at a round-robin pointer.
 * Device memory is byte-addressed, little-endian FP16 elements. LOAD returns ``operand_bytes / 2`` elements
   from ``base_addr``; STORE writes its input to ``base_addr`` and returns nothing.
-* GEMV/GEMM: ``Y = X A`` by :func:`sim.golden.pe_array.gemm` (sequential-in-k from +0, in ``config.acc``);
-  for ``acc="fp32"`` each result is rounded to FP16 (:func:`sim.golden.fp16.from_f32`, RNE). Row-major R x N.
-  (A GEMM batch over ``pe_batch`` runs as several passes in hardware; rows are independent, so the result is
-  the whole ``gemm``.)
-* SOFTMAX: :func:`sim.golden.softmax.softmax_rows` on the R x L input; the result is the exponentials
-  row-major, then per row ``[m_r, sum_r & 0xFFFF, sum_r >> 16]``: ``R * (L + 3)`` elements.
-* Returned elements (the ``y`` stream): LOAD, GEMV, GEMM: the whole result, or nothing with KEEP; SOFTMAX:
-  the whole result, or with KEEP only the ``3 R`` anchor elements. Rejected descriptors return nothing.
-* CHAIN input: the first ``input elements`` of the previous descriptor's kept result (row-major); the GPU sends
-  no ``x`` for CHAIN descriptors nor for rejected ones (:func:`x_beats` gives exactly the beats it does send).
+* GEMV/GEMM: :func:`sim.golden.pe_array.gemm_mode` in ``config.acc`` (row, row_half, trans or trans_half
+  dataflow, ``docs/ndp_pe_array.md``; a TRANS operand is read in its k-major layout of column groups and
+  row blocks, :func:`trans_layout`); ACC adds the partial (``partial + y`` in the accumulator format); PARTIAL keeps the
+  result in the accumulator format; otherwise, for ``acc="fp32"``, each result is rounded to FP16
+  (:func:`sim.golden.fp16.from_f32`, RNE). Row-major B x N.
+* SOFTMAX: :func:`sim.golden.softmax.softmax_rows` on the R x L input with the SFU's ``sfu_lanes``; the result
+  is the exponentials row-major, then per row ``[m_r, sum_r & 0xFFFF, sum_r >> 16]``: ``R * (L + 3)`` elements.
+* Returned elements (the ``y`` stream, packed row-major): LOAD, GEMV, GEMM: the whole result, or nothing with
+  KEEP or PARTIAL; SOFTMAX: the whole result, or with KEEP only the ``3 R`` anchor elements.
+* The GPU sends ``x`` only for descriptors that complete OK, have an input and no CHAIN (:func:`x_beats`):
+  a READ_COMPUTE's input rows each padded to whole beats, a STORE's bytes as they are.
 
-State (device memory, the ``seq`` counter and the kept result) persists across :meth:`GoldenCore.run` calls,
-as in the hardware; :meth:`GoldenCore.reset` clears the counter and the kept result (not the memory).
+State (device memory, the ``seq`` counter and the state slots) persists across :meth:`GoldenCore.run` calls,
+as in the hardware; :meth:`GoldenCore.reset` clears the counter and the state (not the memory).
 
 :func:`accuracy_report` measures the kernels of :mod:`firmware.ndp.kernels` (LoRA E3/E4, integral attention)
 run through this model against float64 references.
@@ -34,14 +38,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hdl.ndp.config import NDPConfig
-from hdl.ndp.descriptor import DescType, DescOp, ErrorCode, SEQ_BITS
-from hdl.fp.format import FP16
+from hdl.ndp.descriptor import DescType, DescOp, ErrorCode, SEQ_BITS, OWNER_BITS
+from hdl.fp.format import FP16, FP32
 from . import fp16
-from .bits import as_bits
-from .pe_array import gemm as pe_gemm
+from .bits import as_bits, canonicalize_nan
+from .pe_array import gemm_mode, mode_of
 from .softmax import softmax_rows
 
-__all__ = ["Completion", "GoldenCore", "beats", "unbeats", "x_beats", "accuracy_report"]
+__all__ = ["Completion", "GoldenCore", "StateTable", "beats", "unbeats", "x_beats", "trans_layout",
+           "trans_unlayout", "accuracy_report", "accuracy_table"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,102 @@ def _check_config(config):
         raise ValueError(f"config must be an NDPConfig, got {config!r}")
 
 
+def _trans_order(k: int, n: int, lanes: int, group: int):
+    """(column-group, block) pieces of the TRANS storage order: [(c0, c1, k0, k1), ...]."""
+    for c0 in range(0, n, group):
+        for k0 in range(0, k, lanes):
+            yield c0, min(n, c0 + group), k0, min(k, k0 + lanes)
+
+
+def trans_layout(a_bits, lanes: int, group: int) -> np.ndarray:
+    """The storage order of a TRANS operand A (K x N, uint16), uint16 1-D: for each group of ``group`` columns
+    (the PE accumulator words, ``config.acc_columns``; the last group may be narrower), for each block of
+    ``lanes`` rows (K < lanes: one block of K rows), for each column of the group, that block's rows of it."""
+    a = np.asarray(a_bits)
+    if a.ndim != 2:
+        raise ValueError(f"A must be 2-D (K, N), got shape {a.shape}")
+    k, n = a.shape
+    return np.concatenate([np.ascontiguousarray(a[k0:k1, c0:c1].T).reshape(-1)
+                           for c0, c1, k0, k1 in _trans_order(k, n, lanes, group)]).astype(np.uint16)
+
+
+def trans_unlayout(flat, k: int, n: int, lanes: int, group: int) -> np.ndarray:
+    """Inverse of :func:`trans_layout`: A (K x N) from its TRANS storage order."""
+    flat = np.asarray(flat).reshape(-1)
+    if flat.size != k * n:
+        raise ValueError(f"expected {k * n} elements, got {flat.size}")
+    a = np.zeros((k, n), np.uint16)
+    pos = 0
+    for c0, c1, k0, k1 in _trans_order(k, n, lanes, group):
+        cnt = (c1 - c0) * (k1 - k0)
+        a[k0:k1, c0:c1] = flat[pos:pos + cnt].reshape(c1 - c0, k1 - k0).T
+        pos += cnt
+    return a
+
+
+class StateTable:
+    """The control unit's state check and slot bookkeeping (shapes only): ``config.state_slots`` slots, each
+    ``owner``, ``kept`` (rows, cols) or None, ``partial`` (rows, cols) or None, and a round-robin victim
+    pointer. :meth:`check` gives the status of an accepted descriptor; :meth:`commit` applies an OK one and
+    returns its slot index (or None)."""
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self.reset()
+
+    def reset(self):
+        self.owner = [0] * self.slots
+        self.kept = [None] * self.slots
+        self.partial = [None] * self.slots
+        self.victim = 0
+
+    def _valid(self, i):
+        return self.kept[i] is not None or self.partial[i] is not None
+
+    def slot_of(self, owner):
+        for i in range(self.slots):
+            if self._valid(i) and self.owner[i] == owner:
+                return i
+        return None
+
+    def check(self, desc, owner) -> ErrorCode:
+        if not (desc.chain or desc.acc):
+            return ErrorCode.OK
+        i = self.slot_of(owner)
+        ok = i is not None
+        if ok and desc.chain:
+            ok = self.kept[i] == (desc.input_dim0, desc.input_dim1)
+        if ok and desc.acc:
+            ok = self.partial[i] == desc.result_shape()
+        if ok:
+            return ErrorCode.OK
+        if i is None and any(self._valid(j) for j in range(self.slots)):
+            return ErrorCode.FOREIGN_STATE
+        return ErrorCode.NO_CHAIN_INPUT
+
+    def commit(self, desc, owner):
+        """Slot used by an OK descriptor (for CHAIN/ACC reads and KEEP/PARTIAL writes), after updating the
+        table; None if it uses none."""
+        i = self.slot_of(owner)
+        if not (desc.keep or desc.partial or desc.chain or desc.acc):
+            return None
+        if i is None:                           # only KEEP / PARTIAL get here without a slot
+            free = [j for j in range(self.slots) if not self._valid(j)]
+            if free:
+                i = free[0]
+            else:
+                i = self.victim
+                self.victim = (self.victim + 1) % self.slots
+            self.owner[i], self.kept[i], self.partial[i] = owner, None, None
+        if desc.keep:
+            self.kept[i] = desc.result_shape()
+        if desc.partial:
+            self.partial[i] = desc.result_shape()
+        elif desc.acc:
+            self.partial[i] = None
+        return i
+
+
 def _input_bits(desc, data, where):
     """The GPU input of a descriptor (``where`` names it in errors) as uint16 (input_dim0 * input_dim1,)."""
     if data is None:
@@ -79,18 +180,41 @@ def _input_bits(desc, data, where):
     return arr.reshape(-1).astype(np.uint16)
 
 
-def _check_program(program):
+def _entries(program):
+    """``program`` as (Descriptor, input, owner) triples (entries may omit the owner: 0)."""
     if not isinstance(program, (list, tuple)):
-        raise ValueError(f"program must be a list of (Descriptor, input or None), got {type(program).__name__}")
+        raise ValueError(f"program must be a list of (Descriptor, input or None[, owner]), got "
+                         f"{type(program).__name__}")
     from firmware.ndp.descriptor import Descriptor
+    out = []
     for i, entry in enumerate(program):
-        if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not isinstance(entry[0], Descriptor):
-            raise ValueError(f"program[{i}] must be a (Descriptor, input or None) pair, got {entry!r}")
+        if (not isinstance(entry, (list, tuple)) or len(entry) not in (2, 3)
+                or not isinstance(entry[0], Descriptor)):
+            raise ValueError(f"program[{i}] must be a (Descriptor, input or None[, owner]) tuple, got {entry!r}")
+        owner = entry[2] if len(entry) == 3 else 0
+        if isinstance(owner, bool) or not isinstance(owner, (int, np.integer)) or not 0 <= owner < 1 << OWNER_BITS:
+            raise ValueError(f"program[{i}]: owner must be an int in 0..2**{OWNER_BITS} - 1, got {owner!r}")
+        out.append((entry[0], entry[1], int(owner)))
+    return out
 
 
-def _takes_x(desc, status_ok: bool) -> bool:
-    """Whether the GPU sends ``x`` beats for this descriptor (accepted by the decoder, has input, no CHAIN)."""
-    return status_ok and desc.has_input and not desc.chain
+def _check_program(program):
+    _entries(program)
+
+
+def statuses(program, config) -> list:
+    """The completion status of every descriptor of ``program`` (decoder + state check), without executing."""
+    _check_config(config)
+    table = StateTable(config.state_slots)
+    out = []
+    for desc, _, owner in _entries(program):
+        st = desc.validate(config)
+        if st == ErrorCode.OK:
+            st = table.check(desc, owner)
+        if st == ErrorCode.OK:
+            table.commit(desc, owner)
+        out.append(st)
+    return out
 
 
 class GoldenCore:
@@ -114,14 +238,21 @@ class GoldenCore:
         self.reset()
 
     def reset(self):
-        """Clear the sequence counter and the kept result (memory is kept)."""
+        """Clear the sequence counter and the state slots (memory is kept)."""
         self.seq = 0
-        self._kept = np.zeros(0, np.uint16)
+        self.table = StateTable(self.config.state_slots)
+        self._kept = [None] * self.config.state_slots        # FP16 uint16 (rows, cols)
+        self._partial = [None] * self.config.state_slots     # accumulator bits (rows, cols)
 
-    @property
-    def kept(self) -> int:
-        """Elements kept by the last descriptor (what a CHAIN descriptor may consume)."""
-        return int(self._kept.size)
+    def kept(self, owner: int = 0):
+        """The owner's kept FP16 result (uint16 (rows, cols)) or None."""
+        i = self.table.slot_of(owner)
+        return None if i is None or self.table.kept[i] is None else self._kept[i].copy()
+
+    def partial(self, owner: int = 0):
+        """The owner's partial (accumulator-format bits (rows, cols)) or None."""
+        i = self.table.slot_of(owner)
+        return None if i is None or self.table.partial[i] is None else self._partial[i].copy()
 
     # ---- memory ------------------------------------------------------------------------------------------
 
@@ -150,66 +281,81 @@ class GoldenCore:
 
     # ---- execution ---------------------------------------------------------------------------------------
 
-    def _execute(self, desc, inp):
-        """Result (all elements, uint16 1-D), kept elements, returned elements of an accepted descriptor."""
+    def _operand(self, desc):
+        k, n = desc.operand_dim0, desc.operand_dim1
+        flat = self.read(desc.base_addr, k * n)
+        if desc.trans:
+            return trans_unlayout(flat, k, n, self.config.lanes, self.config.acc_columns)
+        return flat.reshape(k, n)
+
+    def _execute(self, desc, inp, slot):
+        """(returned elements, kept FP16 (rows, cols) or None, partial or None) of an accepted descriptor."""
         cfg = self.config
         empty = np.zeros(0, np.uint16)
         if desc.type == DescType.LOAD:
-            res = self.read(desc.base_addr, desc.operand_bytes // 2)
-            return res, empty, res
+            return self.read(desc.base_addr, desc.operand_bytes // 2), None, None
         if desc.type == DescType.STORE:
             self.write(desc.base_addr, inp)
-            return empty, empty, empty
-        if desc.op in (DescOp.GEMV, DescOp.GEMM):
-            a = self.read(desc.base_addr, desc.operand_dim0 * desc.operand_dim1)
-            a = a.reshape(desc.operand_dim0, desc.operand_dim1)
+            return empty, None, None
+        if desc.is_mm:
+            a = self._operand(desc)
             x = inp.reshape(desc.input_dim0, desc.input_dim1)
-            y = pe_gemm(x, a, acc=cfg.acc, lanes=cfg.lanes)
+            mode = mode_of(a.shape[0], a.shape[1], cfg.lanes, desc.trans)
+            y = gemm_mode(x, a, acc=cfg.acc, lanes=cfg.lanes, mode=mode)
+            if desc.acc:
+                ftype = np.float32 if cfg.acc == "fp32" else np.float16
+                with np.errstate(all="ignore"):
+                    y = (self._partial[slot].view(ftype) + y.view(ftype)).view(y.dtype)
+                y = canonicalize_nan(y, FP32 if cfg.acc == "fp32" else FP16)
+            if desc.partial:
+                return empty, None, y.copy()
             if cfg.acc == "fp32":
                 y = fp16.from_f32(y)
-            res = y.astype(np.uint16).reshape(-1)
+            y = y.astype(np.uint16)
             if desc.keep:
-                return res, res, empty
-            return res, empty, res
+                return empty, y, None
+            return y.reshape(-1), None, None
         # SOFTMAX
         rows, length = desc.input_dim0, desc.input_dim1
-        e, m, s = softmax_rows(inp.reshape(rows, length), cfg.lanes)
+        e, m, s = softmax_rows(inp.reshape(rows, length), cfg.sfu_lanes)
         anchors = np.stack([m, (s & 0xFFFF).astype(np.uint16), (s >> 16).astype(np.uint16)], axis=1)
         anchors = anchors.astype(np.uint16).reshape(-1)
-        res = np.concatenate([e.reshape(-1), anchors]).astype(np.uint16)
         if desc.keep:
-            return res, e.reshape(-1).astype(np.uint16), anchors
-        return res, empty, res
+            return anchors, e.astype(np.uint16).reshape(rows, length), None
+        return np.concatenate([e.reshape(-1), anchors]).astype(np.uint16), None, None
 
-    def step(self, desc, inp=None) -> Completion:
-        """Execute one descriptor (``inp``: its GPU input, ignored unless it takes ``x``; see :func:`x_beats`)."""
-        _check_program([(desc, inp)])
+    def step(self, desc, inp=None, owner: int = 0) -> Completion:
+        """Execute one descriptor of ``owner`` (``inp``: its GPU input, ignored unless it takes ``x``)."""
+        _entries([(desc, inp, owner)])
         status = desc.validate(self.config)
-        if status == ErrorCode.OK and desc.chain and desc.input_dim0 * desc.input_dim1 > self._kept.size:
-            status = ErrorCode.NO_CHAIN_INPUT
+        if status == ErrorCode.OK:
+            status = self.table.check(desc, owner)
         seq = self.seq
         self.seq = (self.seq + 1) % (1 << SEQ_BITS)
         if status != ErrorCode.OK:
-            self._kept = np.zeros(0, np.uint16)
             return Completion(seq, status, np.zeros(0, np.uint16))
         if desc.type == DescType.LOAD or desc.chain:
             if inp is not None:
                 raise ValueError(f"descriptor {seq}: {'CHAIN' if desc.chain else 'LOAD'} descriptors take no GPU "
                                  f"input; pass None")
+        read_slot = self.table.slot_of(owner)
         if desc.chain:
-            x = self._kept[:desc.input_dim0 * desc.input_dim1].copy()
+            x = self._kept[read_slot].reshape(-1).copy()
         elif desc.has_input:
             x = _input_bits(desc, inp, f"descriptor seq {seq}")
         else:
             x = None
-        _, kept, returned = self._execute(desc, x)
-        self._kept = kept
+        slot = self.table.commit(desc, owner)
+        returned, kept, partial = self._execute(desc, x, read_slot if desc.acc else None)
+        if kept is not None:
+            self._kept[slot] = kept
+        if partial is not None:
+            self._partial[slot] = partial
         return Completion(seq, status, returned.copy())
 
     def run(self, program) -> list[Completion]:
-        """Execute ``program`` (a list of ``(Descriptor, input uint16 array or None)``) in order."""
-        _check_program(program)
-        return [self.step(d, x) for d, x in program]
+        """Execute ``program`` (a list of ``(Descriptor, input uint16 array or None[, owner])``) in order."""
+        return [self.step(d, x, o) for d, x, o in _entries(program)]
 
 
 # ---- streams -------------------------------------------------------------------------------------------------
@@ -247,16 +393,23 @@ def unbeats(words, lanes: int, n: int | None = None) -> np.ndarray:
 
 
 def x_beats(program, config: NDPConfig) -> list[int]:
-    """The ``x`` beats the GPU sends for ``program``: the input of every descriptor the decoder accepts
-    (``validate == OK``) that has an input and no CHAIN, in order, ``input elements / lanes`` beats each
-    (row-major; a partial last beat, which the core's constraints rule out, would be zero-padded).
-    NO_CHAIN_INPUT needs no special case: it only ever hits CHAIN descriptors, which take no ``x``."""
+    """The ``x`` beats the GPU sends for ``program``: the input of every descriptor that completes OK (decoder
+    and state check, :func:`statuses`), has an input and no CHAIN, in order: a READ_COMPUTE's rows each padded
+    to whole beats (``input_dim0 * ceil(input_dim1 / lanes)`` beats), a STORE's bytes as they are."""
     _check_config(config)
-    _check_program(program)
+    lanes = config.lanes
     out = []
-    for i, (desc, data) in enumerate(program):
-        if _takes_x(desc, desc.validate(config) == ErrorCode.OK):
-            out += beats(_input_bits(desc, data, f"program[{i}]"), config.lanes)
+    for i, ((desc, data, _), st) in enumerate(zip(_entries(program), statuses(program, config))):
+        if st != ErrorCode.OK or not desc.has_input or desc.chain:
+            continue
+        bits = _input_bits(desc, data, f"program[{i}]")
+        if desc.type == DescType.READ_COMPUTE:
+            rows, cols = desc.input_dim0, desc.input_dim1
+            w = -(-cols // lanes) * lanes
+            padded = np.zeros((rows, w), np.uint16)
+            padded[:, :cols] = bits.reshape(rows, cols)
+            bits = padded
+        out += beats(bits, lanes)
     return out
 
 
@@ -309,9 +462,9 @@ def accuracy_report(config: NDPConfig, *, d: int = 64, r: int = 16, batch: int =
     lay = kernels.lora_layout(d, r, config=config)
     core = GoldenCore(config, lay["end"])
     core.run(kernels.lora_store(a, b, lay, config=config).program)
-    e4 = kernels.lora_e4(x, lay["a"], d, r, config=config)
+    e4 = kernels.lora_e4(x, lay, config=config)
     m = e4.results(core.run(e4.program))
-    e3 = kernels.lora_e3(x, lay["a"], lay["b"], d, r, config=config)
+    e3 = kernels.lora_e3(x, lay, config=config)
     y = e3.results(core.run(e3.program))
     xf, af, bf = _f64(x), _f64(a), _f64(b)
     out = {"config": config.name, "acc": config.acc,
@@ -329,9 +482,9 @@ def accuracy_report(config: NDPConfig, *, d: int = 64, r: int = 16, batch: int =
         kv = kernels.kv_layout(hd, l, config=config)
         core = GoldenCore(config, kv["end"])
         core.run(kernels.kv_store(kl, vl, kv, config=config).program)
-        att = kernels.attention_integral(qs, kv["kT"], kv["v"], hd, l, config=config)
-        o, mm, ss = att.results(core.run(att.program))
-        partials.append((dev, o, mm, ss))
+        att = kernels.attention_integral(qs, kv, config=config)
+        for tile, (o, mm, ss) in enumerate(att.results(core.run(att.program))):
+            partials.append(((dev, tile), o, mm, ss))
     got = host_attn.merge_partials(partials)
     ref = host_attn.reference_attention(_f64(q), _f64(k), _f64(v))
     out["attention"] = _errors(got, ref)

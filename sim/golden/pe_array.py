@@ -1,10 +1,19 @@
 """Golden model of ``hdl/ndp/pe_array.PEArray``: GEMV/GEMM with the RTL's exact order of operations.
 
-``Y[b, n]`` accumulates sequentially in k starting from +0: ``acc_0 = +0``,
-``acc_{k+1} = mac(X[b, k], A[k, n], acc_k)`` with :func:`sim.golden.fp16.mac` (product rounded to the
-accumulator format, then the add rounded). With ``lanes`` given and ``nb = N / lanes < MIN_NB`` the array
-splits K over ``S = min(ceil(MIN_NB / nb), K)`` phases: phase s accumulates the k with ``k mod S == s`` in
-the same sequential way, and ``Y = ((p_0 + p_1) + p_2) + ... + p_{S-1}`` (adds in the accumulator format).
+Three dataflows (``docs/ndp_pe_array.md``), all built from one primitive, the *phase sums*
+``P[b, s, n] = sum over k with k mod S == s of X[b, k] * A[k, n]``, each accumulated sequentially in k from +0
+with :func:`sim.golden.fp16.mac` semantics (product rounded to the accumulator format, then the add rounded):
+
+* **row** (``N`` a multiple of ``lanes``, the GEMM PEs: lane = output column): with ``nb = N / lanes >=
+  MIN_NB`` one phase (``S = 1``); for ``nb < MIN_NB`` the array splits K over ``S = min(ceil(MIN_NB / nb), K)``
+  phases and ``Y = ((P_0 + P_1) + P_2) + ... + P_{S-1}`` (adds in the accumulator format).
+* **row, half** (``N = lanes / 2``, K even): a beat holds two rows of A, the lower lanes the even k, the upper
+  lanes the odd k; each half is a row dataflow over its k's with ``S = min(MIN_NB, K / 2)`` phases, and
+  ``Y = lower + upper`` (one more add in the accumulator format).
+* **trans** (the GEMV PEs: lane = contraction index; A stored k-major in blocks of ``lanes`` rows): lane ``l``
+  accumulates ``k = l, l + lanes, ...`` (``S = lanes`` phases, or ``S = K`` when ``K = lanes / 2``), and the
+  lanes are reduced by a pairwise tree (level ``j`` adds neighbours ``(2i, 2i+1)`` of level ``j - 1``).
+
 Vectorized over (b, k, n) with numpy's IEEE float16/float32 operations (each sequential sum is one
 ``np.add.accumulate``), so it is bit-exact to the RTL whatever the data (NaNs are canonical, signed zeros follow
 IEEE: ``+0 + -0 = +0``).
@@ -16,7 +25,7 @@ from hdl.fp.format import FP16, FP32
 from . import fp16
 from .bits import as_bits, canonicalize_nan, to_float64
 
-__all__ = ["gemm", "gemv", "to_float64", "accuracy", "phases", "MIN_NB"]
+__all__ = ["gemm", "gemv", "gemm_mode", "to_float64", "accuracy", "phases", "MIN_NB", "MODES", "mode_of"]
 
 #: The PE array's accumulator loop length (hdl.ndp.pe_array.PEArray.min_nb = 1 + FPMAC latency 7).
 MIN_NB = 8
@@ -36,29 +45,32 @@ def _acc_dtype(acc):
     return np.uint16 if acc == "fp16" else np.uint32
 
 
-def gemm(x_bits, a_bits, *, acc: str = "fp16", lanes: int | None = None) -> np.ndarray:
-    """``Y = X @ A`` on raw bits: X (B, K) uint16, A (K, N) uint16 -> Y (B, N) in the accumulator format.
+#: The PE array's dataflows (``hdl.ndp.pe_array.PEMode`` names).
+MODES = ("row", "row_half", "trans", "trans_half")
 
-    Returns uint16 for ``acc="fp16"``, uint32 (binary32 bits) for ``acc="fp32"``. ``lanes``: the PE array's
-    lanes (N must be a multiple), which decides the K split for small N (module docstring); None: no split.
-    """
-    dtype = _acc_dtype(acc)
-    x = as_bits(x_bits, FP16, "X")
-    a = as_bits(a_bits, FP16, "A")
-    if x.ndim != 2 or a.ndim != 2 or x.shape[1] != a.shape[0]:
-        raise ValueError(f"shapes do not chain: X{x.shape} @ A{a.shape} (need (B, K) @ (K, N))")
-    if lanes is not None and (lanes < 1 or a.shape[1] % lanes):
-        raise ValueError(f"N ({a.shape[1]}) must be a positive multiple of lanes ({lanes})")
-    S = phases(x.shape[1], a.shape[1], lanes)
-    B, K, N = x.shape[0], x.shape[1], a.shape[1]
-    # The same IEEE operations as ``fp16.mac`` step by step, vectorized: the products (fp32: exact in binary32;
-    # fp16: rounded to binary16, as FPMul), then each phase's sequential sum from +0 as ``np.add.accumulate``
-    # (strictly left to right, one rounding per add in the accumulator format). A phase with fewer k is padded
-    # with -0, the exact identity of IEEE addition (x + -0 = x for every x, +0 and NaN included). K goes in
-    # chunks (the accumulator carried over) so the temporaries stay small. NaN payloads are canonicalized once
-    # at the end: a NaN operand always gives a NaN, and no non-NaN result depends on a NaN's payload, so this
-    # equals canonicalizing after every operation.
+
+def mode_of(k: int, n: int, lanes: int, trans: bool) -> str:
+    """The dataflow a (K, N) job runs in on a ``lanes``-lane array (raises ValueError for shapes it cannot)."""
+    if trans:
+        if k % lanes == 0:
+            return "trans"
+        if 2 * k == lanes and n % 2 == 0:
+            return "trans_half"
+        raise ValueError(f"TRANS needs K ({k}) a multiple of lanes ({lanes}), or K = lanes / 2 with N even")
+    if n % lanes == 0:
+        return "row"
+    if 2 * n == lanes and k % 2 == 0:
+        return "row_half"
+    raise ValueError(f"row mode needs N ({n}) a multiple of lanes ({lanes}), or N = lanes / 2 with K even")
+
+
+def _phase_sums(x, a, S, acc):
+    """``P[b, s, n]`` (accumulator-format float array (B, S, N)): phase ``s`` sums the ``k`` with
+    ``k mod S == s`` sequentially from +0. A phase with fewer k is padded with -0, the exact identity of IEEE
+    addition (x + -0 = x for every x, +0 and NaN included). K goes in chunks (the accumulator carried over) so
+    the temporaries stay small."""
     ftype = np.float16 if acc == "fp16" else np.float32
+    B, K, N = x.shape[0], x.shape[1], a.shape[1]
     steps = -(-K // S) if K else 0
     chunk = max(1, min(steps, (1 << 20) // max(1, B * S * N)))       # k steps per chunk (of S products each)
     with np.errstate(all="ignore"):
@@ -72,11 +84,76 @@ def gemm(x_bits, a_bits, *, acc: str = "fp16", lanes: int | None = None) -> np.n
             terms.reshape(B, (j1 - j0) * S, N)[:, :k1 - k0, :] = xf[:, k0:k1, None] * af[None, k0:k1, :]
             terms = np.concatenate([carry, terms.transpose(0, 2, 1, 3)], axis=2)   # (B, S, 1 + steps, N)
             carry = np.add.accumulate(terms, axis=2)[:, :, -1:, :]
-        y = carry[:, 0, 0, :]
-        for s in range(1, S):
-            y = y + carry[:, s, 0, :]                                 # ((p_0 + p_1) + p_2) + ...
+    return carry[:, :, 0, :]
+
+
+def _reduce_phases(p):
+    """``((P_0 + P_1) + P_2) + ...`` over axis 1."""
+    with np.errstate(all="ignore"):
+        y = p[:, 0, :]
+        for s in range(1, p.shape[1]):
+            y = y + p[:, s, :]
+    return y
+
+
+def _tree(p):
+    """Pairwise tree over axis 1 (a power-of-two length): level j adds neighbours (2i, 2i+1) of level j - 1."""
+    with np.errstate(all="ignore"):
+        while p.shape[1] > 1:
+            p = p[:, 0::2, :] + p[:, 1::2, :]
+    return p[:, 0, :]
+
+
+def _bits_out(y, acc):
+    dtype = _acc_dtype(acc)
     bits = np.ascontiguousarray(y).view(dtype)
     return canonicalize_nan(bits, FP16 if acc == "fp16" else FP32)
+
+
+def _operands(x_bits, a_bits):
+    x = as_bits(x_bits, FP16, "X")
+    a = as_bits(a_bits, FP16, "A")
+    if x.ndim != 2 or a.ndim != 2 or x.shape[1] != a.shape[0]:
+        raise ValueError(f"shapes do not chain: X{x.shape} @ A{a.shape} (need (B, K) @ (K, N))")
+    return x, a
+
+
+def gemm_mode(x_bits, a_bits, *, acc: str = "fp16", lanes: int, mode: str) -> np.ndarray:
+    """``Y = X @ A`` on raw bits in dataflow ``mode`` (:data:`MODES`) of a ``lanes``-lane array: X (B, K) uint16,
+    A (K, N) uint16 (logical shape; the storage order of a TRANS operand does not change the arithmetic) ->
+    Y (B, N), uint16 for ``acc="fp16"``, uint32 (binary32 bits) for ``acc="fp32"``."""
+    _acc_dtype(acc)
+    x, a = _operands(x_bits, a_bits)
+    K, N = a.shape
+    if isinstance(lanes, bool) or not isinstance(lanes, (int, np.integer)) or lanes < 1 or lanes & (lanes - 1):
+        raise ValueError(f"lanes must be a power of two >= 1, got {lanes!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode_of(K, N, lanes, mode.startswith("trans")) != mode:
+        raise ValueError(f"shape (K={K}, N={N}) on {lanes} lanes runs as {mode_of(K, N, lanes, mode.startswith('trans'))!r}, "
+                         f"not {mode!r}")
+    if mode == "row":
+        y = _reduce_phases(_phase_sums(x, a, phases(K, N, lanes), acc))
+    elif mode == "row_half":
+        S = min(MIN_NB, K // 2)
+        lo = _reduce_phases(_phase_sums(x[:, 0::2], a[0::2, :], S, acc))
+        hi = _reduce_phases(_phase_sums(x[:, 1::2], a[1::2, :], S, acc))
+        with np.errstate(all="ignore"):
+            y = lo + hi
+    else:
+        y = _tree(_phase_sums(x, a, min(lanes, K), acc))
+    return _bits_out(y, acc)
+
+
+def gemm(x_bits, a_bits, *, acc: str = "fp16", lanes: int | None = None) -> np.ndarray:
+    """``Y = X @ A`` on raw bits in the row dataflow: X (B, K) uint16, A (K, N) uint16 -> Y (B, N) in the
+    accumulator format (uint16 for ``acc="fp16"``, uint32 binary32 bits for ``acc="fp32"``). ``lanes``: the PE
+    array's lanes (N must be a multiple), which decides the K split for small N; None: no split."""
+    _acc_dtype(acc)
+    x, a = _operands(x_bits, a_bits)
+    if lanes is not None and (lanes < 1 or a.shape[1] % lanes):
+        raise ValueError(f"N ({a.shape[1]}) must be a positive multiple of lanes ({lanes})")
+    return _bits_out(_reduce_phases(_phase_sums(x, a, phases(x.shape[1], a.shape[1], lanes), acc)), acc)
 
 
 def gemv(x_bits, a_bits, *, acc: str = "fp16", lanes: int | None = None) -> np.ndarray:

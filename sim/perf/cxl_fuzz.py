@@ -101,7 +101,8 @@ class _QueueCase:
     area: tuple                       # (first byte, end) of the queue's window area, read back at the end
     initial: bytes = b""              # initial content of the area
     subs: list = field(default_factory=list)      # (index, descriptor or raw int, input bytes or None)
-    kept: int = 0                     # elements the previous descriptor of this queue keeps (generator's guess)
+    kept: tuple = None                # shape this queue's state keeps (generator's guess; the golden decides)
+    partial: tuple = None             # shape of this queue's partial (same)
     sq_base: int = 0
     cq_base: int = 0
     pasid: int = 0
@@ -164,51 +165,90 @@ def _operand_base(rng, qc, nbytes, others, feats):
     return 64 * int(rng.integers(0, (1 << 20)))
 
 
+def _chain_source(rng, qc, others, feats):
+    """The kept shape a CHAIN consumes: mostly the queue's own; now and then another queue's (a cross-queue
+    CHAIN, which the device must refuse with FOREIGN_STATE or NO_CHAIN_INPUT); None: no CHAIN."""
+    if rng.random() < 0.08:
+        ks = [o.kept for o in others if o.kept is not None]
+        if ks:
+            feats.add("cross_chain")
+            return ks[int(rng.integers(0, len(ks)))]
+    if qc.kept is not None and rng.random() < 0.5:
+        return qc.kept
+    return None
+
+
 def _valid_descriptor(rng, qc, others, feats):
-    r = rng.random()                                 # gemv 0.3, gemm 0.2, softmax 0.15, load 0.15, store 0.2
-    kind = "gemv" if r < 0.3 else "gemm" if r < 0.5 else "softmax" if r < 0.65 else "load" if r < 0.8 else "store"
+    """A (mostly) valid descriptor, its input, and the kept / partial shapes it would leave (generator's guess:
+    the golden device decides)."""
+    r = rng.random()             # gemv 0.22, gemm 0.13, trans 0.15, softmax 0.15, load 0.15, store 0.2
+    kind = ("gemv" if r < 0.22 else "gemm" if r < 0.35 else "trans" if r < 0.5 else "softmax" if r < 0.65
+            else "load" if r < 0.8 else "store")
     keep = rng.random() < 0.25
-    chain = qc.kept > 0 and rng.random() < 0.5
-    if kind in ("gemv", "gemm"):
-        n = 8 * int(rng.integers(1, 3))
-        b = int(rng.integers(1, 5)) if kind == "gemm" else 1
-        k = 8 * int(rng.integers(1, 3))
-        if chain:                                    # consume the kept result: B x K = kept
-            fits = [bb for bb in ((1,) if kind == "gemv" else (1, 2, 3, 4))
-                    if qc.kept % bb == 0 and qc.kept // bb in (8, 16)]
-            if fits:
-                b = fits[int(rng.integers(0, len(fits)))]
-                k = qc.kept // b
+    src = _chain_source(rng, qc, others, feats) if kind in ("gemv", "gemm", "trans", "softmax") else None
+    chain = src is not None
+    kept, partial = qc.kept, qc.partial
+    if kind in ("gemv", "gemm", "trans"):
+        trans = kind == "trans"
+        b = 1 if kind == "gemv" else int(rng.integers(1, 5))
+        if trans:
+            half = rng.random() < 0.25
+            k = 4 if half else 8 * int(rng.integers(1, 3))
+            n = 2 * int(rng.integers(1, 7)) if half else int(rng.integers(1, 13))
+        else:
+            half = rng.random() < 0.25
+            n = 4 if half else 8 * int(rng.integers(1, 3))
+            k = 2 * int(rng.integers(1, 9)) if half else int(rng.integers(1, 17))
+        if chain:                                    # consume the kept result: B x K = its shape
+            cb, ck = src
+            if cb <= 4 and ck <= 16 and (not trans or ck % 8 == 0 or 2 * ck == 8) and (not half or ck % 2 == 0):
+                b, k = cb, ck
+                feats.add("chain_trans" if trans else "chain")
             else:
                 chain = False
+        acc = False
+        if trans and not chain and partial is not None and partial[0] <= 4 and rng.random() < 0.7:
+            b, n, k = partial[0], partial[1], 8 * int(rng.integers(1, 3))     # the next K-tile of the partial
+            acc = True
+        part = trans and not keep and rng.random() < 0.3
+        if acc:
+            feats.add("acc")
+        if part:
+            feats.add("partial")
         nbytes = k * n * 2
         base = _operand_base(rng, qc, nbytes, others, feats)
-        d = (gemv(base, k, n, keep=keep, chain=chain) if kind == "gemv"
-             else gemm(base, b, k, n, keep=keep, chain=chain))
+        mk = gemv if b == 1 and kind == "gemv" else (lambda a, *r, **f: gemm(a, b, *r, **f))
+        d = mk(base, k, n, keep=keep, chain=chain, trans=trans, acc=acc, partial=part)
         inp = None if chain else _fp16(rng, b * k, 1.0)
-        kept = b * n if keep else 0
+        if keep:
+            kept = (b, n)
+        if part:
+            partial = (b, n)
+        elif acc:
+            partial = None
     elif kind == "softmax":
         rows, cols = int(rng.integers(1, 4)), 8 * int(rng.integers(1, 3))
-        if chain and qc.kept % 8 == 0 and qc.kept <= 32:
-            rows, cols = 1, qc.kept
+        if chain and src[1] % 8 == 0 and src[0] * src[1] <= 48:
+            rows, cols = src
         else:
             chain = False
         d = softmax(rows, cols, keep=keep, chain=chain)
         inp = None if chain else _fp16(rng, rows * cols, 3.0)
-        kept = rows * cols if keep else 0
+        if keep:
+            kept = (rows, cols)
     elif kind == "load":
         rows, cols = int(rng.integers(1, 9)), int(rng.integers(1, 17))
         base = _operand_base(rng, qc, rows * cols * 2, others, feats)
-        d, inp, kept = load(base, rows, cols), None, 0
+        d, inp = load(base, rows, cols), None
     else:
         rows, cols = _STORE_SHAPES[int(rng.integers(0, len(_STORE_SHAPES)))]
         base = _operand_base(rng, qc, rows * cols * 2, others, feats)
-        d, inp, kept = store(base, rows, cols), _fp16(rng, rows * cols, 1.0), 0
-    if d.chain:
-        feats.add("chain")
+        d, inp = store(base, rows, cols), _fp16(rng, rows * cols, 1.0)
     if d.keep:
         feats.add("keep")
-    return d, inp, kept
+    if d.trans:
+        feats.add("trans")
+    return d, inp, kept, partial
 
 
 def _in_window(rng, qc, nbytes, others, feats, misalign=0):
@@ -244,12 +284,13 @@ def _malformed(rng, qc, others, feats):
     elif k == 9:
         d = gemv(w(128, 2), 8, 8)                                                        # MISALIGNED
     elif k == 10:
-        d = gemv(w(192), 12, 8) if rng.random() < 0.5 else store(w(64), 1, 8)           # NOT_MULTIPLE
+        d = gemv(w(192), 12, 8, trans=True) if rng.random() < 0.5 else store(w(64), 1, 8)   # NOT_MULTIPLE
     elif k == 11:
-        d = replace(load(w(64), 2, 8) if rng.random() < 0.5 else store(w(64), 1, 32),
-                    flags=int(rng.integers(1, 4)))                                       # BAD_FLAGS
+        d = (replace(load(w(64), 2, 8) if rng.random() < 0.5 else store(w(64), 1, 32),
+                     flags=int(rng.integers(1, 32))) if rng.random() < 0.6               # BAD_FLAGS
+             else gemv(w(256), 8, 16, acc=True))
     elif k == 12:
-        d = replace(gemv(w(256), 8, 16), reserved=int(rng.integers(1, 64)))              # ignored: OK
+        d = replace(gemv(w(256), 8, 16), reserved=int(rng.integers(1, 8)))               # ignored: OK
     else:
         d = replace(gemv(w(256), 8, 16), operand_dim0=16)                               # SIZE_MISMATCH
     raw = encode_descriptor(d)
@@ -266,10 +307,7 @@ def _returned_bytes(desc):
     d = desc if isinstance(desc, Descriptor) else decode_descriptor(desc)
     if d.validate(FUZZ_CONFIG) != ErrorCode.OK:
         return 0
-    if d.keep:
-        elems = 3 * d.input_dim0 if d.op.name == "SOFTMAX" else 0
-    else:
-        elems = d.output_elems()
+    elems = d.returned_elems()
     beat = 2 * FUZZ_CONFIG.lanes
     return min(-(-elems * 2 // beat) * beat, FUZZ_CONFIG.output_buffer_bytes)
 
@@ -387,11 +425,9 @@ def _case(rng, case_id, queues, *, max_subs, unaligned, lay=FuzzLayout(), forge=
             feats.add("ring_wrap")
         if rng.random() < 0.12:
             desc, inp = _malformed(rng, qc, others, feats)
-            kept = 0
         else:
-            desc, inp, kept = _valid_descriptor(rng, qc, others, feats)
+            desc, inp, qc.kept, qc.partial = _valid_descriptor(rng, qc, others, feats)
         rbytes = _returned_bytes(desc)
-        qc.kept = kept
         r = rng.random()
         mode = "normal" if r < 0.55 else "early" if r < 0.75 else "defer"
         feats.add(f"doorbell_{mode}")

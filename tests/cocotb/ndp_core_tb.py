@@ -9,6 +9,7 @@ Reads ``$NDP_CORE_TB_VECTORS`` (JSON written by ``test_cocotb_ndp_core.py``)::
   and applies seeded random backpressure on ``y`` and ``cpl``.
 * Memory side: accepts ``mem_req`` with random backpressure; a write updates the burst dictionary, a read is
   answered on ``mem_rsp`` ``latency`` cycles later, in request order (what the in-order controller guarantees).
+* Clock enable: ``ce`` is low one cycle in 16 (the core at 15/16 of the memory clock, CORE_CLOCK_RATIO).
 * Checks ``y`` and ``cpl`` payloads, in order, against the golden core's streams, and that the core returns
   to idle (no pending memory request) at the end.
 """
@@ -58,6 +59,7 @@ async def ndp_core_matches_golden(dut):
         getattr(dut, f"{s}__ready").value = 0
     dut.mem_rsp__valid.value = 0
     dut.mem_rsp__payload.value = 0
+    dut.ce.value = 1
     dut.rst.value = 1
     for _ in range(2):
         await RisingEdge(dut.clk)
@@ -70,6 +72,7 @@ async def ndp_core_matches_golden(dut):
     cycle, max_cycles = 0, 200_000
     while len(got_cpl) < len(want_cpl):
         assert cycle < max_cycles, f"only {len(got_cpl)} of {len(want_cpl)} completions after {max_cycles} cycles"
+        dut.ce.value = int(cycle % 16 != 15)
         desc.drive()
         x.drive()
         y_ready, c_ready, m_ready = rng.random() < 0.6, rng.random() < 0.5, rng.random() < 0.8

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hdl.ndp.config import TINY, PAPER, NDP_PRESETS, ndp_preset
+from hdl.ndp.config import TINY, PAPER, NDP_PRESETS, ndp_preset, slice_preset
 from hdl.ndp.descriptor import (DESCRIPTOR_LAYOUT, HEADER_LAYOUT, DESCRIPTOR_BITS, FLIT_BYTES, DescType, DescOp,
-                                DType, ErrorCode, DECODER_CODES, command_layout)
-from firmware.ndp.descriptor import Descriptor, decode, gemv, gemm, softmax, load, store
+                                DType, ErrorCode, DECODER_CODES, CONTROL_CODES, REQUEST_LAYOUT, command_layout)
+from firmware.ndp.descriptor import Descriptor, decode, gemv, gemm, softmax, load, store, request
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ndp_descriptor.md"
 
@@ -60,12 +60,12 @@ def test_enum_codes_are_documented():
 
 
 def test_encode_places_fields_at_their_offsets():
-    d = Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=DType.FP16, flags=2, reserved=0x29,
+    d = Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=DType.FP16, flags=0x16, reserved=0x5,
                    base_addr=0x0123_4567_89AB_CDEF, operand_bytes=0x11111, operand_dim0=0x22222,
                    operand_dim1=0x33333, input_bytes=0x44444, input_dim0=0x55555, input_dim1=0x66666)
     v = d.encode()
-    assert v & 0xF == 3 and (v >> 4) & 0xF == 2 and (v >> 8) & 0xF == 1 and (v >> 12) & 0x3 == 2
-    assert (v >> 14) & 0x3F == 0x29
+    assert v & 0xF == 3 and (v >> 4) & 0xF == 2 and (v >> 8) & 0xF == 1 and (v >> 12) & 0x1F == 0x16
+    assert (v >> 17) & 0x7 == 0x5
     assert (v >> 20) & ((1 << 64) - 1) == 0x0123_4567_89AB_CDEF
     for k, val in enumerate((0x11111, 0x22222, 0x33333, 0x44444, 0x55555, 0x66666)):
         assert (v >> (84 + 20 * k)) & 0xFFFFF == val
@@ -78,7 +78,7 @@ def u(bits):
 
 
 descriptors = st.builds(
-    Descriptor, type=u(4), op=u(4), dtype=u(4), flags=u(2), reserved=u(6), base_addr=u(64),
+    Descriptor, type=u(4), op=u(4), dtype=u(4), flags=u(5), reserved=u(3), base_addr=u(64),
     operand_bytes=u(20), operand_dim0=u(20), operand_dim1=u(20),
     input_bytes=u(20), input_dim0=u(20), input_dim1=u(20))
 
@@ -109,7 +109,7 @@ def test_known_codes_become_enum_members():
 
 
 @pytest.mark.parametrize("field,value", [
-    ("type", 16), ("op", -1), ("dtype", 1.0), ("reserved", 64), ("flags", 4), ("base_addr", 1 << 64),
+    ("type", 16), ("op", -1), ("dtype", 1.0), ("reserved", 8), ("flags", 32), ("base_addr", 1 << 64),
     ("operand_bytes", 1 << 20), ("operand_dim0", -1), ("input_dim1", 1 << 20), ("input_bytes", True),
 ])
 def test_descriptor_rejects_out_of_range_fields(field, value):
@@ -152,6 +152,8 @@ BAD = {
     "operand-large": (gemv(0, 64, 64), ErrorCode.OPERAND_TOO_LARGE),
     "load-large": (load(0, 64, 33), ErrorCode.OPERAND_TOO_LARGE),
     "input-large": (gemm(0, 4, 512, 2), ErrorCode.INPUT_TOO_LARGE),
+    "input-padded-large": (gemm(0, 4, 12, 8), ErrorCode.OK),    # placeholder, replaced below
+    "input-max-k": (gemv(0, 264, 4), ErrorCode.INPUT_TOO_LARGE),
     "store-input-large": (store(0, 32, 33), ErrorCode.INPUT_TOO_LARGE),
     "softmax-input-large": (softmax(2, 520), ErrorCode.INPUT_TOO_LARGE),
     "addr-capacity": (gemv((1 << 24) - 1023, 16, 32), ErrorCode.ADDRESS_OVERFLOW),
@@ -162,25 +164,39 @@ BAD = {
     "shape-store": (replace(store(0, 4, 8), input_dim0=8, input_dim1=4), ErrorCode.SHAPE_MISMATCH),
     "batch": (gemm(0, 5, 16, 16), ErrorCode.BATCH_TOO_LARGE),
     "output-gemm": (gemm(0, 4, 2, 512), ErrorCode.OUTPUT_TOO_LARGE),
-    "output-softmax": (softmax(1, 1022), ErrorCode.OUTPUT_TOO_LARGE),
+    "output-softmax": (softmax(32, 32), ErrorCode.OUTPUT_TOO_LARGE),
     "output-load": (load(0, 32, 33), ErrorCode.OUTPUT_TOO_LARGE),
+    "output-kept-slot": (gemm(0, 4, 8, 72, keep=True), ErrorCode.OUTPUT_TOO_LARGE),
+    "output-partial-slot": (gemm(0, 4, 8, 24, trans=True, partial=True), ErrorCode.OUTPUT_TOO_LARGE),
+    "output-acc-columns": (gemv(0, 1, 136), ErrorCode.OUTPUT_TOO_LARGE),
     "misaligned-gemv": (gemv(0x1002, 16, 32), ErrorCode.MISALIGNED),
     "misaligned-load": (load(0x20, 2, 2), ErrorCode.MISALIGNED),
-    "multiple-k": (gemv(0, 12, 32), ErrorCode.NOT_MULTIPLE),
     "multiple-n": (gemm(0, 2, 16, 20), ErrorCode.NOT_MULTIPLE),
+    "multiple-n-half-odd-k": (gemv(0, 15, 4), ErrorCode.NOT_MULTIPLE),
+    "multiple-trans-k": (gemv(0, 12, 8, trans=True), ErrorCode.NOT_MULTIPLE),
+    "multiple-trans-half-odd-n": (gemv(0, 4, 5, trans=True), ErrorCode.NOT_MULTIPLE),
     "multiple-softmax": (softmax(2, 12), ErrorCode.NOT_MULTIPLE),
     "multiple-store": (store(0, 2, 2), ErrorCode.NOT_MULTIPLE),
     "flags-load": (replace(load(0, 2, 2), flags=1), ErrorCode.BAD_FLAGS),
     "flags-store": (replace(store(0, 2, 32), flags=2), ErrorCode.BAD_FLAGS),
+    "flags-softmax-trans": (replace(softmax(2, 8), flags=16), ErrorCode.BAD_FLAGS),
+    "flags-acc-no-trans": (gemv(0, 16, 32, acc=True), ErrorCode.BAD_FLAGS),
+    "flags-partial-no-trans": (gemv(0, 16, 32, partial=True), ErrorCode.BAD_FLAGS),
+    "flags-keep-partial": (gemv(0, 16, 8, trans=True, keep=True, partial=True), ErrorCode.BAD_FLAGS),
 }
+del BAD["input-padded-large"]
 
 GOOD_CASES = {
-    "gemv": GOOD, "gemm": gemm(0, 4, 16, 16), "softmax-edge": softmax(1, 1016), "load": load(0, 32, 32),
+    "gemv": GOOD, "gemm": gemm(0, 4, 16, 16), "softmax-edge": softmax(4, 248), "load": load(0, 32, 32),
     "store": store(0, 32, 32), "load-ignores-input": replace(load(0, 2, 2), input_bytes=7, input_dim0=0),
-    "reserved-ignored": replace(GOOD, reserved=0x3F), "addr-edge": gemv((1 << 24) - 1024, 16, 32),
+    "reserved-ignored": replace(GOOD, reserved=0x7), "addr-edge": gemv((1 << 24) - 1024, 16, 32),
     "gemv-k8": gemv(0, 8, 8), "gemm-b1": gemm(0, 1, 8, 16), "load-odd": load(64, 3, 5),
     "softmax-ignores-operand": replace(softmax(4, 8), base_addr=3, operand_dim0=0, operand_bytes=5),
-    "keep-chain": gemm(0, 2, 16, 8, keep=True, chain=True), "softmax-keep": softmax(1, 1016, keep=True),
+    "keep-chain": gemm(0, 2, 16, 8, keep=True, chain=True), "softmax-keep": softmax(1, 248, keep=True),
+    "gemv-k12-row": gemv(0, 12, 8), "row-half": gemm(0, 3, 6, 4), "trans": gemm(0, 3, 16, 5, trans=True),
+    "trans-half": gemv(0, 4, 6, trans=True), "trans-acc-partial": gemm(0, 2, 8, 24, trans=True, acc=True,
+                                                                         partial=True),
+    "trans-wide-n": gemv(0, 8, 200, trans=True), "trans-keep": gemv(0, 8, 24, trans=True, keep=True),
 }
 
 
@@ -191,7 +207,8 @@ def test_validate_reports_each_error(name):
 
 
 def test_every_error_code_has_a_case():
-    """Every decoder code has a case (NO_CHAIN_INPUT is the control unit's, tested with the core)."""
+    """Every decoder code has a case (NO_CHAIN_INPUT / FOREIGN_STATE are the control unit's, WINDOW_VIOLATION
+    the front end's: tested with the golden core, the core and the device)."""
     assert {code for _, code in BAD.values()} == set(DECODER_CODES)
 
 
@@ -221,14 +238,19 @@ def test_validate_precedence(d, code):
 
 
 def test_paper_config_limits():
-    # PAPER lanes = 64: K and N must be multiples of 64.
-    assert gemv(0, 4096, 64).validate(PAPER) == ErrorCode.OK
-    assert gemv(0, 4096, 32).validate(PAPER) == ErrorCode.NOT_MULTIPLE
-    assert gemm(0, 256, 1024, 256).validate(PAPER) == ErrorCode.OK
-    assert gemm(0, 257, 1024, 256).validate(PAPER) == ErrorCode.BATCH_TOO_LARGE
-    assert softmax(128, 2048).validate(PAPER) == ErrorCode.OK
-    assert load((512 << 30) - 64, 1, 32).validate(PAPER) == ErrorCode.OK
-    assert load((512 << 30) - 64, 1, 33).validate(PAPER) == ErrorCode.ADDRESS_OVERFLOW
+    # PAPER lanes = 512: row mode N a multiple of 512 (or 256); TRANS K a multiple of 512 (or 256), any N.
+    assert gemv(0, 16, 4096).validate(PAPER) == ErrorCode.OK
+    assert gemv(0, 16, 256).validate(PAPER) == ErrorCode.OK
+    assert gemv(0, 16, 128).validate(PAPER) == ErrorCode.NOT_MULTIPLE
+    assert gemv(0, 4096, 16, trans=True).validate(PAPER) == ErrorCode.OK         # LoRA A, rank 16
+    assert gemm(0, 256, 256, 8, trans=True).validate(PAPER) == ErrorCode.OK      # the half-block tail
+    assert gemv(0, 4096, 16).validate(PAPER) == ErrorCode.NOT_MULTIPLE
+    assert gemm(0, 256, 1024, 16, trans=True).validate(PAPER) == ErrorCode.OK
+    assert gemm(0, 257, 512, 16, trans=True).validate(PAPER) == ErrorCode.BATCH_TOO_LARGE
+    assert softmax(8, 2048).validate(PAPER) == ErrorCode.OK
+    assert load((512 << 30) - 4096, 1, 32).validate(PAPER) == ErrorCode.OK
+    assert load((512 << 30) - 4096, 1, 2049).validate(PAPER) == ErrorCode.ADDRESS_OVERFLOW
+    assert gemv(2048, 16, 4096).validate(PAPER) == ErrorCode.MISALIGNED          # 4 KB lines
 
 
 # ---- helpers and expected commands ---------------------------------------------------------------------
@@ -237,12 +259,13 @@ dims = st.integers(1, 64)
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.sampled_from(["gemv", "gemm", "softmax", "load", "store"]), dims, dims, dims,
+@given(st.sampled_from(["gemv", "gemm", "gemm-trans", "softmax", "load", "store"]), dims, dims, dims,
        st.integers(0, (1 << 14)), st.booleans(), st.booleans())
 def test_helpers_build_valid_descriptors(kind, a, b, c, line, keep, chain):
     base, f = 64 * line, {"keep": keep, "chain": chain}
     d = {"gemv": lambda: gemv(base, 8 * (a % 8 + 1), 8 * (b % 4 + 1), **f),
          "gemm": lambda: gemm(base, 1 + a % 4, 8 * (b % 8 + 1), 8 * (c % 2 + 1), **f),
+         "gemm-trans": lambda: gemm(base, 1 + a % 4, 8 * (b % 4 + 1), c % 16 + 1, trans=True, **f),
          "softmax": lambda: softmax(1 + a % 8, 8 * (b % 4 + 1), **f), "load": lambda: load(base, a % 16 + 1, b),
          "store": lambda: store(base, a % 16 + 1, 32)}[kind]()
     assert d.validate(TINY) == ErrorCode.OK
@@ -261,8 +284,31 @@ def test_command_fields():
     assert layout.const(store(0, 2, 3).command(TINY)).output_elems == 0
     c = layout.const(softmax(2, 8, keep=True, chain=True).command(TINY))
     assert (c.output_elems, c.input_elems, c.operand_elems, c.keep, c.chain) == (22, 16, 0, 1, 1)
-    bad = BAD["batch"][0].command_bits(TINY, seq=5)
-    assert bad == layout.const({"status": ErrorCode.BATCH_TOO_LARGE, "seq": 5}).as_value().value
+    bad = BAD["batch"][0].command_bits(TINY, seq=5, owner=9)
+    assert bad == layout.const({"status": ErrorCode.BATCH_TOO_LARGE, "seq": 5, "owner": 9}).as_value().value
+    c = layout.const(gemm(0, 3, 12, 4, keep=True).command(TINY, owner=7))
+    assert (c.input_beats, c.ret_elems, c.keep, c.owner) == (6, 0, 1, 7)     # rows padded to whole beats
+    c = layout.const(gemm(0, 3, 16, 5, trans=True, acc=True).command(TINY))
+    assert (c.trans, c.acc, c.partial, c.ret_elems) == (1, 1, 0, 15)
+    c = layout.const(softmax(2, 8, keep=True).command(TINY))
+    assert c.ret_elems == 6
+
+
+def test_request_layout():
+    """The core's desc payload: descriptor in bits 0..203, owner above; a bare encoding is owner 0."""
+    d = gemv(0x40, 16, 8)
+    assert REQUEST_LAYOUT.size == DESCRIPTOR_BITS + 32
+    assert request(d) == d.encode() == d.request(0)
+    v = d.request(0xABCD1234)
+    assert v & ((1 << DESCRIPTOR_BITS) - 1) == d.encode() and v >> DESCRIPTOR_BITS == 0xABCD1234
+    with pytest.raises(ValueError, match="owner"):
+        request(d, 1 << 32)
+
+
+def test_code_sets():
+    assert CONTROL_CODES == (ErrorCode.NO_CHAIN_INPUT, ErrorCode.FOREIGN_STATE)
+    assert ErrorCode.WINDOW_VIOLATION.value == 16 and ErrorCode.FOREIGN_STATE.value == 17
+    assert set(DECODER_CODES) == {c for c in ErrorCode if 0 < c.value < 15}
 
 
 # ---- config ---------------------------------------------------------------------------------------------
@@ -270,9 +316,17 @@ def test_command_fields():
 def test_presets():
     assert NDP_PRESETS == {"tiny": TINY, "paper": PAPER}
     assert ndp_preset("paper") is PAPER
-    assert PAPER.macs == 1024 and PAPER.clock_mhz == 1000
+    assert PAPER.macs == 1024 and PAPER.clock_mhz == 1000 and (PAPER.lanes, PAPER.pe_batch) == (512, 2)
     assert PAPER.peak_flops == pytest.approx(2.048e12)
-    assert PAPER.input_buffer_bytes == PAPER.dram_buffer_bytes == PAPER.output_buffer_bytes == 3 << 20
+    assert PAPER.buffer_bytes == 3 << 20                      # "3 MB of SRAM (input, DRAM and output buffers)"
+    assert PAPER.partial_slot_elems == 256 * 128              # batch 256 x rank 128 FP32 partial sums per owner
+    for n in (1, 2, 4, 8, 16, 32):
+        s = slice_preset(n)
+        assert s.lanes == 8 * n and s.pe_batch == PAPER.pe_batch and s.buffer_bytes * 64 == PAPER.buffer_bytes * n
+        assert s.align_bytes == 64 * n and s.sfu_lanes * 64 == PAPER.sfu_lanes * n
+    assert replace(slice_preset(64), name="paper") == PAPER
+    with pytest.raises(ValueError, match="channels"):
+        slice_preset(3)
     with pytest.raises(ValueError, match="tiny"):
         ndp_preset("huge")
 
@@ -281,7 +335,8 @@ def test_presets():
     ("macs", 0), ("clock_mhz", 0), ("input_buffer_bytes", 1), ("dram_buffer_bytes", 1 << 40),
     ("output_buffer_bytes", "4k"), ("max_batch", 1 << 20), ("acc", "bf16"), ("instr_buffer_depth", 1),
     ("device_bytes", (1 << 64) + 1), ("name", ""), ("macs", True), ("lanes", 6), ("lanes", 4),
-    ("pe_batch", 0), ("align_bytes", 48), ("input_buffer_bytes", 72),
+    ("pe_batch", 0), ("align_bytes", 48), ("input_buffer_bytes", 72), ("state_slots", 3), ("sfu_lanes", 16),
+    ("acc_columns", 8), ("max_k", 0), ("state_buffer_bytes", 1000), ("partial_buffer_bytes", 6),
 ])
 def test_config_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):

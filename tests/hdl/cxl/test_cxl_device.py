@@ -122,7 +122,7 @@ def test_malformed_descriptors(backend):
            replace(gemv(w, 8, 8), input_dim0=0), replace(gemv(w, 8, 8), operand_bytes=130), gemv(w, 64, 32),
            replace(gemv(w, 8, 8), input_bytes=1024, input_dim1=512), gemv(MEM - 64, 8, 8),
            replace(gemv(w, 8, 8), input_dim0=2, input_bytes=32), gemm(w, 5, 8, 8), softmax(4, 64),
-           gemv(w + 2, 8, 8), gemv(w, 12, 8), store(w, 1, 2),
+           gemv(w + 2, 8, 8), gemv(w, 12, 8, trans=True), store(w, 1, 2),
            replace(load(w, 2, 2), flags=2), gemv(w, 8, 8, chain=True)]
     codes = [b.validate(CFG) for b in bad]
     codes[-1] = ErrorCode.NO_CHAIN_INPUT
@@ -135,22 +135,48 @@ def test_malformed_descriptors(backend):
     want = [WINDOW_VIOLATION if not (win(0) <= b.base_addr and b.base_addr + b.operand_bytes <= win(0, WSIZE))
             and b.has_operand else c.value for b, c in zip(bad, codes)]
     assert got == want
-    assert set(got) == {c.value for c in ErrorCode} - {0, ErrorCode.ADDRESS_OVERFLOW.value} | {WINDOW_VIOLATION}
+    assert set(got) == {c.value for c in ErrorCode} - {0, ErrorCode.ADDRESS_OVERFLOW.value,
+                                                      ErrorCode.FOREIGN_STATE.value} | {WINDOW_VIOLATION}
     assert rtl.core_req == []
 
 
+def test_cross_queue_chain_is_refused(backend):
+    """A kept result belongs to the queue (PASID) that kept it: q1 CHAINing on q0's kept result completes with
+    FOREIGN_STATE and reads nothing (no core request of q1 for it); each queue chains on its own state."""
+    rng = np.random.default_rng(12)
+    d = driver(entries=4)
+    for q in (0, 1):
+        d.store(win(q), bits(rng, (8, 8), 0.3))
+    d.submit(0, gemv(win(0), 8, 8, keep=True), bits(rng, (1, 8)))
+    d.submit(1, gemv(win(1), 8, 8, chain=True), None, after=1)         # after q0's KEEP: FOREIGN_STATE
+    d.submit(1, gemv(win(1), 8, 8, keep=True), bits(rng, (1, 8)), after=2)
+    d.submit(1, gemv(win(1), 8, 8, chain=True), None)                   # q1's own state: OK
+    d.submit(0, gemv(win(0), 8, 8, chain=True), None)                   # q0's state survived q1's: OK
+    hs = [d.read_completion(q, i, result_bytes=16) for q, i in ((1, 0), (1, 2), (0, 1))]
+    rtl, gold = check(d, backend)
+    by_q = rtl.events_by_queue()
+    assert [st for _, st in by_q[1]] == [ErrorCode.FOREIGN_STATE.value, 0, 0]
+    assert [st for _, st in by_q[0]] == [0, 0]
+    assert rtl.completion(hs[0]).result_bytes == 0 and rtl.completion(hs[1]).ok and rtl.completion(hs[2]).ok
+    # q1's core requests: only the 2 bursts of each of its 2 OK GEMVs (the refused CHAIN read nothing)
+    assert sum(1 for q, _, _ in rtl.core_req if q == 1) == 4
+
+
 def test_ring_wrap_and_cross_queue_chain(backend):
-    """A 2-slot ring used for 5 descriptors (slot re-use gated on completion), and LoRA E3 (GEMM KEEP, GEMM CHAIN)
-    on q0 while q1 runs: whether q1 lands between them decides NO_CHAIN_INPUT; the golden follows the RTL."""
+    """A 2-slot ring used for 5 descriptors (slot re-use gated on completion), and LoRA E3 (TRANS GEMM KEEP, GEMM
+    CHAIN) on q0 while q1 runs plain GEMVs in between: the kept result is q0's, so q1's descriptors never
+    disturb it (every descriptor completes OK); the golden follows the RTL."""
     rng = np.random.default_rng(3)
     d = driver(entries=2)
     dd, r = 16, 8
     a, b = bits(rng, (dd, r), dd ** -0.5), bits(rng, (r, dd), r ** -0.5)
     lay = kernels.lora_layout(dd, r, config=CFG, base=win(0))
-    d.store(lay["a"], a)
-    d.store(lay["b"], b)
+    for addr, k0, k1 in lay["a"]:
+        d.store(addr, kernels.trans_layout(a[k0:k1], CFG))
+    for addr, n0, n1 in lay["b"]:
+        d.store(addr, np.ascontiguousarray(b[:, n0:n1]))
     d.store(win(1), bits(rng, (8, 8)))
-    e3 = kernels.lora_e3(bits(rng, (2, dd)), lay["a"], lay["b"], dd, r, config=CFG)
+    e3 = kernels.lora_e3(bits(rng, (2, dd)), lay, config=CFG)
     hs = []
     for k, (desc, x) in enumerate(e3.program + e3.program[:1] + e3.program[1:]):
         s0 = d.submit(0, desc, x)
@@ -158,6 +184,7 @@ def test_ring_wrap_and_cross_queue_chain(backend):
         hs += [d.read_completion(0, s0.index, result_bytes=64), d.read_completion(1, s1.index, result_bytes=16)]
     rtl, gold = check(d, backend)
     assert [rtl.completion(h).seq for h in hs] == [i // 2 for i in range(len(hs))]
+    assert all(e.status == 0 for e in rtl.events)
 
 
 def test_random_stalls_and_backpressure():

@@ -37,7 +37,7 @@ from host.cxl_driver import Driver, backend_named
 from sim.backends import SimulationTimeout
 from sim.golden.cxl_device import status_name
 from hdl.cxl.device import WINDOW_VIOLATION
-from sim.perf.cxl_fuzz import run_batch, make_batch, _late_delay, FUZZ_QUEUES, FUZZ_CONFIG, FUZZ_DEPTH
+from sim.perf.cxl_fuzz import run_batch, make_batch, check_batch, _late_delay, FUZZ_QUEUES, FUZZ_CONFIG, FUZZ_DEPTH
 
 CASES = int(os.environ.get("CXL_FUZZ_CASES", "10000"))
 #: Cases per Hypothesis example (several batches: the per-example overhead stays small, and the case count is
@@ -94,12 +94,14 @@ def test_generator_covers_the_features():
         exact += b.rejects_read is not None and b.rejects_exact and any(b.forged.values())
     assert delays == {"none", "partial", "late"} and layouts == {False, True} and exact >= 2
     assert {"escape_other_window", "escape_straddle", "escape_below", "escape_wrap", "malformed", "ring_wrap",
-            "doorbell_early", "doorbell_defer", "coalesced", "keep", "chain", "empty_window"} <= feats
+            "doorbell_early", "doorbell_defer", "coalesced", "keep", "chain", "empty_window", "cross_chain",
+            "chain_trans", "trans", "acc", "partial"} <= feats
     assert {"qwin", "pasid_shared", "forge_slot_before", "forge_slot_after", "rogue_doorbell", "forge_cpl_read",
             "reserved_read", "reserved_write", "refused_ring", "refused_cq", "refused_window", "dead_queue",
             "forged_early"} <= feats
     names = {status_name(s) for s in statuses}
-    assert {"OK", "WINDOW_VIOLATION", "NO_CHAIN_INPUT", "UNKNOWN_TYPE", "MISALIGNED", "SIZE_MISMATCH"} <= names
+    assert {"OK", "WINDOW_VIOLATION", "NO_CHAIN_INPUT", "FOREIGN_STATE", "UNKNOWN_TYPE", "MISALIGNED",
+            "SIZE_MISMATCH", "BAD_FLAGS", "NOT_MULTIPLE"} <= names
 
 
 def test_unaligned_window_limit_load():
@@ -120,3 +122,25 @@ def test_unaligned_window_limit_load():
     gold = d.run("golden", order=rtl.events)
     assert rtl.data(h) == gold.data(h)
     assert [e.status for e in rtl.events][0] == WINDOW_VIOLATION
+
+
+def test_campaign_catches_an_owner_blind_device(monkeypatch):
+    """Mutant check of the campaign's per-queue state property (issue 11 item 5): a device whose core ignores
+    the owner (every queue's KEEP / CHAIN / PARTIAL state shared, as before per-queue state) is caught by the
+    generated batches' completion statuses. The golden device plays both parts (the mutant: owner_of patched
+    to 0), replayed in the same order; the correct device agrees with itself."""
+    import sim.golden.cxl_device as gd
+    caught = cross = 0
+    for seed in range(16):
+        batch = make_batch(seed)
+        feats = set().union(*(c.features for c in batch.cases))
+        gold = batch.driver.run("golden")
+        same = check_batch(batch, gold, gold)
+        assert not [m for m in same.mismatches if "events" in m[1]]
+        with monkeypatch.context() as mp:
+            mp.setattr(gd, "owner_of", lambda queue, pasid: 0)
+            mutant = batch.driver.run("golden", order=gold.events)
+        bad = [m for m in check_batch(batch, mutant, gold).mismatches if "events" in m[1]]
+        cross += "cross_chain" in feats
+        caught += bool(bad)
+    assert cross >= 4 and caught >= 4, (cross, caught)

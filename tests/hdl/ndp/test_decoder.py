@@ -20,13 +20,22 @@ from sim.backends import Traffic, stream_ports
 
 def valid_descriptor(rng, cfg):
     """A random well-formed descriptor that fits ``cfg`` (TINY-sized shapes, so it fits PAPER too)."""
-    kind = rng.choice(["gemv", "gemm", "softmax", "load", "store"])
+    kind = rng.choice(["gemv", "gemm", "gemm-half", "trans", "trans-half", "softmax", "load", "store"])
     base = cfg.align_bytes * rng.randrange(0, (cfg.device_bytes - 8192) // cfg.align_bytes)
     flags = {"keep": rng.random() < 0.3, "chain": rng.random() < 0.3}
+    tflags = dict(flags, trans=True, acc=rng.random() < 0.3, partial=rng.random() < 0.3)
+    if tflags["partial"]:
+        tflags["keep"] = False
     if kind == "gemv":
-        return gemv(base, 8 * rng.randint(1, 8), 8 * rng.randint(1, 4), **flags)
+        return gemv(base, rng.randint(1, 64), 8 * rng.randint(1, 4), **flags)
     if kind == "gemm":
         return gemm(base, rng.randint(1, cfg.max_batch), 8 * rng.randint(1, 8), 8 * rng.randint(1, 2), **flags)
+    if kind == "gemm-half":
+        return gemm(base, rng.randint(1, cfg.max_batch), 2 * rng.randint(1, 32), 4, **flags)
+    if kind == "trans":
+        return gemm(base, rng.randint(1, cfg.max_batch), 8 * rng.randint(1, 8), rng.randint(1, 16), **tflags)
+    if kind == "trans-half":
+        return gemm(base, rng.randint(1, cfg.max_batch), 4, 2 * rng.randint(1, 16), **tflags)
     if kind == "softmax":
         return softmax(rng.randint(1, 8), 8 * rng.randint(1, 8), **flags)
     if kind == "load":
@@ -65,16 +74,19 @@ def mutate(rng, d, cfg):
         b = rng.randint(cfg.max_batch + 1, cfg.max_batch + 3)
         return gemm(d.base_addr, b, rng.randint(1, 8), rng.randint(1, 8))
     if f == "out":
-        return rng.choice([gemm(0, cfg.max_batch, 8, 8 * rng.randint(33, 100)), softmax(1, 8 * rng.randint(125, 127)),
-                           load(0, 32, rng.randint(33, 60))])
+        return rng.choice([gemm(0, cfg.max_batch, 8, 8 * rng.randint(33, 100)), softmax(32, 8 * rng.randint(4, 5)),
+                           load(0, 32, rng.randint(33, 60)), gemm(0, 4, 8, 8 * rng.randint(17, 30), keep=True),
+                           gemm(0, 4, 8, rng.randint(17, 40), trans=True, partial=True),
+                           gemv(0, 2, 8 * rng.randint(17, 30))])
     if f == "align":
         return replace(d, base_addr=d.base_addr + rng.choice([1, 2, 32, cfg.align_bytes - 2]))
     if f == "multiple":
-        return rng.choice([gemv(0, 8 * rng.randint(1, 4) + rng.randint(1, 7), 8),
+        return rng.choice([gemv(0, 8 * rng.randint(1, 4) + rng.randint(1, 3), 8, trans=True),
                            gemm(0, 2, 8, 8 * rng.randint(1, 4) + rng.randint(1, 7)),
+                           gemm(0, 2, 7, 4), gemv(0, 4, 7, trans=True),
                            softmax(2, rng.randint(1, 7)), store(0, 1, rng.randint(1, 31))])
     if f == "flags":
-        return replace(d, flags=rng.randrange(4))
+        return replace(d, flags=rng.randrange(32))
     return decode(rng.getrandbits(204))
 
 
@@ -83,8 +95,9 @@ EVERY_CODE = [
     replace(gemv(0, 8, 8), type=0), replace(load(0, 2, 2), op=DescOp.GEMM), gemv(0, 8, 8, dtype=DType.FP32),
     replace(gemv(0, 8, 8), input_dim0=0), replace(gemv(0, 8, 8), operand_bytes=6), gemv(0, 64, 64),
     gemm(0, 4, 512, 8), gemv(TINY.device_bytes - 64, 8, 8), replace(gemv(0, 8, 8), input_dim0=2, input_bytes=32),
-    gemm(0, TINY.max_batch + 1, 8, 8), softmax(1, 1016), gemv(2, 8, 8), gemv(0, 12, 8), store(0, 1, 2),
-    replace(load(0, 2, 2), flags=2), gemv(64, 8, 8), softmax(2, 8, keep=True, chain=True),
+    gemm(0, TINY.max_batch + 1, 8, 8), softmax(32, 32), gemv(2, 8, 8), gemv(0, 12, 8, trans=True),
+    store(0, 1, 2), replace(load(0, 2, 2), flags=2), gemv(64, 8, 8), softmax(2, 8, keep=True, chain=True),
+    gemv(0, 16, 8, trans=True, acc=True), gemv(0, 16, 32, acc=True), gemm(0, 3, 6, 4), gemv(0, 4, 6, trans=True),
 ]
 
 
@@ -98,16 +111,21 @@ def descriptor_stream(seed, n, cfg=TINY):
     return ds
 
 
+def owners(ds):
+    return [(k * 2654435761) % (1 << 32) for k in range(len(ds))]
+
+
 def run_decoder(backend, ds, cfg=TINY, traffic=None):
     dut = DescriptorDecoder(config=cfg)
     if traffic == "random":
         traffic = Traffic.random(stream_ports(dut), seed=len(ds))
-    run = backend.run_streams(dut, {"i": [d.encode() for d in ds]}, {"o": len(ds)}, traffic=traffic)
+    run = backend.run_streams(dut, {"i": [d.request(o) for d, o in zip(ds, owners(ds))]}, {"o": len(ds)},
+                              traffic=traffic)
     return dut, run
 
 
 def check_outputs(run, ds, cfg=TINY):
-    expected = [d.command_bits(cfg, seq) for seq, d in enumerate(ds)]
+    expected = [d.command_bits(cfg, seq, o) for seq, (d, o) in enumerate(zip(ds, owners(ds)))]
     got = run.outputs["o"]
     assert len(got) == len(ds)
     for k, (g, e) in enumerate(zip(got, expected)):
@@ -126,7 +144,8 @@ def test_heavy_backpressure_fills_the_buffer(backend):
     ds = descriptor_stream(seed=2, n=60)
     dut = DescriptorDecoder(config=TINY)
     traffic = Traffic.random(stream_ports(dut), seed=3, valid_prob=1.0, ready_prob=0.15)
-    run = backend.run_streams(dut, {"i": [d.encode() for d in ds]}, {"o": len(ds)}, traffic=traffic)
+    run = backend.run_streams(dut, {"i": [d.request(o) for d, o in zip(ds, owners(ds))]}, {"o": len(ds)},
+                              traffic=traffic)
     check_outputs(run, ds)
     assert run.cycles > 4 * len(ds)     # output-bound: the instruction buffer was full most of the time
 
@@ -145,9 +164,11 @@ def test_full_rate_latency_and_throughput(backend):
 
 def test_paper_config(backend):
     cap = PAPER.device_bytes
-    ds = [gemv(cap - 8192, 64, 64), gemv(cap - 64, 64, 64), gemm(0, 256, 1024, 256), gemm(0, 257, 1024, 256),
-          gemv(0, 512, 1023), replace(gemv(0, 256, 1024), operand_bytes=0), softmax(2, 4096, keep=True),
-          store(1 << 38, 64, 4096), load((1 << 64) - 64, 1, 1), gemv(cap - (1 << 19), 256, 1024)]
+    ds = [gemv(cap - 8192, 4, 512), gemv(cap - 2048, 4, 512), gemm(0, 256, 1024, 16, trans=True),
+          gemm(0, 257, 1024, 16, trans=True), gemv(0, 512, 1023), replace(gemv(0, 256, 1024), operand_bytes=0),
+          softmax(8, 2048, keep=True), store(1 << 38, 64, 4096), load((1 << 64) - 4096, 1, 1),
+          gemv(cap - (1 << 19), 256, 1024), gemm(0, 256, 256, 128, trans=True, acc=True),
+          gemm(0, 256, 128, 256), gemv(0, 32, 8192), gemv(0, 16, 16896)]
     ds += descriptor_stream(seed=4, n=40, cfg=PAPER)
     _, run = run_decoder(backend, ds, cfg=PAPER, traffic="random")
     check_outputs(run, ds, cfg=PAPER)
@@ -155,7 +176,7 @@ def test_paper_config(backend):
 
 def test_instruction_buffer_is_an_ordered_fifo(backend):
     rng = random.Random(5)
-    items = [rng.getrandbits(204) for _ in range(50)]
+    items = [rng.getrandbits(204 + 32) for _ in range(50)]
     dut = InstructionBuffer(config=TINY)
     run = backend.run_streams(dut, {"i": items}, {"o": len(items)},
                               traffic=Traffic.random(stream_ports(dut), seed=6, ready_prob=0.4))

@@ -1,25 +1,30 @@
 # amaranth: UnusedElaboratable=no
-"""PEArray (hdl/ndp/pe_array.py): bit-exact vs sim/golden/pe_array.gemm, cycle formula, accuracy vs float64."""
+"""PEArray (hdl/ndp/pe_array.py): the four dataflows bit-exact vs sim/golden/pe_array.gemm_mode on both backends,
+jobs overlapped back to back, cycle formula, accuracy vs float64."""
 
 import time
 
 import numpy as np
 import pytest
 
-from hdl.ndp.pe_array import PEArray
+from hdl.ndp.pe_array import PEArray, PEMode
 from sim.backends import Traffic, stream_ports
 from sim.golden import fp16
-from sim.golden.pe_array import gemm, gemv, accuracy
+from sim.golden.pe_array import gemm, gemv, gemm_mode, accuracy, mode_of
+from sim.golden.ndp_core import trans_layout
 from fp_util import FP16_EDGE
 
-# Small on Amaranth's simulator, larger on Verilator (K multiple of lanes or not, nb < 8 stalls, B = batch).
+# Small on Amaranth's simulator; the one-channel slice geometry (8 lanes x 2 rows) on Verilator.
 CONFIGS = {
-    "amaranth": dict(lanes=2, batch=2, max_k=16, max_n=32),
-    "verilator": dict(lanes=4, batch=4, max_k=512, max_n=256),
+    "amaranth": dict(lanes=4, batch=2, max_k=32, acc_columns=16),
+    "verilator": dict(lanes=8, batch=2, max_k=256, acc_columns=16),
 }
-JOBS = {  # (B, K, N)
-    "amaranth": [(1, 5, 16), (2, 4, 4), (2, 3, 18), (1, 1, 2)],
-    "verilator": [(1, 512, 256), (4, 200, 96), (3, 37, 12), (2, 1, 4), (4, 64, 256), (1, 130, 32)],
+JOBS = {  # (mode, B, K, N): every dataflow, K split (nb < 8), hazard stalls (TRANS N < 8), back to back
+    "amaranth": [("row", 1, 5, 8), ("trans", 2, 8, 3), ("row_half", 2, 6, 2), ("trans_half", 1, 2, 4),
+                 ("row", 2, 3, 4), ("trans", 1, 12, 9), ("row_half", 1, 2, 2)],
+    "verilator": [("trans", 2, 64, 16), ("row", 2, 40, 64), ("row", 1, 17, 8), ("row_half", 2, 20, 4),
+                  ("trans_half", 2, 4, 6), ("trans", 1, 8, 1), ("trans", 2, 16, 12), ("row", 2, 1, 128),
+                  ("row_half", 1, 2, 4), ("trans", 2, 24, 16), ("row", 1, 200, 16)],
 }
 
 
@@ -48,81 +53,96 @@ def operands(rng, b, k, n, *, special=False):
     return x, a
 
 
+def a_beats(mode, a, lanes, group):
+    """The A beats of a job in ``mode`` (row-major A for the row modes, TRANS layout otherwise)."""
+    if mode.startswith("row"):
+        return lane_words(a.reshape(-1), lanes)
+    return lane_words(trans_layout(a, lanes, group), lanes)
+
+
 def stimulus(pe, jobs, rng):
-    cmds, xs, as_, want = [], [], [], []
-    for i, (b, k, n) in enumerate(jobs):
+    """Streams for ``jobs`` and the expected ``y`` words (row modes; ROW_HALF: the lower half lanes) and
+    ``ys`` scalars (TRANS modes). Returns (inputs, y_want, y_mask, ys_want)."""
+    L = pe.lanes
+    cmds, xs, as_, wy, my, ws = [], [], [], [], [], []
+    for i, (mode, b, k, n) in enumerate(jobs):
         x, a = operands(rng, b, k, n, special=(i == 0))
-        kb = -(-k // pe.lanes)
-        xp = np.zeros((b, kb * pe.lanes), np.uint16)
+        kb = -(-k // L)
+        xp = np.zeros((b, kb * L), np.uint16)
         xp[:, :k] = x
-        cmds.append(pe.cmd_layout.const({"rows": b, "k": k, "nb": n // pe.lanes}).as_value().value)
-        xs += lane_words(xp, pe.lanes)
-        as_ += lane_words(a, pe.lanes)
-        want.append(gemm(x, a, acc=pe.acc, lanes=pe.lanes).ravel())
-    return {"cmd": cmds, "x": xs, "a": as_}, np.concatenate(want)
+        cols = {"row": n // L, "row_half": 1}.get(mode, n)
+        cmds.append(pe.cmd_layout.const({"mode": PEMode[mode.upper()], "rows": b, "k": k, "cols": cols})
+                    .as_value().value)
+        xs += lane_words(xp, L)
+        as_ += a_beats(mode, a, L, n)
+        y = gemm_mode(x, a, acc=pe.acc, lanes=L, mode=mode)
+        if mode == "row":
+            wy.append(y.ravel())
+            my.append(np.ones(y.size, bool))
+        elif mode == "row_half":
+            full = np.zeros((b, L), y.dtype)
+            full[:, :L // 2] = y
+            wy.append(full.ravel())
+            m = np.zeros((b, L), bool)
+            m[:, :L // 2] = True
+            my.append(m.ravel())
+        else:
+            ws.append(y.ravel())
+    dtype = np.uint16 if pe.acc == "fp16" else np.uint32
+    cat = lambda v, t: np.concatenate(v) if v else np.zeros(0, t)  # noqa: E731
+    return {"cmd": cmds, "x": xs, "a": as_}, cat(wy, dtype), cat(my, bool), cat(ws, dtype)
+
+
+def run_jobs(backend, pe, jobs, rng, traffic=None):
+    inputs, wy, my, ws = stimulus(pe, jobs, rng)
+    run = backend.run_streams(pe, inputs, {"y": wy.size // pe.lanes, "ys": ws.size}, traffic=traffic,
+                              max_cycles=500_000)
+    dtype = np.uint16 if pe.acc == "fp16" else np.uint32
+    gy = unpack_lanes(run.outputs["y"], pe.lanes, pe.acc_width, dtype)
+    gs = np.array(run.outputs["ys"], dtype)
+    return run, gy[my], wy[my], gs, ws
 
 
 @pytest.mark.parametrize("acc", ["fp16", "fp32"])
 def test_pe_array_matches_golden(backend, acc):
-    """Several GEMV/GEMM jobs back to back: full rate (cycle formula) and random valid gaps + backpressure."""
+    """Every dataflow, jobs back to back (overlapped LOAD / COMPUTE / DRAIN): full rate and random valid gaps +
+    backpressure, bit for bit."""
     pe = PEArray(acc=acc, **CONFIGS[backend.name])
     jobs = JOBS[backend.name]
-    rng = np.random.default_rng(7 if acc == "fp16" else 8)
-    inputs, want = stimulus(pe, jobs, rng)
-    n_out = sum(b * n // pe.lanes for b, _, n in jobs)
-    dtype = np.uint16 if acc == "fp16" else np.uint32
-
-    full = backend.run_streams(pe, inputs, {"y": n_out})
-    got = unpack_lanes(full.outputs["y"], pe.lanes, pe.acc_width, dtype)
-    assert np.array_equal(got, want), f"{int((got != want).sum())} mismatches at full rate"
-    assert full.cycles == sum(pe.cycles(b, k, n // pe.lanes) for b, k, n in jobs)
-
+    full, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(7 if acc == "fp16" else 8))
+    assert np.array_equal(gy, wy), f"{int((gy != wy).sum())} y mismatches at full rate"
+    assert np.array_equal(gs, ws), f"{int((gs != ws).sum())} ys mismatches at full rate"
     for seed, (vp, rp) in enumerate([(0.7, 0.7), (0.95, 0.3)]):
         tr = Traffic.random(stream_ports(pe), seed=seed, valid_prob=vp, ready_prob=rp)
-        run = backend.run_streams(pe, inputs, {"y": n_out}, traffic=tr)
-        got = unpack_lanes(run.outputs["y"], pe.lanes, pe.acc_width, dtype)
-        assert np.array_equal(got, want), f"{int((got != want).sum())} mismatches (valid {vp}, ready {rp})"
+        run, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(7 if acc == "fp16" else 8), tr)
+        assert np.array_equal(gy, wy) and np.array_equal(gs, ws), f"mismatch (valid {vp}, ready {rp})"
         assert run.cycles > full.cycles
 
 
-def test_full_rate_cycles_and_utilization(backend):
-    """One A beat per cycle for nb >= 8, and (K split over S phases) for nb < 8 once S*nb >= 8; fixed drain
-    latency, or the K-split reduction per output beat."""
+def test_row_cycle_formula_and_overlap(backend):
+    """A ROW job alone takes exactly ``pe.cycles``; jobs back to back overlap: the drain of one and the load of
+    the next hide under the other's compute, so a stream runs at one A beat per cycle plus one fill."""
     pe = PEArray(acc="fp32", **CONFIGS[backend.name])
+    L = pe.lanes
     rng = np.random.default_rng(3)
-    shapes = [(pe.batch, 8, 8 * pe.lanes), (1, 6, pe.lanes), (2, 16, 2 * pe.lanes)] \
-        if backend.name == "amaranth" else \
-        [(pe.batch, 256, 256), (1, 512, 256), (2, 100, 3 * pe.lanes), (1, 512, pe.lanes), (4, 64, 2 * pe.lanes)]
-    for b, k, n in shapes:
-        inputs, want = stimulus(pe, [(b, k, n)], rng)
-        nb = n // pe.lanes
-        S = pe.phases(k, nb)
-        # Only the first result beat: the cycle it appears in is last A beat + drain_latency (no split), or
-        # the job's length less the reductions of the other beats (split).
-        first = backend.run_streams(pe, inputs, {"y": 1})
-        x_beats = b * -(-k // pe.lanes)
-        if S == 1:
-            last_a = x_beats + 1 + (k - 1) * max(nb, pe.min_nb) + nb - 1
-            assert first.cycles == last_a + pe.drain_latency + 1
-        else:
-            assert first.cycles == pe.cycles(b, k, nb) - (b * nb - 1) * pe.reduce_cycles(S)
-            if S * nb >= pe.min_nb:     # one A beat per cycle: the compute phase is K * nb cycles
-                assert pe.cycles(b, k, nb) == (x_beats + k * nb + pe.loop_latency
-                                               + b * nb * pe.reduce_cycles(S) + 1)
-        run = backend.run_streams(pe, inputs, {"y": b * nb})
-        assert run.cycles == pe.cycles(b, k, nb)
-        got = unpack_lanes(run.outputs["y"], pe.lanes, pe.acc_width, np.uint32)
-        assert np.array_equal(got, want)
-        macs = b * k * n
-        print(f"\n[{backend.name}] B={b} K={k} N={n} lanes={pe.lanes} batch={pe.batch}: {run.cycles} cycles, "
-              f"{macs / run.cycles:.2f} MACs/cycle of {pe.lanes * pe.batch} "
-              f"(K split over {S} phases; compute phase "
-              f"{macs / (k * (nb if S > 1 else max(nb, pe.min_nb))):.2f}), "
-              f"{run.cycles / max(run.wall_seconds, 1e-9) / 1e3:.1f}k cycles/s")
+    for job in [("row", 2, 8, 8 * L), ("row", 1, 6, L), ("row", 2, 16, 2 * L), ("row", 1, 9, 10 * L)]:
+        run, gy, wy, _, _ = run_jobs(backend, pe, [job], rng)
+        assert np.array_equal(gy, wy)
+        assert run.cycles == pe.cycles(job[1], job[2], job[3] // L)
+    for jobs, beats in (([("trans", 2, 4 * L, 8)] * 6, 6 * 4 * 8), ([("row", 2, 16, 8 * L)] * 6, 6 * 16 * 8)):
+        run, gy, wy, gs, ws = run_jobs(backend, pe, jobs, rng)
+        assert np.array_equal(gy, wy) and np.array_equal(gs, ws)
+        single, *_ = run_jobs(backend, pe, jobs[:1], rng)
+        per_job = beats // len(jobs)
+        # the five later jobs cost their A beats only (+ at most a couple of cycles each)
+        assert run.cycles - single.cycles <= (len(jobs) - 1) * (per_job + 2), (run.cycles, single.cycles)
+        print(f"\n[{backend.name}] {len(jobs)} x {jobs[0]}: {run.cycles} cycles for {beats} A beats "
+              f"(one job alone {single.cycles}); {run.cycles / max(run.wall_seconds, 1e-9) / 1e3:.1f}k cycles/s")
 
 
 def test_golden_order_of_operations():
-    """gemm is the plain sequential loop of fp16.mac from +0, element by element."""
+    """gemm is the plain sequential loop of fp16.mac from +0; the trans dataflow is per-lane sequential sums
+    of k = l, l + lanes, ... then a pairwise lane tree; row_half adds the odd-k half onto the even-k half."""
     rng = np.random.default_rng(11)
     x, a = operands(rng, 2, 9, 3, special=True)
     for acc in ("fp16", "fp32"):
@@ -134,12 +154,42 @@ def test_golden_order_of_operations():
                     s = fp16.mac(x[b, k], a[k, n], s, acc=acc)
                 assert y[b, n] == s
         assert np.array_equal(gemv(x[1], a, acc=acc), y[1])
+    x, a = operands(rng, 2, 8, 3)
+    acc = "fp32"
+    y = gemm_mode(x, a, acc=acc, lanes=4, mode="trans")
+    add = lambda p, q: (np.asarray(p).view(np.float32) + np.asarray(q).view(np.float32)).view(np.uint32)  # noqa
+    for b in range(2):
+        for n in range(3):
+            lane = []
+            for l in range(4):
+                s = np.zeros((), np.uint32)
+                for k in (l, l + 4):
+                    s = fp16.mac(x[b, k], a[k, n], s, acc=acc)
+                lane.append(s)
+            assert y[b, n] == add(add(lane[0], lane[1]), add(lane[2], lane[3]))
+    xh, ah = operands(rng, 1, 4, 2)
+    yh = gemm_mode(xh, ah, acc=acc, lanes=4, mode="row_half")
+    for n in range(2):
+        # K = 4: two beats, S = min(8, 2) = 2 phases: each half is (p_0 + p_1) of single products
+        ev = add(fp16.mac(xh[0, 0], ah[0, n], np.uint32(0), acc=acc), fp16.mac(xh[0, 2], ah[2, n], np.uint32(0),
+                                                                                 acc=acc))
+        od = add(fp16.mac(xh[0, 1], ah[1, n], np.uint32(0), acc=acc), fp16.mac(xh[0, 3], ah[3, n], np.uint32(0),
+                                                                                 acc=acc))
+        assert yh[0, n] == add(ev, od)
     # +0 start: a single -0 product gives +0 (IEEE: -0 + +0 = +0).
     assert gemm(np.array([[0x8000]], np.uint16), np.array([[0x3C00]], np.uint16))[0, 0] == 0
+    assert [mode_of(16, 8, 8, False), mode_of(16, 4, 8, False), mode_of(16, 3, 8, True),
+            mode_of(4, 6, 8, True)] == ["row", "row_half", "trans", "trans_half"]
     with pytest.raises(ValueError, match="do not chain"):
         gemm(x, a.T)
     with pytest.raises(ValueError, match="acc must be one of"):
         gemm(x, a, acc="bf16")
+    with pytest.raises(ValueError, match="row mode needs N"):
+        gemm_mode(x, a, acc="fp32", lanes=4, mode="row")
+    with pytest.raises(ValueError, match="runs as"):
+        gemm_mode(x, a[:, :2], acc="fp32", lanes=4, mode="row")
+    with pytest.raises(ValueError, match="TRANS needs K"):
+        mode_of(12, 8, 8, True)
 
 
 def test_accuracy_k4096_gemv():
@@ -162,26 +212,25 @@ def test_accuracy_k4096_gemv():
 def test_bad_parameters():
     with pytest.raises(ValueError, match="power of two"):
         PEArray(lanes=3)
-    with pytest.raises(ValueError, match="multiple of lanes"):
-        PEArray(lanes=4, max_n=6)
+    with pytest.raises(ValueError, match="power of two"):
+        PEArray(lanes=1)
+    with pytest.raises(ValueError, match="acc_columns"):
+        PEArray(lanes=4, acc_columns=0)
     with pytest.raises(ValueError, match="acc must be one of"):
         PEArray(acc="bf16")
     with pytest.raises(ValueError, match="batch"):
         PEArray(batch=0)
 
 
-def test_degenerate_config_and_lint(tmp_path):
-    """lanes=1, batch=1, nb=1 (every beat waits for its own write-back) works and the Verilog is lint-clean."""
+def test_small_configs_and_lint(tmp_path):
+    """lanes=2, batch=1 (every TRANS beat waits for its own write-back) works; the Verilog is lint-clean."""
     from sim.backends import get_backend
     from sim.backends.verilog import write_verilog, lint
-    pe = PEArray(lanes=1, batch=1, acc="fp16", max_k=3, max_n=1)
-    rng = np.random.default_rng(5)
-    jobs = [(1, 3, 1), (1, 1, 1)]
-    inputs, want = stimulus(pe, jobs, rng)
-    run = get_backend("amaranth").run_streams(pe, inputs, {"y": 2})
-    assert np.array_equal(unpack_lanes(run.outputs["y"], 1, 16, np.uint16), want)
-    assert run.cycles == pe.cycles(1, 3, 1) + pe.cycles(1, 1, 1)
+    pe = PEArray(lanes=2, batch=1, acc="fp16", max_k=6, acc_columns=2)
+    jobs = [("row", 1, 3, 2), ("trans", 1, 4, 1), ("row_half", 1, 2, 1), ("trans_half", 1, 1, 2)]
+    run, gy, wy, gs, ws = run_jobs(get_backend("amaranth"), pe, jobs, np.random.default_rng(5))
+    assert np.array_equal(gy, wy) and np.array_equal(gs, ws)
     paths = write_verilog(tmp_path, {"pe_min": lambda: pe,
                                      "pe_array": lambda: PEArray(lanes=4, batch=2, acc="fp32", max_k=100,
-                                                                 max_n=64)})
+                                                                 acc_columns=16)})
     assert lint(paths) == []

@@ -10,8 +10,9 @@ from hdl.ndp.descriptor import ErrorCode, SEQ_BITS
 from firmware.ndp.descriptor import gemv, gemm, softmax, load, store
 from firmware.ndp import kernels
 from sim.golden import fp16
-from sim.golden.ndp_core import GoldenCore, Completion, beats, unbeats, x_beats, accuracy_report, accuracy_table
-from sim.golden.pe_array import gemm as pe_gemm
+from sim.golden.ndp_core import (GoldenCore, Completion, beats, unbeats, x_beats, statuses, trans_layout,
+                                 accuracy_report, accuracy_table)
+from sim.golden.pe_array import gemm as pe_gemm, gemm_mode
 from sim.golden.softmax import softmax_rows
 
 TINY16 = replace(TINY, name="tiny-fp16", acc="fp16")
@@ -49,36 +50,43 @@ def test_beats_packing():
         beats(np.zeros(3, np.int32), 8)
 
 
-def test_x_beats_skip_rejected_chain_and_load():
+def test_x_beats_skip_rejected_chain_and_load_and_pad_rows():
     rng = np.random.default_rng(2)
     x = rand_bits(rng, (1, 16))
+    x12 = rand_bits(rng, (2, 12))
     prog = [
         (gemv(0, 16, 8, keep=True), x),                 # accepted: 2 beats
         (gemv(3, 16, 8), x),                            # MISALIGNED: the GPU sends nothing
         (softmax(1, 8, chain=True), None),              # CHAIN: nothing
         (load(0, 4, 8), None),                          # LOAD: nothing
         (store(0, 4, 8), rand_bits(rng, (4, 8))),       # accepted: 4 beats
+        (gemm(0, 2, 12, 8), x12),                       # K = 12: each row padded to 2 beats
+        (gemm(0, 2, 16, 8, trans=True, acc=True), rand_bits(rng, (2, 16))),   # no partial: NO_CHAIN_INPUT
     ]
     assert prog[1][0].validate(TINY) == ErrorCode.MISALIGNED
+    assert statuses(prog, TINY)[-1] == ErrorCode.NO_CHAIN_INPUT
+    pad = np.zeros((2, 16), np.uint16)
+    pad[:, :12] = x12
     xb = x_beats(prog, TINY)
-    assert xb == beats(x, 8) + beats(prog[4][1], 8)
+    assert xb == beats(x, 8) + beats(prog[4][1], 8) + beats(pad, 8)
 
 
 # ---- semantics -------------------------------------------------------------------------------------------
 
-def test_keep_suppresses_return_and_chain_consumes():
+def test_keep_suppresses_return_and_chains_read_it_repeatedly():
     rng = np.random.default_rng(3)
     a = rand_bits(rng, (16, 8), 0.25)
     b = rand_bits(rng, (8, 16), 0.25)
     x = rand_bits(rng, (1, 16))
     core = core_with(TINY, 0, a)
     core.write(256, b)
-    c = core.run([(gemv(0, 16, 8, keep=True), x), (gemv(256, 8, 16, chain=True), None)])
-    assert [(k.seq, k.status) for k in c] == [(0, ErrorCode.OK), (1, ErrorCode.OK)]
+    c = core.run([(gemv(0, 16, 8, keep=True), x), (gemv(256, 8, 16, chain=True), None),
+                  (gemv(256, 8, 16, chain=True), None)])
+    assert [(k.seq, k.status) for k in c] == [(0, ErrorCode.OK), (1, ErrorCode.OK), (2, ErrorCode.OK)]
     assert c[0].result.size == 0
     m = ref_mm(x, a, TINY)
-    assert np.array_equal(c[1].result, ref_mm(m, b, TINY))
-    assert core.kept == 0
+    assert np.array_equal(c[1].result, ref_mm(m, b, TINY)) and np.array_equal(c[2].result, c[1].result)
+    assert np.array_equal(core.kept(0), m.reshape(1, 8)) and core.kept(1) is None
 
 
 @pytest.mark.parametrize("cfg", [TINY, TINY16], ids=lambda c: c.acc)
@@ -90,58 +98,86 @@ def test_e3_equals_two_step_gemm(cfg):
     lay = kernels.lora_layout(d, r, config=cfg)
     core = GoldenCore(cfg, lay["end"])
     assert all(k.ok for k in core.run(kernels.lora_store(a, b, lay, config=cfg).program))
-    k = kernels.lora_e3(x, lay["a"], lay["b"], d, r, config=cfg)
+    k = kernels.lora_e3(x, lay, config=cfg)
     y = k.results(core.run(k.program))
-    m = pe_gemm(x, a, acc=cfg.acc, lanes=cfg.lanes)
+    m = gemm_mode(x, a, acc=cfg.acc, lanes=cfg.lanes, mode="trans")
     m16 = fp16.from_f32(m) if cfg.acc == "fp32" else m       # m is kept on the device in FP16
     y2 = pe_gemm(m16, b, acc=cfg.acc, lanes=cfg.lanes)
     assert np.array_equal(y, fp16.from_f32(y2) if cfg.acc == "fp32" else y2)
 
 
-def test_no_chain_input_cases():
+def test_state_check_cases():
+    """CHAIN / ACC against the owner's state: NO_CHAIN_INPUT (own state missing or of another shape),
+    FOREIGN_STATE (no state of its own while another owner holds some); rejected descriptors change nothing."""
     rng = np.random.default_rng(5)
-    a = rand_bits(rng, (16, 8))
+    core = core_with(TINY, 0, rand_bits(rng, (16, 8)))
     x = rand_bits(rng, (1, 16))
-    x8 = rand_bits(rng, (1, 8))
-    core = core_with(TINY, 0, a)
-    chain = (gemv(0, 8, 8, chain=True), None)         # needs 8 kept elements
+    chain = (gemv(0, 8, 8, chain=True), None)         # needs a kept 1 x 8 result
     prog = [
-        chain,                                        # nothing kept at start
-        (gemv(0, 16, 8), x), chain,                   # previous did not KEEP
-        (gemv(3, 16, 8, keep=True), x), chain,        # previous KEEP failed (MISALIGNED)
-        (gemv(0, 16, 8, keep=True), x), (load(0, 2, 8), None), chain,   # a LOAD in between clears it
-        (gemv(0, 16, 8, keep=True), x), (gemv(0, 16, 8, chain=True), None),  # needs 16 > 8 kept
-        (gemv(0, 16, 8, keep=True), x), chain, chain,  # first OK (consumes), second: the first did not KEEP
-        (gemv(0, 8, 8), x8),
+        chain,                                        # 0 nothing kept anywhere: NO_CHAIN_INPUT
+        (gemv(0, 16, 8, keep=True), x, 1), chain,     # 1 owner 1 keeps; 2 owner 0 has nothing: FOREIGN_STATE
+        (gemv(0, 16, 8, chain=False), x, 1),          # 3 a plain GEMV leaves owner 1's state alone
+        (gemv(0, 8, 8, chain=True), None, 1),         # 4 input 1 x 8 == kept 1 x 8: OK
+        (gemv(0, 16, 8, chain=True), None, 1),        # 5 shape 1 x 16 != kept 1 x 8: NO_CHAIN_INPUT
+        (gemv(3, 16, 8, keep=True), x, 0),            # 6 MISALIGNED: no state for owner 0
+        chain,                                        # 7 still FOREIGN_STATE
+        (gemv(0, 16, 8, keep=True), x, 0), chain,     # 8, 9 owner 0 keeps, then chains: OK
+        (gemv(0, 16, 8, trans=True, acc=True), x, 0), # 10 ACC without a partial: NO_CHAIN_INPUT
+        (gemv(0, 16, 8, trans=True, partial=True), x, 2),                     # 11 owner 2: a partial (slot 2?)
     ]
     got = [k.status for k in core.run(prog)]
-    NC, OK = ErrorCode.NO_CHAIN_INPUT, ErrorCode.OK
-    assert got == [NC, OK, NC, ErrorCode.MISALIGNED, NC, OK, OK, NC, OK, NC, OK, OK, NC, OK]
-    assert [k.seq for k in core.run([chain, chain])] == [14, 15]
+    NC, FS, OK = ErrorCode.NO_CHAIN_INPUT, ErrorCode.FOREIGN_STATE, ErrorCode.OK
+    assert got == [NC, OK, FS, OK, OK, NC, ErrorCode.MISALIGNED, FS, OK, OK, NC, OK]
+    # two slots on TINY: owner 2's PARTIAL evicted the round-robin victim (slot 0: owner 1)
+    assert core.kept(1) is None and core.kept(0) is not None and core.partial(2) is not None
+    assert core.run([(gemv(0, 8, 8, chain=True), None, 1)])[0].status == FS
+    assert [k.seq for k in core.run([chain, chain])] == [13, 14]
+    assert statuses(prog, TINY) == got
 
 
-def test_chain_takes_first_kept_elements():
-    # SOFTMAX R=2, L=8 with KEEP keeps 16 exponentials; a GEMV CHAIN of K=8 consumes the first row only
+def test_partial_tiles_accumulate_in_fp32():
+    rng = np.random.default_rng(10)
+    a = rand_bits(rng, (24, 6), 0.3)
+    xs = rand_bits(rng, (2, 24))
+    core = GoldenCore(TINY, MEM)
+    core.write(0, trans_layout(a[:8], 8, TINY.acc_columns))
+    core.write(1024, trans_layout(a[8:16], 8, TINY.acc_columns))
+    core.write(2048, trans_layout(a[16:20], 8, TINY.acc_columns))
+    prog = [(gemm(0, 2, 8, 6, trans=True, partial=True), xs[:, :8]),
+            (gemm(1024, 2, 8, 6, trans=True, acc=True, partial=True), xs[:, 8:16]),
+            (gemm(2048, 2, 4, 6, trans=True, acc=True), xs[:, 16:20]),
+            (gemm(2048, 2, 4, 6, trans=True, acc=True), xs[:, 16:20])]     # partial consumed
+    c = core.run(prog)
+    assert [k.status for k in c] == [ErrorCode.OK] * 3 + [ErrorCode.NO_CHAIN_INPUT]
+    t = [gemm_mode(xs[:, k0:k1], a[k0:k1], acc="fp32", lanes=8, mode=mode).view(np.float32)
+         for k0, k1, mode in ((0, 8, "trans"), (8, 16, "trans"), (16, 20, "trans_half"))]
+    want = fp16.from_f32(((t[0] + t[1]) + t[2]).view(np.uint32))
+    assert c[0].result.size == 0 and c[1].result.size == 0 and np.array_equal(c[2].result, want.reshape(-1))
+
+
+def test_softmax_keep_then_trans_context():
+    # SOFTMAX R=2, L=8 with KEEP keeps 2 x 8 exponentials; a TRANS GEMM CHAIN of K=8 consumes them
     rng = np.random.default_rng(6)
     p = rand_bits(rng, (2, 8))
     v = rand_bits(rng, (8, 8))
-    core = core_with(TINY, 0, v)
-    c = core.run([(softmax(2, 8, keep=True), p), (gemv(0, 8, 8, chain=True), None)])
-    e, m, s = softmax_rows(p, TINY.lanes)
-    assert c[1].ok and np.array_equal(c[1].result, ref_mm(e[0], v, TINY))
+    core = core_with(TINY, 0, trans_layout(v, 8, TINY.acc_columns))
+    c = core.run([(softmax(2, 8, keep=True), p), (gemm(0, 2, 8, 8, trans=True, chain=True), None)])
+    e, m, s = softmax_rows(p, TINY.sfu_lanes)
+    want = fp16.from_f32(gemm_mode(e, v, acc="fp32", lanes=8, mode="trans"))
+    assert c[1].ok and np.array_equal(c[1].result, want.reshape(-1))
 
 
 def test_softmax_return_full_and_keep_anchors():
     rng = np.random.default_rng(7)
     p = rand_bits(rng, (3, 16), 2.0)
-    e, m, s = softmax_rows(p, TINY.lanes)
+    e, m, s = softmax_rows(p, TINY.sfu_lanes)
     anchors = np.stack([m, s & 0xFFFF, s >> 16], axis=1).astype(np.uint16).reshape(-1)
     core = GoldenCore(TINY, MEM)
     full, kept = core.run([(softmax(3, 16), p), (softmax(3, 16, keep=True), p)])
     assert np.array_equal(full.result, np.concatenate([e.reshape(-1), anchors]))
     assert full.result.size == 3 * (16 + 3)
     assert np.array_equal(kept.result, anchors)
-    assert core.kept == 3 * 16
+    assert core.kept(0).shape == (3, 16)
 
 
 def test_rejected_descriptors_take_no_input():
@@ -189,6 +225,8 @@ def test_bad_arguments():
         core.run("nope")
     with pytest.raises(ValueError, match=r"program\[0\]"):
         core.run([(1, 2)])
+    with pytest.raises(ValueError, match="owner"):
+        core.run([(load(0, 4, 8), None, -1)])
     with pytest.raises(ValueError, match="needs a GPU input"):
         core.run([(store(0, 4, 8), None)])
     with pytest.raises(ValueError, match="shape"):
