@@ -675,12 +675,12 @@ class _Iteration:
                 for d in range(N):
                     for c0 in range(0, len(e["_dev"][d]), s.ndp_timing.max_share(hd)):
                         key = (layer, r.rid, h, d, c0, e["sb"])
-                        if key in res:
-                            o, m, sm = res[key]
-                            parts.append((d * 1_000_000 + c0, o, m, sm))
+                        if key in res:                  # one (o, m, sum) per token tile of the job
+                            for t, (o, m, sm) in enumerate(res[key]):
+                                parts.append(((d, c0, t), o, m, sm))
                 g = gpu_parts.get((r.rid, h))
                 if g is not None:
-                    parts.append((N * 1_000_000, *g))
+                    parts.append(((N, 0, 0), *g))
                 if parts and s.ndp.backend != "perf":
                     out[e["lo"], h * hd:(h + 1) * hd] = to_fp16_bits(merge_partials(parts))
         return out

@@ -41,9 +41,11 @@ ENTRIES = 4
 
 def e2e_ndp_config(depth: int = DEPTH):
     """The NDP core of the end-to-end run: the ``tiny`` PE geometry (8 lanes x 2 PE rows, one channel's slice
-    of the paper core) with buffers that hold one whole adapter matrix (``688 x 16`` FP16 = 22 KiB) and one
-    batch of FFN inputs (design choice until the firmware tiles operands over several descriptors with
-    on-device accumulation; then this becomes ``tiny`` itself)."""
+    of the paper core; its state slots, accumulator columns and ``max_k``) with a 32 KiB DRAM ring, so that a
+    K-tile (:func:`firmware.ndp.kernels.tile_bytes`: half the ring) holds 256 rows of A at rank 16 and a token
+    tile 128 tokens of head dim 64, and 4 KiB input and return rings (a batch of FFN inputs, an E2 LOAD chunk).
+    Design choice: fewer, larger tiles keep the descriptor count (and the simulation time) of a wave small; the
+    kernels tile everything larger (d_in = 688: K-tiles of 256, 256, 176 rows; B panels of 128 columns)."""
     return replace(TINY, name="e2e", input_buffer_bytes=4096, output_buffer_bytes=4096, dram_buffer_bytes=32768,
                    device_bytes=depth * 64)
 
@@ -67,31 +69,42 @@ class NDPJob:
         if missing:
             raise ValueError(f"NDPJob {self.key}: {self.kind} needs tensors {need}, missing {missing}")
 
-    def placed(self) -> list:
-        """``[(name, 2-D bits as stored)]``: K is stored transposed (K^T, d x l), the attention's operand."""
+    def layout(self, config, base: int = 0) -> dict:
+        """The firmware layout of the job's tensors at ``base`` (:mod:`host.e2e.programs`): an adapter's
+        K-tiles and panels, or a KV share's token tiles."""
         if self.kind == "ATT":
-            return [("kT", np.ascontiguousarray(self.tensors["K"].T)), ("V", self.tensors["V"])]
-        return [(n, self.tensors[n]) for n in (("A",) if self.kind == "E4" else ("A", "B"))]
+            l, d = self.tensors["K"].shape
+            return programs.kv_layout(d, l, config=config, base=base)
+        d_in, r = self.tensors["A"].shape
+        d_out = self.tensors["B"].shape[1] if "B" in self.tensors else d_in
+        lay = programs.lora_layout(d_in, d_out, r, config=config, base=base)
+        if self.kind == "E4":                      # only A is placed: B's panels are not used
+            lay = dict(lay, b=[], end=lay["b"][0][0] if lay["b"] else lay["end"])
+        return lay
 
-    def kernel(self, addr: dict, config):
-        """The descriptor program at the placed addresses."""
+    def placed(self, layout, config) -> list:
+        """``[(address, bits as stored)]`` of the job's tensors in ``layout``: A's K-tiles in the TRANS
+        layout, B's column panels, K^T tiles, V tiles in the TRANS layout."""
+        if self.kind == "ATT":
+            return programs.kv_tensors(self.tensors["K"], self.tensors["V"], layout, config=config)
+        return programs.lora_tensors(self.tensors["A"], self.tensors.get("B"), layout, config=config,
+                                     with_b=self.kind != "E4")
+
+    def kernel(self, layout: dict, config):
+        """The descriptor program on the placed ``layout``."""
         if self.kind != "E2" and self.x is None:
             raise ValueError(f"NDPJob {self.key}: {self.kind} needs an input x")
         if self.kind == "ATT":
-            K = self.tensors["K"]
-            l, d = K.shape
-            return programs.attention(prepare_query(self.x), addr["kT"], addr["V"], d, l, config=config)
-        d_in, r = self.tensors["A"].shape
+            return programs.attention(prepare_query(self.x), layout, config=config)
         if self.kind == "E4":
-            return programs.lora_e4(self.x, addr["A"], d_in, r, config=config)
-        d_out = self.tensors["B"].shape[1]
+            return programs.lora_e4(self.x, layout, config=config)
         if self.kind == "E3":
-            return programs.lora_e3(self.x, addr["A"], addr["B"], d_in, d_out, r, config=config)
-        return programs.lora_e2(addr["A"], addr["B"], d_in, d_out, r, config=config)
+            return programs.lora_e3(self.x, layout, config=config)
+        return programs.lora_e2(layout, config=config)
 
-    @property
-    def tensor_bytes(self) -> int:
-        return sum(_region(t.size * 2, 64) for _, t in self.placed())
+    def tensor_bytes(self, config) -> int:
+        """Bytes of device memory the job's layout takes."""
+        return self.layout(config)["end"]
 
 
 def _region(nbytes, align):
@@ -99,11 +112,9 @@ def _region(nbytes, align):
 
 
 def returned_elems(desc) -> int:
-    """FP16 elements a descriptor's completion carries (``docs/ndp_kernels.md``: everything unless KEEP; a
-    SOFTMAX with KEEP returns its 3 anchors per row)."""
-    if desc.type == DescType.READ_COMPUTE and desc.op == DescOp.SOFTMAX:
-        return 3 * desc.input_dim0 if desc.keep else desc.output_elems()
-    return 0 if desc.keep else desc.output_elems()
+    """FP16 elements a descriptor's completion carries (:meth:`firmware.ndp.descriptor.Descriptor.returned_elems`:
+    nothing for KEEP / PARTIAL results; a SOFTMAX with KEEP returns its 3 anchors per row)."""
+    return desc.returned_elems()
 
 
 @dataclass(frozen=True)
@@ -181,16 +192,15 @@ class WaveScript:
         self.kernels, self.items = [], []          # items: (job index, descriptor, input)
         self.stores = []                           # (address, bits) of the preload
         for j, job in enumerate(self.jobs):
-            place = {}
-            for name, t in job.placed():
-                place[name] = addr
-                self.stores.append((addr, t))
+            lay = job.layout(config, addr)
+            if lay["end"] > depth * 64:
+                raise ValueError(f"wave run: the tensors need {lay['end']} bytes, the window holds {depth * 64}")
+            for a, t in job.placed(lay, config):
+                self.stores.append((a, t))
                 if d is not None:
-                    d.store(addr, t)
-                addr += _region(t.size * 2, config.align_bytes)
-            if addr > depth * 64:
-                raise ValueError(f"wave run: the tensors need {addr} bytes, the window holds {depth * 64}")
-            k = job.kernel(place, config)
+                    d.store(a, t)
+            addr = _region(lay["end"], config.align_bytes)
+            k = job.kernel(lay, config)
             self.kernels.append(k)
             for desc, inp in k.program:
                 self.items.append((j, desc, inp))
@@ -262,7 +272,8 @@ class _Cpl:
 
 def _op_name(desc) -> str:
     if desc.type == DescType.READ_COMPUTE:
-        return desc.op.name + ("+K" if desc.keep else "") + ("+C" if desc.chain else "")
+        return desc.op.name + "".join(f"+{c}" for c, f in (("T", desc.trans), ("A", desc.acc), ("P", desc.partial),
+                                                             ("K", desc.keep), ("C", desc.chain)) if f)
     return desc.type.name
 
 
@@ -291,7 +302,7 @@ def plan_runs(jobs, config, depth=DEPTH, entries=ENTRIES) -> list:
     room = depth * 64 - base
     runs, cur, used = [], [], 0
     for job in jobs:
-        need = job.tensor_bytes
+        need = job.tensor_bytes(config)
         if need > room:
             raise ValueError(f"NDP job {job.key}: its tensors take {need} bytes, more than the {room} bytes of a "
                              f"run's data window (depth {depth} lines)")

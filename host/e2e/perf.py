@@ -35,21 +35,22 @@ from hdl.ndp.descriptor import DescType, DescOp
 __all__ = ["features", "op_class", "NDPTiming", "fit", "CALIBRATION", "load_calibration", "CLASSES"]
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "data" / "e2e_ndp_calibration.json"
-CLASSES = ("LOAD", "STORE", "GEMV", "GEMM", "SOFTMAX")
+CLASSES = ("LOAD", "STORE", "GEMV", "GEMV_T", "GEMM", "GEMM_T", "SOFTMAX")
 #: feature names of :func:`features` (the same vector for every class; unused ones are 0)
-FEATURES = ("one", "op_beats", "pass_beats", "in_beats", "in_lines", "out_beats", "out_lines", "sm_nb", "sm_rows_nb")
+FEATURES = ("one", "op_beats", "pass_beats", "in_beats", "in_lines", "out_beats", "out_lines", "sm_nb", "sm_rows_nb",
+            "acc_elems", "part_elems")
 
 
 def op_class(desc) -> str:
+    """LOAD, STORE, SOFTMAX, or GEMV / GEMM with ``_T`` for the TRANS (GEMV-PE) dataflow: the two dataflows
+    stream the operand and drain the result differently (docs/ndp_pe_array.md)."""
     if desc.type == DescType.READ_COMPUTE:
-        return desc.op.name
+        return desc.op.name + ("_T" if desc.op in (DescOp.GEMV, DescOp.GEMM) and desc.trans else "")
     return desc.type.name
 
 
 def _returned(desc) -> int:
-    if desc.type == DescType.READ_COMPUTE and desc.op == DescOp.SOFTMAX:
-        return 3 * desc.input_dim0 if desc.keep else desc.output_elems()
-    return 0 if desc.keep else desc.output_elems()
+    return desc.returned_elems()
 
 
 def features(desc, config) -> np.ndarray:
@@ -64,8 +65,10 @@ def features(desc, config) -> np.ndarray:
     out = _returned(desc)
     nb = ceil(desc.input_dim1 / lanes) if cls == "SOFTMAX" else 0
     rows = desc.input_dim0 if cls == "SOFTMAX" else 0
+    res = desc.output_elems() if cls in ("GEMV", "GEMV_T", "GEMM", "GEMM_T") else 0
     return np.array([1.0, op_beats, op_beats * (passes - 1), in_beats, in_lines, ceil(out / lanes),
-                     ceil(2 * out / 64), nb, rows * nb], np.float64)
+                     ceil(2 * out / 64), nb, rows * nb, res if desc.acc else 0, res if desc.partial else 0],
+                    np.float64)
 
 
 def fit(records, config) -> dict:
@@ -213,27 +216,29 @@ class NDPTiming:
     def lora_e3_s(self, d_in, d_out, rank, batch) -> float:
         return self._e3(int(d_in), int(d_out), int(rank), int(batch))
 
-    def _e3(self, d_in, d_out, rank, batch):
+    def _layout(self, d_in, d_out, rank):
         from . import programs
         L = self.config.lanes
-        d_in, d_out, rank = _up(d_in, L), _up(d_out, L), _up(rank, L)
-        x = np.zeros((batch, d_in), np.uint16)
-        a = 0
-        b = _up(d_in * rank * 2, 64)
-        return self.program_s(programs.lora_e3(x, a, b, d_in, d_out, rank, config=self.config).program)
+        return programs.lora_layout(_up(d_in, L), _up(d_out, L), _up(rank, 2), config=self.config)
+
+    def _e3(self, d_in, d_out, rank, batch):
+        from . import programs
+        lay = self._layout(d_in, d_out, rank)
+        x = np.zeros((batch, lay["d"]), np.uint16)
+        return self.program_s(programs.lora_e3(x, lay, config=self.config).program)
 
     def lora_e4_s(self, d_in, rank, batch) -> float:
         from . import programs
-        L = self.config.lanes
-        x = np.zeros((int(batch), _up(d_in, L)), np.uint16)
-        return self.program_s(programs.lora_e4(x, 0, _up(d_in, L), _up(rank, L), config=self.config).program)
+        lay = self._layout(d_in, d_in, rank)
+        x = np.zeros((int(batch), lay["d"]), np.uint16)
+        return self.program_s(programs.lora_e4(x, lay, config=self.config).program)
 
     def max_share(self, head_dim) -> int:
-        """Tokens of one attention descriptor chain at most: K^T (d x l) must fit the DRAM buffer and the
-        20-bit field, rounded down to whole beats."""
-        from hdl.ndp.descriptor import FIELD_BITS
-        lim = min(self.config.dram_buffer_bytes, (1 << FIELD_BITS) - 1) // (2 * head_dim)
-        return lim // self.config.lanes * self.config.lanes
+        """Tokens of one attention job at most: one token tile of the firmware kernel
+        (:func:`firmware.ndp.kernels.token_tile`: K^T in half the DRAM ring, the scores in the accumulators
+        and a kept slot)."""
+        from firmware.ndp.kernels import token_tile
+        return token_tile(head_dim, 1 << 16, 1, self.config)
 
     def _att_one(self, t, head_dim):
         from . import programs
@@ -241,13 +246,13 @@ class NDPTiming:
         c = self._att_cache.get(key)
         if c is None:
             q = np.zeros(head_dim, np.uint16)
-            prog = programs.attention(q, 0, _up(head_dim * t * 2, 64), head_dim, t, config=self.config).program
-            c = self._att_cache[key] = self.program_s(prog)
+            lay = programs.kv_layout(head_dim, t, config=self.config)
+            c = self._att_cache[key] = self.program_s(programs.attention(q, lay, config=self.config).program)
         return c
 
     def attention_s(self, tokens, head_dim, q_heads, kv_heads):
         """One request's decode attention over ``tokens`` on this device (all its KV heads; whole beats only:
-        the share's tail stays on the GPU), in shares of at most :meth:`max_share` tokens."""
+        the share's tail stays on the GPU), in jobs of at most :meth:`max_share` tokens."""
         if not hasattr(self, "_att_cache"):
             self._att_cache = {}
         tok = np.asarray(tokens, np.float64)
