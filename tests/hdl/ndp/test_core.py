@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hdl.ndp.config import TINY, CORE_CLOCK_RATIO
+from hdl.ndp.config import TINY
 from hdl.ndp.core import NDPCore
 from hdl.ndp.descriptor import ErrorCode
 from hdl.memctl.commands import Cmd
@@ -139,12 +139,13 @@ def test_short_program_bit_exact(backend):
 
 
 def test_mixed_program_bit_exact():
-    """Verilator: the mixed program at full rate, under two random gap / backpressure patterns and with the
-    core at 15/16 of the memory clock."""
+    """Verilator: the mixed program at full rate and under two random gap / backpressure patterns. (The core at
+    15/16 of the memory clock, ``ce`` low one cycle in 16, is run bit-exact by
+    tests/cocotb/test_cocotb_ndp_core.py on the ``ndp_core`` top: a second Verilator build of this system with
+    the clock enable would add minutes of CPU to the default suite.)"""
     backend = get_backend("verilator")
     prog = mixed_program(np.random.default_rng(1))
-    for traffic, seed, clock in ((None, 0, None), ("random", 3, None), ("random", 4, None),
-                                 ("random", 5, CORE_CLOCK_RATIO)):
+    for traffic, seed, clock in ((None, 0, None), ("random", 3, None), ("random", 4, None)):
         run, y, cpl = run_core(backend, prog, traffic=traffic, seed=seed, clock=clock)
         assert completions(run.outputs["cpl"]) == cpl, (traffic, seed, clock)
         assert run.outputs["y"] == y, (traffic, seed, clock)
