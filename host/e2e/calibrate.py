@@ -25,7 +25,7 @@ def _bits(rng, shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float16).view(np.uint16)
 
 
-def calibration_waves(seed: int = 0, n: int = 12) -> list:
+def calibration_waves(seed: int = 0, n: int = 24) -> list:
     """``n`` random waves (lists of :class:`NDPJob`) over the shapes the run meets."""
     rng = np.random.default_rng([seed, 0xCA1])
     dims = (128, 256, 344, 688)
@@ -73,7 +73,7 @@ def wave_errors(timing: NDPTiming, measured) -> np.ndarray:
     return np.array(err)
 
 
-def calibrate_ndp(seed: int = 0, n: int = 12, engine: str = "verilator", path=CALIBRATION, log=print) -> dict:
+def calibrate_ndp(seed: int = 0, n: int = 24, engine: str = "verilator", path=CALIBRATION, log=print) -> dict:
     t0 = time.perf_counter()
     dev = NDPDevices("rtl", engine=engine)
     measured = measure_ndp(dev, calibration_waves(seed, n))

@@ -52,7 +52,7 @@ def add_parser(sub):
     c = esub.add_parser("calibrate", help="measure the NDP device and PIM rank timing models on the RTL "
                                           "(writes data/e2e_ndp_calibration.json, data/e2e_pim_calibration.json)")
     c.add_argument("--what", choices=["all", "ndp", "pim"], default="all")
-    c.add_argument("--waves", type=int, default=12, help="random NDP waves measured")
+    c.add_argument("--waves", type=int, default=24, help="random NDP waves measured")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--engine", choices=["verilator", "amaranth"], default="verilator")
     c.add_argument("--model", choices=["tiny", "micro"], default="tiny")
