@@ -1,6 +1,6 @@
 """What a completion status means for *this* descriptor: the field, its value and the limit it broke.
 
-The core reports a 4-bit status (``hdl.ndp.descriptor.ErrorCode``; the front end adds WINDOW_VIOLATION);
+The core reports a 5-bit status (``hdl.ndp.descriptor.ErrorCode``; WINDOW_VIOLATION comes from the front end);
 :func:`explain` turns ``(status, descriptor, config)`` into a sentence naming the buffer or field and the limit,
 e.g. ``OPERAND_TOO_LARGE: the operand (688 x 16 FP16 = 22016 bytes) exceeds the DRAM buffer
 (config.dram_buffer_bytes = 4096 bytes of NDP config 'tiny')``. The checks follow
@@ -31,7 +31,7 @@ def explain(status, desc, config, *, window=None) -> str:
         ec = ErrorCode(code)
     except ValueError:
         ec = None
-    if ec is None:
+    if ec is None or ec == ErrorCode.WINDOW_VIOLATION:
         if window is not None:
             lo, hi = window
             return (f"{name}: the operand [{desc.base_addr:#x}, {desc.base_addr + desc.operand_bytes:#x}) (whole "
@@ -59,16 +59,25 @@ def explain(status, desc, config, *, window=None) -> str:
                           f"{desc.operand_dim1} for {getattr(desc.op, 'name', desc.op)} (GEMV: input 1 x K with K "
                           f"= operand dim0; GEMM: input B x K; STORE: input dims = operand dims)",
         E.BATCH_TOO_LARGE: f"GEMM batch {desc.input_dim0} exceeds config.max_batch = {config.max_batch} of {who}",
-        E.OUTPUT_TOO_LARGE: f"the result ({desc.output_elems()} FP16 = {2 * desc.output_elems()} bytes) exceeds the "
-                            f"output buffer (config.output_buffer_bytes = {config.output_buffer_bytes} bytes of "
-                            f"{who})",
+        E.OUTPUT_TOO_LARGE: (f"the result ({desc.output_elems()} FP16 = {2 * desc.output_elems()} bytes) exceeds "
+                             f"where it goes: the return ring (config.output_buffer_bytes = "
+                             f"{config.output_buffer_bytes} bytes), a kept slot with KEEP (row-padded; "
+                             f"config.state_buffer_bytes / state_slots = {config.kept_slot_bytes} bytes), a "
+                             f"partial slot with ACC / PARTIAL (config.partial_slot_elems = "
+                             f"{config.partial_slot_elems} accumulators), or in the row dataflow N / lanes > "
+                             f"config.acc_columns = {config.acc_columns} (N = {desc.operand_dim1}, lanes = "
+                             f"{config.lanes}) of {who}; tile it (firmware.ndp.kernels)"),
         E.MISALIGNED: f"base_addr {desc.base_addr:#x} is not a multiple of config.align_bytes = "
                       f"{config.align_bytes}",
-        E.NOT_MULTIPLE: (f"dimensions must be multiples of config.lanes = {config.lanes} (operand "
-                         f"{desc.operand_dim0} x {desc.operand_dim1}, softmax length {desc.input_dim1}); a STORE's "
-                         f"bytes ({desc.operand_bytes}) a multiple of config.align_bytes = {config.align_bytes}"),
-        E.BAD_FLAGS: "KEEP / CHAIN are for READ_COMPUTE descriptors only (this is a LOAD or STORE)",
-        E.NO_CHAIN_INPUT: f"CHAIN needs {desc.input_dim0 * desc.input_dim1} kept elements, but the previous "
-                          f"descriptor of the queue kept fewer (it must be a READ_COMPUTE with KEEP)",
+        E.NOT_MULTIPLE: (f"GEMV/GEMM: N (TRANS: K) must be a multiple of config.lanes = {config.lanes} or lanes / 2 "
+                         f"with K (TRANS: N) even (operand {desc.operand_dim0} x {desc.operand_dim1}); SOFTMAX "
+                         f"length ({desc.input_dim1}) a multiple of lanes; a STORE's bytes "
+                         f"({desc.operand_bytes}) a multiple of config.align_bytes = {config.align_bytes}"),
+        E.BAD_FLAGS: ("flags not allowed here: any flag on LOAD / STORE; ACC, PARTIAL or TRANS on SOFTMAX; ACC or "
+                      "PARTIAL without TRANS; KEEP with PARTIAL"),
+        E.NO_CHAIN_INPUT: (f"CHAIN / ACC needs the owner's kept result ({desc.input_dim0} x {desc.input_dim1}) or "
+                           f"partial of the result's shape, and the owner's state slot holds none of that shape"),
+        E.FOREIGN_STATE: ("CHAIN / ACC from an owner (PASID << 8 | queue) without state while another owner holds "
+                          "state: a queue cannot read what another queue kept"),
     }[ec]
     return msg if ec == E.OK else f"{name}: {msg}"

@@ -103,8 +103,8 @@ class NDPJob:
         return programs.lora_e2(layout, config=config)
 
     def tensor_bytes(self, config) -> int:
-        """Bytes of device memory the job's layout takes."""
-        return self.layout(config)["end"]
+        """Bytes of device memory the job's layout takes (whether or not they fit ``config.device_bytes``)."""
+        return self.layout(replace(config, device_bytes=1 << 62))["end"]
 
 
 def _region(nbytes, align):

@@ -34,7 +34,7 @@ def test_cli_verilog_list_and_custom_top(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["verilog", "--list"]) == 0
     out = capsys.readouterr().out
-    assert "ndp_decoder" in out and "paper, tiny" in out and "lanes=64" in out
+    assert "ndp_decoder" in out and "paper, tiny" in out and "macs=1024" in out
     assert main(["verilog", "--top", "fp16_add", "--preset", "default", "--out", "v"]) == 0
     assert (tmp_path / "v" / "fp16_add.v").read_text().startswith("/*") or (tmp_path / "v" / "fp16_add.v").exists()
     cached = list((tmp_path / "build" / "verilog-cache").glob("*.v"))
@@ -47,7 +47,7 @@ def test_cli_verilog_list_and_custom_top(tmp_path, capsys, monkeypatch):
 
 def test_ports_page_names_fields_and_bits():
     md = ports_markdown(["ndp_core", "fp16_mul"])
-    assert "`header.op` [4, 8)" in md and "`base_addr` [20, 84)" in md
+    assert "`desc.header.op` [4, 8)" in md and "`desc.base_addr` [20, 84)" in md and "`owner` [204, 236)" in md
     assert "| `i` | in stream | 32 |" in md
 
 
