@@ -238,6 +238,7 @@ class NDPPerfModel:
             nb = N // L if mode == PEMode.ROW else 1
             cols = {PEMode.ROW: nb, PEMode.ROW_HALF: 1, PEMode.TRANS: N, PEMode.TRANS_HALF: N}[mode]
             passes = []
+            beats_first = 0
             for r0 in range(0, B, cfg.pe_batch):
                 rows = min(cfg.pe_batch, B - r0)
                 if mode in (PEMode.TRANS, PEMode.TRANS_HALF) and cols > cfg.acc_columns:
@@ -256,22 +257,31 @@ class NDPPerfModel:
                     else:
                         drain = rows * j["words"] * pe.reduce_cycles(j["S"], mode == PEMode.ROW_HALF) \
                             + pe.loop_latency + 1
-                    passes.append((comp, drain))
+                    passes.append([comp, drain, j["beats"] if r0 == 0 else None])
+                    beats_first += j["beats"] if r0 == 0 else 0
+            # the first row pass sweeps the operand once, column group after column group (the k-major layout
+            # stores the groups one after the other): job j needs the lines up to its share of the operand
+            acc = 0
+            for ps in passes:
+                if ps[2] is not None:
+                    acc += ps[2]
+                    ps[2] = acc / beats_first
+            passes = [tuple(ps) for ps in passes]
             out["x_first"] = min(B, cfg.pe_batch) * -(-K // L)     # the first job's x (the rest load meanwhile)
             out["passes"] = len(passes)
             out["pass"] = passes
         elif k == "softmax":
             R, Lt = d.input_dim0, d.input_dim1
             out["x"] = R * -(-Lt // L)
-            out["pass"] = [(self.sfu.cycles(R, -(-Lt // cfg.sfu_lanes)), 0)]
+            out["pass"] = [(self.sfu.cycles(R, -(-Lt // cfg.sfu_lanes)), 0, None)]
             out["passes"] = 1
         elif k == "load":
             beats = -(-d.operand_bytes // (2 * L))
-            out["pass"] = [(beats, 0)]
+            out["pass"] = [(beats, 0, 1.0)]
             out["passes"] = 1
         else:                                              # store: x beats -> line writes
             out["x"] = -(-d.input_bytes // (2 * L))
-            out["pass"] = [(out["x"], 0)]
+            out["pass"] = [(out["x"], 0, None)]
             out["passes"] = 1
         out["ret"] = -(-d.returned_elems() // L)
         return out
@@ -323,12 +333,13 @@ class NDPPerfModel:
             # ---- PE passes (jobs)
             t = max(comp_prev + c.gap, arrive_first + c.lead, x_ready + c.lead)
             drain_end = 0.0
-            for n, (comp, drain) in enumerate(s["pass"]):
+            for n, (comp, drain, frac) in enumerate(s["pass"]):
                 if n:
                     t += c.gap
-                if n == 0 and lines:
-                    # the first pass consumes the lines as they arrive, at most one beat per cycle
-                    end = max(t + comp, arrive_end + 1)
+                if frac is not None and lines:
+                    # the first sweep over the operand consumes the lines as they arrive (at most one beat per
+                    # cycle): this job's share of them has arrived
+                    end = max(t + comp, arrive_first + frac * (arrive_end - arrive_first) + 1)
                 else:
                     end = t + comp
                 if s["kind"] == "load":
@@ -505,7 +516,7 @@ def validation_programs(config):
     from firmware.ndp import kernels as K
     z = lambda s: np.zeros(s, np.uint16)                      # noqa: E731
     out = {}
-    for d, r, b in ((64, 16, 1), (128, 8, 3), (256, 8, 1)):
+    for d, r, b in ((64, 12, 1), (128, 8, 3), (256, 8, 1)):
         lay = K.lora_layout(d, r, config=config)
         out[f"e4_d{d}_r{r}_b{b}"] = K.lora_e4(z((b, d)), lay, config=config).program
     for d, r, b in ((64, 8, 2), (128, 16, 1)):
@@ -536,14 +547,32 @@ def rtl_cycles(program, config, dut, backend):
     return run.cycles
 
 
-def rtl_dut():
-    """The Verilator DUT of tests/hdl/ndp/test_core.py (the tiny core on the 512-bit burst memory, latency 8;
-    the same Verilog, so the same cached build) and its config and memory model."""
+def rtl_config():
+    """(config, memory model) of tests/hdl/ndp/test_core.py's DUT: the tiny core (``tiny-test``: 32 KiB device)
+    on the 512-bit burst memory, latency 8."""
     from hdl.ndp.config import TINY as T
-    from sim.ndp.system import NDPBurstSystem
     depth, bits = 512, 512
-    cfg = replace(T, name="tiny-test", device_bytes=depth * bits // 8)
-    return cfg, NDPBurstSystem(config=cfg, burst_bits=bits, depth=depth), BurstMemoryModel(bits // 8, 8)
+    return replace(T, name="tiny-test", device_bytes=depth * bits // 8), BurstMemoryModel(bits // 8, 8)
+
+
+_DUT = []
+
+
+def rtl_dut(dut=None):
+    """(config, Verilator DUT, memory model): tests/hdl/ndp/test_core.py's ``NDPBurstSystem`` (the same Verilog,
+    so the same cached Verilator build); ``dut``: an already built one of that configuration to reuse."""
+    from sim.ndp.system import NDPBurstSystem
+    cfg, mem = rtl_config()
+    if dut is not None:
+        got = dut.core.config
+        if got != cfg or dut.memory.latency != mem.latency or dut.memory.burst_bits != 8 * mem.line_bytes \
+                or dut.clock is not None:
+            raise ValueError(f"dut must be the {cfg.name!r} core on {8 * mem.line_bytes}-bit bursts, latency "
+                             f"{mem.latency}, no clock enable; got config {got.name!r}")
+        return cfg, dut, mem
+    if not _DUT:
+        _DUT.append(NDPBurstSystem(config=cfg, burst_bits=mem.line_bytes * 8, depth=512))
+    return cfg, _DUT[0], mem
 
 
 def fit(measured: dict, config, memory) -> Calibration:
