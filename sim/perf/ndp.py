@@ -420,15 +420,27 @@ class NDPPerfModel:
             self._kcache[key] = t
         return self._kcache[key] / self.hz
 
+    def _d(self, d, r):
+        """``d`` padded to what the firmware's tiling takes (kernels.k_tiles / n_panels): a multiple of
+        ``lanes / 2`` (with an even rank) or of ``lanes`` (zero rows of A / columns of B; the rank is never
+        padded)."""
+        h = self.lanes // 2
+        dp = -(-d // h) * h
+        if dp % self.lanes and r % 2:
+            dp = -(-d // self.lanes) * self.lanes
+        return dp
+
     def lora_e4_s(self, d_in, rank, batch) -> float:
         """``m = x A`` on the device (firmware kernels.lora_e4: K-tiles accumulating, batch chunks)."""
-        return self.kernel_cycles("e4", _pos("d_in", d_in), _pos("rank", rank), _pos("batch", batch)) / self.hz
+        d_in, rank = _pos("d_in", d_in), _pos("rank", rank)
+        return self.kernel_cycles("e4", self._d(d_in, rank), rank, _pos("batch", batch)) / self.hz
 
     def lora_e3_s(self, d_in, d_out, rank, batch) -> float:
         """``y = x A B`` on the device (kernels.lora_e3). The firmware's LoRA layout has d_out = d_in; for
         d_out != d_in the two steps are priced separately: E4 over d_in plus the B panels over d_out."""
         d_in, d_out = _pos("d_in", d_in), _pos("d_out", d_out)
         rank, batch = _pos("rank", rank), _pos("batch", batch)
+        d_in, d_out = self._d(d_in, rank), self._d(d_out, rank)
         if d_in == d_out:
             return self.kernel_cycles("e3", d_in, rank, batch) / self.hz
         # xA (KEEP) over d_in, then the B panels over d_out: E3(d_out) minus its own A step (E4(d_out))
