@@ -26,8 +26,8 @@ Memory models (pluggable, ``stream(lines)`` in memory cycles and ``ratio`` = cor
 :class:`BurstMemoryModel` (sim/ndp/memory.py's fixed-latency memory), :class:`ControllerMemoryModel` (the
 project's memory controller + DRAM channel through :class:`sim.perf.dram.DRAMPerfModel`),
 :class:`DeviceMemoryModel` (the paper's 64-channel LPDDR5X-8533 device memory: one NDP line is one 64-byte
-granule of every channel, each channel streams its granules; ``sim.perf.devmem.DeviceMemoryPerfModel`` when it
-is importable, else one ``DRAMPerfModel`` channel).
+granule of every channel, each channel streams its granules; ``sim.perf.devmem.stream_cycles`` when it is
+importable, else one ``DRAMPerfModel`` channel).
 """
 
 import argparse
@@ -409,14 +409,12 @@ class NDPPerfModel:
         full, rest = divmod(n, per)
         key = ("load", full, rest)
         if key not in self._kcache:
-            # steady state of full chunks: cycles of min(full, 4) chunks extrapolated linearly
+            # full chunks are identical: min(full, 4) of them simulated, the others at the steady cost of one
+            tail = [load(0, 1, rest // 2)] if rest else []
             m = min(full, 4)
-            prog = [load(0, 1, per // 2)] * m + ([load(0, 1, rest // 2)] if rest else [])
-            t = self.program_cycles(prog)
+            t = self.program_cycles([load(0, 1, per // 2)] * m + tail)
             if full > m:
-                t2 = self.program_cycles([load(0, 1, per // 2)] * (m - 1) + ([load(0, 1, rest // 2)] if rest else [])) \
-                    if m > 1 else t - self.program_cycles([load(0, 1, per // 2)])
-                t += (full - m) * (t - t2)
+                t += (full - m) * (t - self.program_cycles([load(0, 1, per // 2)] * (m - 1) + tail))
             self._kcache[key] = t
         return self._kcache[key] / self.hz
 

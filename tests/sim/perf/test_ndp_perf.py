@@ -105,6 +105,11 @@ def test_paper_interface_and_bounds():
     a = m.attention_s(np.array([0, 512, 4096, 32768]), 128, 32, 8)
     assert a[0] == 0 and np.all(np.diff(a) > 0) and a[3] >= 8 * 2 * 32768 * 128 * 2 / bw
     assert isinstance(m.attention_s(1000, 128, 32, 8), float)
+    # the steady-state shortcuts of attention_s / load_s equal the whole firmware program
+    from firmware.ndp.descriptor import load
+    full = m.program_cycles(m.kernel_program("attention", 128, 30208, 4)) / 1e9
+    assert m.attention_s(30000, 128, 4, 1) == pytest.approx(full, rel=1e-12)
+    assert m.load_s(5 << 20) == pytest.approx(m.program_cycles([load(0, 1, 256 << 10)] * 10) / 1e9, rel=1e-12)
     for bad in (lambda: m.lora_e4_s(0, 16, 1), lambda: m.attention_s(-1, 128, 8, 8),
                 lambda: m.attention_s(64, 128, 6, 4), lambda: m.load_s(float("nan"))):
         with pytest.raises(ValueError):
