@@ -11,11 +11,23 @@ channel, timing-only DRAM (``storage=False``: timing does not depend on the data
    attention integral (scores, softmax with anchors, context) for head dim 64 and shares of 512..4096 tokens
    (token tiles of scores, softmax, context).
 3. Back to back: one E4 descriptor per adapter (32 adapters, rank 16, D = 4096) against the controller alone.
+
+Every RTL row also prints the NDP performance model's cycles (sim/perf/ndp.py on the DDR4 controller's fast
+model, calibrated on other shapes of the burst-memory DUT) and its error; section 0 runs the model's validation
+kernels on the burst-memory DUT of tests/hdl/ndp/test_core.py.
+
+4. The paper geometry (512 lanes x 2 PE rows at 1 GHz on 64 LPDDR5X-8533 channels, 1.09 TB/s), **model figures**
+   (``NDPPerfModel.paper()``, not RTL): GEMV bandwidth as a fraction of the device's peak, GEMM as a fraction of
+   the MAC peak, the back-to-back figure, and the efficiency of every LoRA / attention shape of issue 11 item 3.
+
+Writes ``build/bench/ndp.json`` (``--quick``: only section 0 in RTL, then the paper-geometry model figures).
 """
 
+import json
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -25,6 +37,7 @@ from firmware.ndp.descriptor import gemv
 from firmware.ndp import kernels
 from sim.golden.ndp_core import x_beats
 from sim.perf.dram import DRAMPerfModel
+from sim.perf.ndp import NDPPerfModel, ControllerMemoryModel, validation_programs, rtl_dut, rtl_cycles
 
 __all__ = ["BENCH", "run_program", "gemv_bandwidth", "main"]
 
@@ -82,6 +95,16 @@ def gemv_bandwidth(k, n):
     return cycles, ctl, bursts
 
 
+def back_to_back_program(d=4096, r=16, adapters=32, regions=8):
+    """The program of :func:`back_to_back`: one LoRA E4 (batch 1) per adapter, A of adapter i in region i % regions."""
+    lays, base = [], 0
+    for _ in range(regions):
+        lay = kernels.lora_layout(d, r, config=BENCH, base=base)
+        lays.append(lay)
+        base = lay["end"]
+    return [e for i in range(adapters) for e in kernels.lora_e4(_rand((1, d)), lays[i % regions], config=BENCH).program]
+
+
 def back_to_back(d=4096, r=16, adapters=32, regions=8):
     """Issue 11 item 4's stream of small descriptors: one LoRA E4 (batch 1) per adapter, ``adapters`` of rank
     ``r`` at D = ``d`` back to back (A of adapter i in layout region ``i % regions``: the bench device holds 2 MiB).
@@ -102,50 +125,202 @@ def _rand(shape):
     return np.zeros(shape, np.uint16)
 
 
-def main(argv=None):
-    t0 = time.time()
-    print("NDP core bench: tiny geometry (8 lanes x 2 PE rows, FP32 accumulation) on DDR4-3200 (tiny channel, "
-          "in-order controller), Verilator")
-    print("\n1. GEMV over device-resident data vs the memory controller alone (same sequential burst reads)")
-    print(f"{'K':>6} {'N':>6} {'bursts':>7} {'core cyc':>9} {'ctl cyc':>9} {'of ctl BW':>9}")
-    worst = 1.0
-    for k, n in ((128, 1024), (256, 1024), (512, 256), (64, 64), (1024, 16)):
-        cyc, ctl, b = gemv_bandwidth(k, n)
-        frac = ctl / cyc
-        if n // BENCH.lanes >= 8 and b >= 1024:
-            worst = min(worst, frac)
-        print(f"{k:>6} {n:>6} {b:>7} {cyc:>9} {ctl:>9.0f} {100 * frac:>8.1f}%")
-    print(f"   operands of >= 1024 bursts with N/lanes >= 8: worst {100 * worst:.1f}% of the controller's "
-          f"bandwidth ({'meets' if worst >= 0.95 else 'MISSES'} the 95% target).\n"
-          "   64 x 64 (128 bursts): the fixed ~40-cycle descriptor overhead (decode, input, drain, return) shows.\n"
-          "   1024 x 16 (N/lanes = 2 < 8): the PE array splits K over 4 phases (one beat per cycle); the short "
-          "operand and the phase reduction (3 + 3 x 6 cycles per output beat) show.")
+_MODEL = []
 
-    print("\n2. LoRA kernels (cycles; the adapter weights are device-resident)")
-    print(f"{'kernel':>6} {'D':>5} {'R':>4} {'batch':>5} {'cycles':>9}")
-    for d in (256, 1024, 4096):
-        for r in (8, 32, 128):
-            lay = kernels.lora_layout(d, r, config=BENCH)
-            for b in (1, 4, 32):
-                x = _rand((b, d))
-                e4 = kernels.lora_e4(x, lay, config=BENCH)
-                e3 = kernels.lora_e3(x, lay, config=BENCH)
-                print(f"{'E4':>6} {d:>5} {r:>4} {b:>5} {run_program(e4.program):>9}")
-                print(f"{'E3':>6} {d:>5} {r:>4} {b:>5} {run_program(e3.program):>9}")
-    print("\n3. Attention integral over the device's KV share (head dim 64), per token tile: scores GEMV (KEEP), "
-          "SOFTMAX (CHAIN, KEEP, anchors returned), context TRANS GEMV (CHAIN)")
-    print(f"{'tokens':>6} {'tiles':>5} {'cycles':>9}")
-    hd = 64
-    for l in (512, 2048, 4096):
-        kv = kernels.kv_layout(hd, l, config=BENCH)
-        k = kernels.attention_integral(_rand((1, hd)), kv, config=BENCH)
-        print(f"{l:>6} {len(kv['tiles']):>5} {run_program(k.program):>9}")
-    print("\n4. Descriptors back to back: 32 LoRA E4 (D = 4096, R = 16, batch 1, 128 KiB of A each), one descriptor "
-          "per adapter, vs the controller alone on the same bursts")
-    cyc, ctl, one, ctl1 = back_to_back()
-    print(f"   32 back to back: {cyc} cycles, controller alone {ctl:.0f}: {100 * ctl / cyc:.1f}% of the controller's "
-          f"bandwidth (one alone: {one} vs {ctl1:.0f}, {100 * ctl1 / one:.1f}%)")
-    print(f"\n(bench wall time {time.time() - t0:.0f} s)")
+
+def ddr4_model():
+    """The NDP performance model of the bench core on the DDR4-3200 tiny channel (in-order controller)."""
+    if not _MODEL:
+        _MODEL.append(NDPPerfModel(BENCH, ControllerMemoryModel(DDR4_3200_TINY, 64)))
+    return _MODEL[0]
+
+
+def _err(model, rtl):
+    return (model - rtl) / rtl
+
+
+# ---- paper geometry (model) ----------------------------------------------------------------------------------
+
+#: issue 11 item 3's shapes.
+PAPER_D = (768, 2048, 4096, 5120, 8192, 11008, 13824, 14336)
+PAPER_R = (8, 16, 32, 64, 128)
+PAPER_BATCH = (1, 4, 16, 64, 256)
+PAPER_TOKENS = (1024, 4096, 16384, 32768)
+PAPER_GQA = (1, 4, 8)
+HEAD_DIM = 128
+
+
+def paper_figures(model=None) -> dict:
+    """Model figures at the paper geometry (seconds from ``NDPPerfModel.paper()``): efficiency of a kernel =
+    max(device bytes / device peak bandwidth, FLOPs / MAC peak) / model time."""
+    from hdl.memctl.timing import LPDDR5X_8533, peak_bandwidth_gbps
+    m = model or NDPPerfModel.paper()
+    bw = peak_bandwidth_gbps(LPDDR5X_8533).channel * 1e9 * m.memory.channels   # 64 x 17.07 GB/s
+    peak = m.config.peak_flops
+    core_bw = 2 * m.lanes * m.config.clock_mhz * 1e6                           # one beat per core cycle
+
+    def eff(nbytes, flops, t):
+        return max(nbytes / bw, flops / peak) / t
+
+    shapes = []
+    for d in PAPER_D:
+        for r in PAPER_R:
+            shapes.append({"D": d, "R": r, "batch": 1, "kernel": "e2",
+                           "efficiency": eff(4 * d * r, 0, m.load_s(4 * d * r))})
+            for b in PAPER_BATCH:
+                t4, t3 = m.lora_e4_s(d, r, b), m.lora_e3_s(d, d, r, b)
+                shapes.append({"D": d, "R": r, "batch": b, "kernel": "e4",
+                               "efficiency": eff(2 * d * r, 2 * b * d * r, t4)})
+                shapes.append({"D": d, "R": r, "batch": b, "kernel": "e3",
+                               "efficiency": eff(4 * d * r, 4 * b * d * r, t3)})
+    for tok in PAPER_TOKENS:
+        for g in PAPER_GQA:
+            t = m.attention_s(tok, HEAD_DIM, g, 1)            # one KV head, its GQA group of g query heads
+            shapes.append({"D": HEAD_DIM, "R": g, "batch": 1, "kernel": "attention", "tokens": tok, "gqa": g,
+                           "efficiency": eff(4 * tok * HEAD_DIM, 4 * g * tok * HEAD_DIM, t)})
+    # GEMV over device-resident data: E4 batch 1 at the largest shape (3.5 MiB of A in K-tiles)
+    d, r = 14336, 128
+    t = m.lora_e4_s(d, r, 1)
+    gemv_bw = 2 * d * r / t
+    # GEMM: E4 at batch 256 (and 4) on D = 4096, R = 128
+    g256 = 2 * 256 * 4096 * 128 / m.lora_e4_s(4096, 128, 256) / peak
+    g4 = 2 * 4 * 4096 * 128 / m.lora_e4_s(4096, 128, 4) / peak
+    # back to back: 32 E4 descriptors (rank 16, D = 4096, batch 1, 128 KiB each) vs the same 4 MiB in the
+    # largest descriptors the firmware issues (one E4 at D = 16384, R = 128: 8 K-tiles of 512 KiB)
+    small = m.program_cycles([e for _ in range(32) for e in m.kernel_program("e4", 4096, 16, 1)])
+    large = m.program_cycles(m.kernel_program("e4", 16384, 128, 1))
+    return {"device_peak_bw_Bps": bw, "core_beat_bw_Bps": core_bw, "peak_flops": peak,
+            "memory_model": m.memory.source, "calibration": m.cal.__dict__,
+            "gemv_device_bw_frac": gemv_bw / bw, "gemv_shape": {"kernel": "e4", "D": d, "R": r, "batch": 1},
+            "gemv_core_bw_frac": gemv_bw / core_bw,
+            "gemm_peak_frac": g256, "gemm_peak_frac_batch4": g4,
+            "gemm_shape": {"kernel": "e4", "D": 4096, "R": 128, "batch": 256},
+            "back_to_back_frac": large / small, "back_to_back_cycles": {"32_small": small, "one_large": large},
+            "shapes": shapes}
+
+
+def main(argv=None):
+    argv = list(argv or [])
+    quick = "--quick" in argv
+    t0 = time.time()
+    out = {"rtl": {"source": "RTL-measured, Verilator, tiny slice (8 lanes x 2 PE rows): section 0 on the 512-bit "
+                             "burst memory (tests/hdl/ndp/test_core.py's DUT), sections 1-3 on the DDR4-3200 tiny "
+                             "channel (in-order controller, timing-only DRAM)"}}
+    errs = []
+    print("0. NDP performance model vs RTL (tiny slice on the burst memory; kernels not used for calibration)")
+    cfg, dut, _ = rtl_dut()
+    mem_model = NDPPerfModel(cfg, rtl_dut()[2])
+    rows = []
+    for name, prog in validation_programs(cfg).items():
+        c = rtl_cycles(prog, cfg, dut, _verilator())
+        mc = mem_model.program_cycles(prog)
+        rows.append({"name": name, "descriptors": len(prog), "rtl_cycles": c, "model_cycles": mc,
+                     "rel_err": _err(mc, c)})
+        errs.append(_err(mc, c))
+        print(f"   {name:>18} {len(prog):>3} desc  RTL {c:>6}  model {mc:>8.1f}  {100 * _err(mc, c):+.2f}%")
+    out["rtl"]["validation_burst"] = rows
+    if not quick:
+        m = ddr4_model()
+        print("NDP core bench: tiny geometry (8 lanes x 2 PE rows, FP32 accumulation) on DDR4-3200 (tiny channel, "
+              "in-order controller), Verilator")
+        print("\n1. GEMV over device-resident data vs the memory controller alone (same sequential burst reads)")
+        print(f"{'K':>6} {'N':>6} {'bursts':>7} {'core cyc':>9} {'ctl cyc':>9} {'of ctl BW':>9} {'model':>9} {'err':>7}")
+        worst = 1.0
+        rows = []
+        for k, n in ((128, 1024), (256, 1024), (512, 256), (64, 64), (1024, 16)):
+            cyc, ctl, b = gemv_bandwidth(k, n)
+            mc = m.program_cycles([gemv(0, k, n)])
+            errs.append(_err(mc, cyc))
+            frac = ctl / cyc
+            if n // BENCH.lanes >= 8 and b >= 1024:
+                worst = min(worst, frac)
+            rows.append({"K": k, "N": n, "bursts": b, "rtl_cycles": cyc, "ctl_cycles": ctl, "frac": frac,
+                         "model_cycles": mc, "rel_err": _err(mc, cyc)})
+            print(f"{k:>6} {n:>6} {b:>7} {cyc:>9} {ctl:>9.0f} {100 * frac:>8.1f}% {mc:>9.0f} "
+                  f"{100 * _err(mc, cyc):>+6.2f}%")
+        out["rtl"]["gemv_ddr4"] = rows
+        print(f"   operands of >= 1024 bursts with N/lanes >= 8: worst {100 * worst:.1f}% of the controller's "
+              f"bandwidth ({'meets' if worst >= 0.95 else 'MISSES'} the 95% target).")
+
+        print("\n2. LoRA kernels (cycles; the adapter weights are device-resident)")
+        print(f"{'kernel':>6} {'D':>5} {'R':>4} {'batch':>5} {'cycles':>9} {'model':>9} {'err':>7}")
+        rows = []
+        for d in (256, 1024, 4096):
+            for r in (8, 32, 128):
+                lay = kernels.lora_layout(d, r, config=BENCH)
+                for b in (1, 4, 32):
+                    x = _rand((b, d))
+                    for name, fn in (("E4", kernels.lora_e4), ("E3", kernels.lora_e3)):
+                        prog = fn(x, lay, config=BENCH).program
+                        c, mc = run_program(prog), m.program_cycles(prog)
+                        errs.append(_err(mc, c))
+                        rows.append({"kernel": name, "D": d, "R": r, "batch": b, "rtl_cycles": c,
+                                     "model_cycles": mc, "rel_err": _err(mc, c)})
+                        print(f"{name:>6} {d:>5} {r:>4} {b:>5} {c:>9} {mc:>9.0f} {100 * _err(mc, c):>+6.2f}%")
+        print("\n3. Attention integral over the device's KV share (head dim 64), per token tile: scores GEMV "
+              "(KEEP), SOFTMAX (CHAIN, KEEP, anchors returned), context TRANS GEMV (CHAIN)")
+        print(f"{'tokens':>6} {'tiles':>5} {'cycles':>9} {'model':>9} {'err':>7}")
+        hd = 64
+        for l in (512, 2048, 4096):
+            kv = kernels.kv_layout(hd, l, config=BENCH)
+            prog = kernels.attention_integral(_rand((1, hd)), kv, config=BENCH).program
+            c, mc = run_program(prog), m.program_cycles(prog)
+            errs.append(_err(mc, c))
+            rows.append({"kernel": "attention", "D": hd, "tokens": l, "rtl_cycles": c, "model_cycles": mc,
+                         "rel_err": _err(mc, c)})
+            print(f"{l:>6} {len(kv['tiles']):>5} {c:>9} {mc:>9.0f} {100 * _err(mc, c):>+6.2f}%")
+        out["rtl"]["kernels_ddr4"] = rows
+        print("\n4. Descriptors back to back: 32 LoRA E4 (D = 4096, R = 16, batch 1, 128 KiB of A each), one "
+              "descriptor per adapter, vs the controller alone on the same bursts")
+        cyc, ctl, one, ctl1 = back_to_back()
+        mc = m.program_cycles(back_to_back_program())
+        errs.append(_err(mc, cyc))
+        out["rtl"]["back_to_back_ddr4"] = {"cycles": cyc, "ctl_cycles": ctl, "frac": ctl / cyc, "one": one,
+                                          "one_ctl": ctl1, "model_cycles": mc, "rel_err": _err(mc, cyc)}
+        print(f"   32 back to back: {cyc} cycles, controller alone {ctl:.0f}: {100 * ctl / cyc:.1f}% of the "
+              f"controller's bandwidth (one alone: {one} vs {ctl1:.0f}, {100 * ctl1 / one:.1f}%); model {mc:.0f} "
+              f"({100 * _err(mc, cyc):+.2f}%)")
+    out["model_rtl_max_rel_err"] = max(abs(e) for e in errs)
+    print(f"\n   model vs RTL: max |error| {100 * out['model_rtl_max_rel_err']:.2f}% over {len(errs)} RTL runs "
+          f"(RTL-measured, tiny slice)")
+
+    print("\n5. Paper geometry (512 lanes x 2 PE rows at 1 GHz, 64 LPDDR5X-8533 channels): MODEL figures "
+          "(NDPPerfModel.paper(), not RTL)")
+    pf = paper_figures()
+    out.update({k: pf[k] for k in ("gemv_device_bw_frac", "gemm_peak_frac", "back_to_back_frac", "shapes")})
+    out["paper_model"] = {k: v for k, v in pf.items() if k != "shapes"}
+    out["figure_sources"] = {
+        "model_rtl_max_rel_err": "RTL-measured (tiny slice, Verilator) vs the model on the same shapes",
+        "gemv_device_bw_frac": "model, paper geometry (E4 D=14336 R=128 batch 1; of 64 x LPDDR5X-8533 peak)",
+        "gemm_peak_frac": "model, paper geometry (E4 D=4096 R=128 batch 256; of 2.048 TFLOPS)",
+        "back_to_back_frac": "model, paper geometry (time of 4 MiB in 512 KiB K-tiles (E4 D=16384 R=128) / "
+                             "time of 32 E4 of 128 KiB (D=4096 R=16))",
+        "shapes": "model, paper geometry; efficiency = max(bytes / device peak BW, FLOPs / MAC peak) / time"}
+    print(f"   GEMV (E4 D=14336 R=128 batch 1): {100 * pf['gemv_device_bw_frac']:.1f}% of the device's peak "
+          f"bandwidth ({pf['device_peak_bw_Bps'] / 1e12:.3f} TB/s), {100 * pf['gemv_core_bw_frac']:.1f}% of the "
+          f"core's one beat per cycle ({pf['core_beat_bw_Bps'] / 1e12:.3f} TB/s)")
+    print(f"   GEMM (E4 D=4096 R=128): batch 256 {100 * pf['gemm_peak_frac']:.1f}%, batch 4 "
+          f"{100 * pf['gemm_peak_frac_batch4']:.1f}% of {pf['peak_flops'] / 1e12:.3f} TFLOPS")
+    print(f"   back to back: 32 E4 (R=16, D=4096) reach {100 * pf['back_to_back_frac']:.1f}% of the bandwidth of the "
+          f"same 4 MiB in 512 KiB descriptors")
+    print(f"   memory model: {pf['memory_model']}")
+    print(f"   {'kernel':>9} {'D':>6} {'R':>4} " + " ".join(f"{'b=' + str(b):>7}" for b in PAPER_BATCH))
+    by = {}
+    for sh in pf["shapes"]:
+        by.setdefault((sh["kernel"], sh["D"], sh["R"]), {})[sh.get("tokens", sh["batch"])] = sh["efficiency"]
+    for (k, d, r), v in by.items():
+        if k in ("e3", "e4") and r in (8, 128):
+            print(f"   {k:>9} {d:>6} {r:>4} " + " ".join(f"{100 * v[b]:>6.1f}%" for b in PAPER_BATCH))
+    print(f"   {'attention':>9} {'hd':>6} {'GQA':>4} " + " ".join(f"{str(t // 1024) + 'K':>7}" for t in PAPER_TOKENS))
+    for (k, d, r), v in by.items():
+        if k == "attention":
+            print(f"   {k:>9} {d:>6} {r:>4} " + " ".join(f"{100 * v[t]:>6.1f}%" for t in PAPER_TOKENS))
+    e2 = [sh["efficiency"] for sh in pf["shapes"] if sh["kernel"] == "e2"]
+    print(f"   e2 (LOAD for the GPU): {100 * min(e2):.1f}% .. {100 * max(e2):.1f}%")
+    path = Path("build/bench/ndp.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"\nwrote {path} ({len(out['shapes'])} shapes); bench wall time {time.time() - t0:.0f} s")
     return 0
 
 

@@ -1,0 +1,661 @@
+"""NDP performance model: cycles of descriptor programs and kernels of the NDP core (hdl/ndp/core.py), at any
+geometry, on a pluggable memory model; whole-device seconds for the PLoRA host (host/plora/ndp_model.py).
+
+The model (docs/ndp_perf.md) follows the core's units (docs/ndp_core.md, "Control unit: descriptors overlap")
+descriptor by descriptor, in program order:
+
+* **memory engine**: a descriptor's operand lines are read back to back as soon as the DRAM ring has room
+  (ring space is freed when a descriptor's last PE pass has consumed it); its lines arrive after the memory
+  model's stream time (first request -> last response), and successive descriptors' streams continue at the
+  memory's asymptotic line rate;
+* **PE array** (hdl/ndp/pe_array.py, docs/ndp_pe_array.md): per pass of at most ``pe_batch`` rows, the A beats
+  of the dataflow (GEMV PEs ``TRANS``: ``(K / lanes) N`` beats; GEMM PEs ``ROW``: ``K N / lanes`` beats, with the
+  K-split stall for ``N / lanes < 8``; ``PEArray.job``), one beat per cycle, never ahead of the memory; the
+  drain of pass j (``TRANS``: ``rows N`` scalars through the adder tree; ``ROW``: ``rows nb`` beats through the
+  phase reduction) overlaps pass j + 1; SOFTMAX takes ``SoftmaxUnit.cycles(R, L / sfu_lanes)``;
+* **input**: the GPU's x (or a CHAIN's copy of the kept result, which waits for the previous descriptor's
+  result) enters the input ring at one beat per cycle and is loaded into the PE array before the first pass;
+* **return**: result beats leave on ``y`` at one beat per cycle, then the completion, in order.
+
+Fixed latencies of the RTL that the shape formulas do not give (decode to the first read, the gap between two
+descriptors' compute, result to completion, the CHAIN copy's start) are the :class:`Calibration` constants,
+measured from the RTL by ``python -m sim.perf.ndp --calibrate`` (data/ndp_rtl_calibration.json, with the shapes
+and cycles measured), never typed in.
+
+Memory models (pluggable, ``stream(lines)`` in memory cycles and ``ratio`` = core cycles per memory cycle):
+:class:`BurstMemoryModel` (sim/ndp/memory.py's fixed-latency memory), :class:`ControllerMemoryModel` (the
+project's memory controller + DRAM channel through :class:`sim.perf.dram.DRAMPerfModel`),
+:class:`DeviceMemoryModel` (the paper's 64-channel LPDDR5X-8533 device memory: one NDP line is one 64-byte
+granule of every channel, each channel streams its granules; ``sim.perf.devmem.stream_cycles`` when it is
+importable, else one ``DRAMPerfModel`` channel).
+"""
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, asdict, fields, replace
+from functools import lru_cache
+from math import ceil
+from pathlib import Path
+
+import numpy as np
+
+from hdl.ndp.config import NDPConfig, PAPER, TINY, CORE_CLOCK_RATIO, PAPER_CHANNELS
+from hdl.ndp.pe_array import PEArray, PEMode
+from hdl.ndp.softmax import SoftmaxUnit
+from hdl.ndp.descriptor import DescType, DescOp
+
+__all__ = ["Calibration", "BurstMemoryModel", "ControllerMemoryModel", "DeviceMemoryModel", "NDPPerfModel",
+           "CALIBRATION_PATH", "load_calibration", "calibrate"]
+
+CALIBRATION_PATH = Path(__file__).resolve().parents[2] / "data" / "ndp_rtl_calibration.json"
+FP16_BYTES = 2
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Fixed latencies of the RTL core (core cycles), measured by :func:`calibrate`.
+
+    * ``start``: cycle 0 (first request offered) -> the first operand read is issued (decode, state check);
+    * ``gap``: cycles between the last A beat of one PE job and the first of the next (control hand-over, not
+      hidden by the overlap);
+    * ``lead``: an operand's first line (or the input) available -> the first A beat of the descriptor;
+    * ``chain``: a kept result written -> the CHAIN copy into the input ring starts;
+    * ``post_trans`` / ``post_row`` / ``post_load`` / ``post_softmax``: the descriptor's last result written by
+      the drain formula -> its first returned beat / its completion (output writer, return unit); negative
+      when the return overlaps the drain;
+    * ``ret_wait``: the return ring's freed space -> the output writer writes into it again.
+    """
+
+    start: float = 0.0
+    gap: float = 0.0
+    lead: float = 0.0
+    chain: float = 0.0
+    post_trans: float = 0.0
+    post_row: float = 0.0
+    post_load: float = 0.0
+    post_softmax: float = 0.0
+    ret_wait: float = 0.0
+
+
+def load_calibration(path=CALIBRATION_PATH) -> Calibration:
+    """The calibration written by ``python -m sim.perf.ndp --calibrate`` (FileNotFoundError naming the command
+    if it was never run)."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p} missing: run `python -m sim.perf.ndp --calibrate` (measures the RTL)")
+    return Calibration(**json.loads(p.read_text())["constants"])
+
+
+# ---- memory models -------------------------------------------------------------------------------------------
+
+class BurstMemoryModel:
+    """sim/ndp/memory.py ``BurstMemory``: one request per cycle, each answered ``latency`` cycles later."""
+
+    def __init__(self, line_bytes: int, latency: int = 8):
+        self.line_bytes, self.latency, self.ratio = int(line_bytes), int(latency), 1.0
+        self.rate = 1.0
+
+    def stream(self, lines: int) -> float:
+        return float(self.latency + lines) if lines else 0.0
+
+
+class _StreamCache:
+    """stream(n) from a per-burst sequential stream model, cached; beyond ``cap`` lines extrapolated at the
+    asymptotic rate measured between ``cap / 2`` and ``cap`` lines."""
+
+    cap = 512
+
+    def __init__(self, fn, bursts_per_line):
+        self._fn, self._bpl = fn, bursts_per_line
+        self._cache = {}
+        half = self._exact(self.cap // 2)
+        self.rate = (self._exact(self.cap) - half) / (self.cap - self.cap // 2)
+
+    def _exact(self, n):
+        if n not in self._cache:
+            self._cache[n] = float(self._fn(n * self._bpl))
+        return self._cache[n]
+
+    def stream(self, lines):
+        if lines <= 0:
+            return 0.0
+        if lines <= self.cap:
+            return self._exact(lines)
+        return self._exact(self.cap) + (lines - self.cap) * self.rate
+
+
+class ControllerMemoryModel:
+    """The project's memory controller (in-order, the NDP systems' policy) and one DRAM channel:
+    ``DRAMPerfModel.sequential`` (cycle-exact against the controller RTL, docs/dram_perf.md). One NDP line =
+    ``line_bytes / burst_bytes`` bursts."""
+
+    def __init__(self, dram_config, line_bytes: int, *, ratio: float = 1.0):
+        from sim.perf.dram import DRAMPerfModel
+        burst = dram_config.org.burst_bytes
+        self.line_bytes, self.ratio = int(line_bytes), float(ratio)
+        model = DRAMPerfModel(dram_config, policy="in-order")
+        self._s = _StreamCache(model.sequential, max(1, self.line_bytes // burst))
+        self.rate = self._s.rate
+
+    def stream(self, lines):
+        return self._s.stream(lines)
+
+
+class DeviceMemoryModel:
+    """The paper's device memory (issue 11 item 2): ``channels`` LPDDR5X-8533 channels, device addresses
+    interleaved so that one NDP line (64 B per channel: two BL16 bursts of 32 B) is one granule of every
+    channel; the channels stream in parallel, so n lines take one channel's stream of 2n bursts. Uses
+    ``sim.perf.devmem.stream_cycles`` (the device memory fast model with its front end, on main) when it is
+    importable, else ``DRAMPerfModel`` on one channel (in-order controller, no device front end). Memory clock
+    = LPDDR5X CK; the core runs 15 of 16 CK (hdl/ndp/config.py CORE_CLOCK_RATIO)."""
+
+    def __init__(self, channels: int = PAPER_CHANNELS):
+        from hdl.memctl.timing import LPDDR5X_8533
+        self.channels = int(channels)
+        self.line_bytes = 64 * self.channels          # one 64-byte granule per channel (hdl/ndp/config.PAPER)
+        self.ratio = CORE_CLOCK_RATIO[0] / CORE_CLOCK_RATIO[1]
+        try:
+            from sim.perf.devmem import stream_cycles            # lands on main from the devmem branch
+            fn = lambda n: stream_cycles(n, "seq", self.channels)   # noqa: E731
+            per_line = 1
+            self.source = "sim.perf.devmem.stream_cycles (device memory fast model)"
+        except ImportError:
+            from sim.perf.dram import DRAMPerfModel
+            fn = DRAMPerfModel(LPDDR5X_8533, policy="in-order").sequential
+            per_line = 64 // LPDDR5X_8533.org.burst_bytes
+            self.source = "sim.perf.dram.DRAMPerfModel (one LPDDR5X-8533 channel, in-order; devmem absent)"
+        self._s = _StreamCache(fn, per_line)
+        self.rate = self._s.rate
+
+    def stream(self, lines):
+        return self._s.stream(lines)
+
+
+# ---- the core model ----------------------------------------------------------------------------------------
+
+def _kind(d):
+    if d.type == DescType.LOAD:
+        return "load"
+    if d.type == DescType.STORE:
+        return "store"
+    if d.op == DescOp.SOFTMAX:
+        return "softmax"
+    return "trans" if d.trans else "row"
+
+
+class NDPPerfModel:
+    """Cycles of NDP descriptor programs on ``config`` with memory ``memory`` (module docstring), and the
+    PLoRA host's whole-device interface (seconds): :meth:`load_s`, :meth:`lora_e3_s`, :meth:`lora_e4_s`,
+    :meth:`attention_s`, :attr:`descriptor_overhead_s`; :meth:`paper` is the paper's device."""
+
+    kind = "calibrated"
+
+    def __init__(self, config: NDPConfig = TINY, memory=None, calibration: Calibration | None = None, *,
+                 overlap: bool = True):
+        if not isinstance(config, NDPConfig):
+            raise ValueError(f"config must be an NDPConfig, got {type(config).__name__}")
+        self.config = config
+        self.lanes = config.lanes
+        self.memory = memory if memory is not None else BurstMemoryModel(config.align_bytes)
+        self.cal = calibration if calibration is not None else load_calibration()
+        self.overlap = bool(overlap)
+        self.pe = PEArray(lanes=config.lanes, batch=config.pe_batch, acc=config.acc, max_k=config.max_k,
+                          acc_columns=config.acc_columns)
+        sl = config.sfu_lanes
+        self.sfu = SoftmaxUnit(lanes=sl, max_len=-(-config.max_k // sl) * sl,
+                               max_rows=config.input_buffer_bytes // (2 * config.lanes))
+        for u in (self.pe, self.sfu):
+            u._MustUse__silence = True          # used for their cycle formulas only, never elaborated
+        self.ring_lines = config.dram_buffer_bytes // self.memory.line_bytes
+        self.ret_cap = config.output_buffer_bytes // (2 * config.lanes)       # return ring, beats
+        self.hz = config.clock_mhz * 1e6
+        self.cache_key = ("ndp-perf", config, type(self.memory).__name__, self.memory.line_bytes, self.cal,
+                          self.overlap)
+        self._kcache = {}
+
+    @classmethod
+    def paper(cls, calibration: Calibration | None = None, **kw) -> "NDPPerfModel":
+        """The paper geometry (hdl/ndp/config.PAPER: 512 lanes x 2 rows at 1 GHz) on the 64-channel LPDDR5X-8533
+        device memory, with the RTL calibration."""
+        return cls(PAPER, DeviceMemoryModel(PAPER_CHANNELS), calibration, **kw)
+
+    # ---- per descriptor -----------------------------------------------------------------------------------
+    def shape(self, d) -> dict:
+        """Per-descriptor quantities (core cycles / beats / lines)."""
+        L, cfg, pe = self.lanes, self.config, self.pe
+        k = _kind(d)
+        lines = 0 if k in ("softmax", "store") else -(-d.operand_bytes // self.memory.line_bytes)
+        out = {"kind": k, "lines": lines, "passes": 0, "pass": [], "x": 0, "x_first": None, "ret": 0,
+               "chain": bool(d.chain)}
+        if k in ("row", "trans"):
+            B, K, N = d.input_dim0, d.operand_dim0, d.operand_dim1
+            out["x"] = B * -(-K // L)
+            if k == "trans":
+                mode = PEMode.TRANS if K % L == 0 else PEMode.TRANS_HALF
+            else:
+                mode = PEMode.ROW if N % L == 0 else PEMode.ROW_HALF
+            nb = N // L if mode == PEMode.ROW else 1
+            cols = {PEMode.ROW: nb, PEMode.ROW_HALF: 1, PEMode.TRANS: N, PEMode.TRANS_HALF: N}[mode]
+            passes = []
+            beats_first = 0
+            for r0 in range(0, B, cfg.pe_batch):
+                rows = min(cfg.pe_batch, B - r0)
+                if mode in (PEMode.TRANS, PEMode.TRANS_HALF) and cols > cfg.acc_columns:
+                    # column groups of acc_columns (the k-major layout's groups): one job each
+                    groups = [min(cfg.acc_columns, cols - c0) for c0 in range(0, cols, cfg.acc_columns)]
+                else:
+                    groups = [cols]
+                for g in groups:
+                    j = pe.job(mode, rows, K, g)
+                    beats, v = j["beats"], j["V"]
+                    comp = beats + max(0, pe.min_nb - v) * ((beats - 1) // v) if v < pe.min_nb else beats
+                    if mode in (PEMode.TRANS, PEMode.TRANS_HALF):
+                        drain = rows * (g if mode == PEMode.TRANS else g) + pe.tree_latency
+                    elif j["S"] == 1 and mode == PEMode.ROW:
+                        drain = rows * j["words"] + pe.drain_latency      # PEArray.cycles, nb >= 8
+                    else:
+                        drain = rows * j["words"] * pe.reduce_cycles(j["S"], mode == PEMode.ROW_HALF) \
+                            + pe.loop_latency + 1
+                    passes.append([comp, drain, j["beats"] if r0 == 0 else None])
+                    beats_first += j["beats"] if r0 == 0 else 0
+            # the first row pass sweeps the operand once, column group after column group (the k-major layout
+            # stores the groups one after the other): job j needs the lines up to its share of the operand
+            acc = 0
+            for ps in passes:
+                if ps[2] is not None:
+                    acc += ps[2]
+                    ps[2] = acc / beats_first
+            passes = [tuple(ps) for ps in passes]
+            out["x_first"] = min(B, cfg.pe_batch) * -(-K // L)     # the first job's x (the rest load meanwhile)
+            out["passes"] = len(passes)
+            out["pass"] = passes
+        elif k == "softmax":
+            R, Lt = d.input_dim0, d.input_dim1
+            out["x"] = R * -(-Lt // L)
+            out["pass"] = [(self.sfu.cycles(R, -(-Lt // cfg.sfu_lanes)), 0, None)]
+            out["passes"] = 1
+        elif k == "load":
+            beats = -(-d.operand_bytes // (2 * L))
+            out["pass"] = [(beats, 0, 1.0)]
+            out["passes"] = 1
+        else:                                              # store: x beats -> line writes
+            out["x"] = -(-d.input_bytes // (2 * L))
+            out["pass"] = [(out["x"], 0, None)]
+            out["passes"] = 1
+        out["ret"] = -(-d.returned_elems() // L)
+        return out
+
+    def program_cycles(self, program) -> float:
+        """Core cycles from the first request to the last completion of ``program`` (Descriptors, or
+        (Descriptor, input[, owner]) entries; every descriptor assumed OK)."""
+        descs = [e[0] if isinstance(e, tuple) else e for e in program]
+        return self._run([self.shape(d) for d in descs])
+
+    def _run(self, shapes) -> float:
+        c, mem = self.cal, self.memory
+        r = mem.ratio
+        t_issue_free = c.start                  # memory engine free to issue
+        arrive_prev = 0.0
+        comp_prev = -1e18                       # last A beat of the previous descriptor
+        drain_prev = 0.0                        # previous descriptor's result written
+        done_prev = 0.0                         # previous completion
+        cum = 0
+        cum_ends, comp_ends = [], []
+        for i, s in enumerate(shapes):
+            lines = s["lines"]
+            # ---- memory: ring space, then the stream
+            if not self.overlap:
+                t_issue_free = max(t_issue_free, done_prev + (c.start if i else 0.0))
+            start = t_issue_free
+            if lines:
+                need_first = cum + 1 - self.ring_lines       # lines freed before the first line may issue
+                need_last = cum + lines - self.ring_lines
+                free_first = free_last = 0.0
+                for j in range(len(cum_ends)):
+                    if need_first > 0 and cum_ends[j] >= need_first and not free_first:
+                        free_first = comp_ends[j] + 1
+                    if need_last > 0 and cum_ends[j] >= need_last:
+                        free_last = comp_ends[j] + 1
+                        break
+                start = max(start, free_first)
+                arrive_first = start + mem.stream(1) * r
+                arrive_end = max(start + mem.stream(lines) * r, arrive_prev + lines * mem.rate * r,
+                                 free_last + mem.stream(1) * r)
+                t_issue_free = max(start + lines * mem.rate * r, free_last + 1)
+                arrive_prev = arrive_end
+            else:
+                arrive_first = arrive_end = start
+            cum += lines
+            # ---- input: x from the GPU (ready from the start) or the CHAIN copy of the kept result
+            x_first = s["x"] if s["x_first"] is None else s["x_first"]
+            x_ready = (drain_prev + c.chain if s["chain"] else c.start) + x_first
+            # ---- PE passes (jobs)
+            t = max(comp_prev + c.gap, arrive_first + c.lead, x_ready + c.lead)
+            drain_end = 0.0
+            for n, (comp, drain, frac) in enumerate(s["pass"]):
+                if n:
+                    t += c.gap
+                if frac is not None and lines:
+                    # the first sweep over the operand consumes the lines as they arrive (at most one beat per
+                    # cycle): this job's share of them has arrived
+                    end = max(t + comp, arrive_first + frac * (arrive_end - arrive_first) + 1)
+                else:
+                    end = t + comp
+                if s["kind"] == "load":
+                    # LOAD data goes straight to the return ring: its last beat needs the ring to have room,
+                    # i.e. the previous results returned down to ret_cap - ret beats
+                    end = max(end, done_prev + c.ret_wait - self.ret_cap + 2 * s["ret"])
+                drain_end = max(end, drain_end) + drain
+                t = end
+            if s["kind"] != "load" and s["ret"]:
+                drain_end = max(drain_end, done_prev + c.ret_wait - self.ret_cap + 2 * s["ret"])
+            comp_prev = t
+            comp_ends.append(t)
+            cum_ends.append(cum)
+            drain_prev = max(drain_end, t) + getattr(c, "post_" + s["kind"], 0.0)
+            done_prev = max(drain_prev, done_prev) + s["ret"]
+        return done_prev
+
+    # ---- kernels (firmware/ndp/kernels.py tiling) -----------------------------------------------------------
+    def _kernel(self, name, *args):
+        key = (name, args)
+        if key not in self._kcache:
+            self._kcache[key] = self.program_cycles(self.kernel_program(name, *args))
+        return self._kcache[key]
+
+    def kernel_program(self, name, *args):
+        """The firmware's descriptor program of kernel ``name`` ('e2', 'e3', 'e4', 'attention') for shape
+        ``args`` (e2: (d, r); e3 / e4: (d, r, batch); attention: (head_dim, tokens, group))."""
+        from firmware.ndp import kernels as K
+        cfg = self.config
+        if name in ("e2", "e3", "e4"):
+            d, r = args[0], args[1]
+            lay = K.lora_layout(d, r, config=replace(cfg, device_bytes=1 << 62))
+            if name == "e2":
+                return K.lora_e2_loads(lay, config=cfg).program
+            x = np.zeros((args[2], d), np.uint16)
+            fn = K.lora_e3 if name == "e3" else K.lora_e4
+            return fn(x, lay, config=cfg).program
+        if name == "attention":
+            hd, tokens, g = args
+            lay = K.kv_layout(hd, tokens, config=replace(cfg, device_bytes=1 << 62), rows=g)
+            return K.attention_integral(np.zeros((g, hd), np.uint16), lay, config=cfg).program
+        raise ValueError(f"unknown kernel {name!r}; allowed: e2, e3, e4, attention")
+
+    def kernel_cycles(self, name, *args) -> float:
+        return self._kernel(name, *[int(a) for a in args])
+
+    # ---- the PLoRA host interface (seconds, whole device) ---------------------------------------------------
+    @property
+    def descriptor_overhead_s(self) -> float:
+        """Fixed cost of one read-compute descriptor that the overlap does not hide: the calibrated gap between
+        two descriptors' compute (the rest of a lone descriptor's latency overlaps the next one's reads)."""
+        return self.cal.gap / self.hz
+
+    def load_s(self, nbytes) -> float:
+        """E2 device side: LOADs of ``nbytes`` (chunks of at most the return / DRAM ring and the 20-bit
+        field, as firmware/ndp/kernels.py's ``_load_chunks``), back to back."""
+        if not (np.isfinite(nbytes) and nbytes >= 0):
+            raise ValueError(f"nbytes must be a finite number >= 0, got {nbytes!r}")
+        if nbytes == 0:
+            return 0.0
+        from firmware.ndp.descriptor import load
+        cfg = self.config
+        g = cfg.align_bytes
+        per = min(cfg.output_buffer_bytes, cfg.dram_buffer_bytes, (1 << 20) - 1) // g * g
+        n = int(ceil(nbytes))
+        n += n % 2
+        full, rest = divmod(n, per)
+        key = ("load", full, rest)
+        if key not in self._kcache:
+            # full chunks are identical: min(full, 4) of them simulated, the others at the steady cost of one
+            tail = [load(0, 1, rest // 2)] if rest else []
+            m = min(full, 4)
+            t = self.program_cycles([load(0, 1, per // 2)] * m + tail)
+            if full > m:
+                t += (full - m) * (t - self.program_cycles([load(0, 1, per // 2)] * (m - 1) + tail))
+            self._kcache[key] = t
+        return self._kcache[key] / self.hz
+
+    def _d(self, d, r):
+        """``d`` padded to what the firmware's tiling takes (kernels.k_tiles / n_panels): a multiple of
+        ``lanes / 2`` (with an even rank) or of ``lanes`` (zero rows of A / columns of B; the rank is never
+        padded)."""
+        h = self.lanes // 2
+        dp = -(-d // h) * h
+        if dp % self.lanes and r % 2:
+            dp = -(-d // self.lanes) * self.lanes
+        return dp
+
+    def lora_e4_s(self, d_in, rank, batch) -> float:
+        """``m = x A`` on the device (firmware kernels.lora_e4: K-tiles accumulating, batch chunks)."""
+        d_in, rank = _pos("d_in", d_in), _pos("rank", rank)
+        return self.kernel_cycles("e4", self._d(d_in, rank), rank, _pos("batch", batch)) / self.hz
+
+    def lora_e3_s(self, d_in, d_out, rank, batch) -> float:
+        """``y = x A B`` on the device (kernels.lora_e3). The firmware's LoRA layout has d_out = d_in; for
+        d_out != d_in the two steps are priced separately: E4 over d_in plus the B panels over d_out."""
+        d_in, d_out = _pos("d_in", d_in), _pos("d_out", d_out)
+        rank, batch = _pos("rank", rank), _pos("batch", batch)
+        d_in, d_out = self._d(d_in, rank), self._d(d_out, rank)
+        if d_in == d_out:
+            return self.kernel_cycles("e3", d_in, rank, batch) / self.hz
+        # xA (KEEP) over d_in, then the B panels over d_out: E3(d_out) minus its own A step (E4(d_out))
+        e3o = self.kernel_cycles("e3", d_out, rank, batch)
+        e4o = self.kernel_cycles("e4", d_out, rank, batch)
+        e4i = self.kernel_cycles("e4", d_in, rank, batch)
+        return (e4i + max(0.0, e3o - e4o)) / self.hz
+
+    def attention_s(self, tokens, head_dim, q_heads, kv_heads):
+        """One layer's decode attention of one request over ``tokens`` KV positions on this device (vectorized
+        over ``tokens``; 0 costs nothing): per KV head the integral kernel (kernels.attention_integral: per
+        token tile scores, SOFTMAX, context) with the GQA group of ``q_heads / kv_heads`` query rows. Token
+        counts are padded up to whole beats of ``lanes`` tokens (the kernel's unit; padded keys are masked by
+        the host)."""
+        head_dim, q_heads, kv_heads = _pos("head_dim", head_dim), _pos("q_heads", q_heads), _pos("kv_heads", kv_heads)
+        if q_heads % kv_heads:
+            raise ValueError(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")
+        tok = np.asarray(tokens, dtype=np.float64)
+        if np.any(tok < 0) or not np.all(np.isfinite(tok)):
+            raise ValueError("tokens must be finite and >= 0")
+        g = q_heads // kv_heads
+        L = self.lanes
+        padded = np.ceil(tok / L) * L
+        out = np.zeros_like(tok)
+        for v in np.unique(padded):
+            if v > 0:
+                out[padded == v] = kv_heads * self._attention_cycles(head_dim, int(v), g) / self.hz
+        return float(out) if np.ndim(tokens) == 0 else out
+
+    def _attention_cycles(self, hd, tokens, g):
+        key = ("att", hd, tokens, g)
+        if key not in self._kcache:
+            cfg = self.config
+            from firmware.ndp import kernels as K
+            tile = K.token_tile(hd, tokens, g, cfg)
+            n = -(-tokens // tile)
+            if n <= 4:
+                t = self.kernel_cycles("attention", hd, tokens, g)
+            else:
+                # whole tiles are identical: 4 tiles + the steady cost of the others (+ the last partial tile)
+                rest = tokens - (n - 1) * tile
+                t4 = self.kernel_cycles("attention", hd, 3 * tile + rest, g)
+                t3 = self.kernel_cycles("attention", hd, 2 * tile + rest, g)
+                t = t4 + (n - 4) * (t4 - t3)
+            self._kcache[key] = t
+        return self._kcache[key]
+
+
+def _pos(name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    return int(v)
+
+
+# ---- calibration against the RTL ------------------------------------------------------------------------------
+
+def calibration_programs(config):
+    """The programs the calibration measures (shapes disjoint from the test's, tests/sim/perf/test_ndp_perf.py):
+    lone descriptors of each dataflow and the same descriptors back to back."""
+    from firmware.ndp.descriptor import gemv, gemm, softmax, load
+    z = lambda s: np.zeros(s, np.uint16)                      # noqa: E731
+    progs = {
+        "trans_64x32": [(gemv(0, 64, 32, trans=True), z((1, 64)))],
+        "trans_64x32_x4": [(gemv(0, 64, 32, trans=True), z((1, 64)))] * 4,
+        "trans_64x16_x4": [(gemv(0, 64, 16, trans=True), z((1, 64)))] * 4,
+        "row_b2_16x128": [(gemm(0, 2, 16, 128), z((2, 16)))],
+        "row_b2_16x128_x4": [(gemm(0, 2, 16, 128), z((2, 16)))] * 4,
+        "load_512": [(load(0, 1, 512), None)],
+        "load_512_x4": [(load(0, 1, 512), None)] * 4,
+        "keep_chain": [(gemv(0, 32, 32, keep=True), z((1, 32))), (softmax(1, 32, keep=True, chain=True), None),
+                       (gemv(0, 32, 16, chain=True, trans=True), None)],
+        "row_b4_16x64": [(gemm(0, 4, 16, 64), z((4, 16)))],
+        "trans_b2_128x16": [(gemm(0, 2, 128, 16, trans=True), z((2, 128)))],
+        "softmax_2x64": [(gemv(0, 16, 64, keep=True), z((1, 16))), (softmax(1, 64, chain=True), None)],
+        "load_128_x3": [(load(0, 1, 128), None)] * 3,
+        "load_960_x3": [(load(0, 1, 960), None)] * 3,
+    }
+    return progs
+
+
+def validation_programs(config):
+    """Kernel programs (firmware/ndp/kernels.py) of shapes the calibration does not use, on ``config`` (the
+    test DUT's 32 KiB memory): LoRA E4 / E3 at several D, R, batch (K-tiles accumulating, B panels on a kept
+    result), attention over token tiles (GEMV and a GQA group of 2), E2 loads, E4s of 4 adapters back to back."""
+    from firmware.ndp import kernels as K
+    z = lambda s: np.zeros(s, np.uint16)                      # noqa: E731
+    out = {}
+    for d, r, b in ((64, 12, 1), (128, 8, 3), (256, 8, 1)):
+        lay = K.lora_layout(d, r, config=config)
+        out[f"e4_d{d}_r{r}_b{b}"] = K.lora_e4(z((b, d)), lay, config=config).program
+    for d, r, b in ((64, 8, 2), (128, 16, 1)):
+        lay = K.lora_layout(d, r, config=config)
+        out[f"e3_d{d}_r{r}_b{b}"] = K.lora_e3(z((b, d)), lay, config=config).program
+    lay = K.lora_layout(128, 16, config=config)
+    out["e2_d128_r16"] = K.lora_e2_loads(lay, config=config).program
+    for hd, l, g in ((16, 96, 1), (32, 64, 2)):
+        kv = K.kv_layout(hd, l, config=config, rows=g)
+        out[f"att_hd{hd}_l{l}_g{g}"] = K.attention_integral(z((g, hd)), kv, config=config).program
+    lays, base = [], 0
+    for _ in range(4):
+        lays.append(K.lora_layout(64, 24, config=config, base=base))
+        base = lays[-1]["end"]
+    out["e4x4_d64_r24"] = [e for lay in lays for e in K.lora_e4(z((1, 64)), lay, config=config).program]
+    return out
+
+
+def rtl_cycles(program, config, dut, backend):
+    """Cycles of ``program`` on the RTL ``dut`` (owner 0); every completion must be OK."""
+    from sim.golden.ndp_core import x_beats
+    n_y = sum(-(-d.returned_elems() // config.lanes) for d, _ in program)
+    run = backend.run_streams(dut, {"desc": [d.request(0) for d, _ in program], "x": x_beats(program, config)},
+                              {"y": n_y, "cpl": len(program)}, max_cycles=2_000_000)
+    status = [(w >> 16) & 0x1F for w in run.outputs["cpl"]]
+    if any(status):
+        raise RuntimeError(f"RTL program failed: statuses {status}")
+    return run.cycles
+
+
+def rtl_config():
+    """(config, memory model) of tests/hdl/ndp/test_core.py's DUT: the tiny core (``tiny-test``: 32 KiB device)
+    on the 512-bit burst memory, latency 8."""
+    from hdl.ndp.config import TINY as T
+    depth, bits = 512, 512
+    return replace(T, name="tiny-test", device_bytes=depth * bits // 8), BurstMemoryModel(bits // 8, 8)
+
+
+_DUT = []
+
+
+def rtl_dut(dut=None):
+    """(config, Verilator DUT, memory model): tests/hdl/ndp/test_core.py's ``NDPBurstSystem`` (the same Verilog,
+    so the same cached Verilator build); ``dut``: an already built one of that configuration to reuse."""
+    from sim.ndp.system import NDPBurstSystem
+    cfg, mem = rtl_config()
+    if dut is not None:
+        got = dut.core.config
+        if got != cfg or dut.memory.latency != mem.latency or dut.memory.burst_bits != 8 * mem.line_bytes \
+                or dut.clock is not None:
+            raise ValueError(f"dut must be the {cfg.name!r} core on {8 * mem.line_bytes}-bit bursts, latency "
+                             f"{mem.latency}, no clock enable; got config {got.name!r}")
+        return cfg, dut, mem
+    if not _DUT:
+        _DUT.append(NDPBurstSystem(config=cfg, burst_bits=mem.line_bytes * 8, depth=512))
+    return cfg, _DUT[0], mem
+
+
+def fit(measured: dict, config, memory) -> Calibration:
+    """Constants minimizing the largest relative error of the model over ``measured`` {name: (program,
+    cycles)} (integer grid, coordinate descent from 0; each constant in 0..64 cycles)."""
+    best = Calibration()
+    m = NDPPerfModel(config, memory, best)
+
+    def errs(cal):
+        m.cal = cal
+        return [(m.program_cycles(p) - c) / c for p, c in measured.values()]
+
+    def cost(cal):
+        return sum(e * e for e in errs(cal))
+    e = cost(best)
+    names = [f.name for f in fields(Calibration)]
+    for _ in range(30):
+        improved = False
+        for f in names:
+            lo = -64 if f.startswith("post_") else 0
+            for v in range(lo, 65):
+                cand = replace(best, **{f: float(v)})
+                ec = cost(cand)
+                if ec < e - 1e-15:
+                    best, e, improved = cand, ec, True
+        if not improved:
+            break
+    return best
+
+
+def calibrate(path=CALIBRATION_PATH, *, refit=False) -> dict:
+    """Measure :func:`calibration_programs` on the RTL (Verilator), fit the constants, write ``path``.
+    ``refit``: reuse the RTL cycles already in ``path`` (same programs) and only fit again."""
+    cfg, dut, mem = rtl_dut()
+    progs = calibration_programs(cfg)
+    if refit:
+        old = {r["name"]: r["rtl_cycles"] for r in json.loads(Path(path).read_text())["measured"]}
+        measured = {n: (p, old[n]) for n, p in progs.items()}
+    else:
+        from sim.backends import get_backend
+        be = get_backend("verilator")
+        measured = {n: (p, rtl_cycles(p, cfg, dut, be)) for n, p in progs.items()}
+    cal = fit(measured, cfg, mem)
+    model = NDPPerfModel(cfg, mem, cal)
+    rows = []
+    for n, (p, c) in measured.items():
+        mc = model.program_cycles(p)
+        rows.append({"name": n, "descriptors": [str(d) for d, _ in p], "rtl_cycles": c, "model_cycles": mc,
+                     "rel_err": (mc - c) / c})
+    out = {"source": "python -m sim.perf.ndp --calibrate: Verilator, tests/hdl/ndp/test_core.py's DUT "
+                     "(tiny geometry 8 lanes x 2 PE rows, 512-bit burst memory, latency 8)",
+           "config": cfg.name, "memory": {"kind": "burst", "line_bytes": mem.line_bytes, "latency": mem.latency},
+           "constants": asdict(cal), "measured": rows}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--calibrate", action="store_true", help="measure the RTL and write " + str(CALIBRATION_PATH))
+    ap.add_argument("--refit", action="store_true", help="with --calibrate: reuse the RTL cycles in the file")
+    a = ap.parse_args(argv)
+    if a.calibrate:
+        out = calibrate(refit=a.refit)
+        print(json.dumps(out["constants"]))
+        for r in out["measured"]:
+            print(f"{r['name']:>20} rtl {r['rtl_cycles']:>6} model {r['model_cycles']:>8.1f} {100 * r['rel_err']:+.2f}%")
+        return 0
+    m = NDPPerfModel.paper()
+    print(f"paper: E4 D=4096 R=16 batch 1: {m.lora_e4_s(4096, 16, 1) * 1e6:.2f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,116 @@
+"""The NDP performance model (sim/perf/ndp.py) against the RTL core, on shapes it was not calibrated on.
+
+The RTL is tests/hdl/ndp/test_core.py's Verilator DUT (the tiny geometry, 8 lanes x 2 PE rows, on the 512-bit
+burst memory; the same Verilog, so the same cached build). The model's constants come from
+data/ndp_rtl_calibration.json (``python -m sim.perf.ndp --calibrate``, other shapes). Mutants: the model with
+the descriptor overlap disabled, and with the calibrated constants zeroed, must fail the same bound.
+"""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import sys
+
+from sim.perf.ndp import (NDPPerfModel, Calibration, load_calibration, calibration_programs, validation_programs,
+                          rtl_config, rtl_dut, rtl_cycles)
+
+BOUND = 0.03
+_RTL = {}
+
+
+def _shared_dut():
+    """tests/hdl/ndp/test_core.py's DUT object when that module runs in this process (its Verilog, ~35 s to
+    generate, is then not generated twice), else None (rtl_dut builds the same one; Verilator's build is cached
+    on disk either way)."""
+    for mod in list(sys.modules.values()):
+        if (getattr(mod, "__file__", None) or "").replace("\\", "/").endswith("tests/hdl/ndp/test_core.py"):
+            return mod.dut_for(None)
+    return None
+
+
+def _measured():
+    """{name: (program, RTL cycles)} of the validation kernels (measured once per session)."""
+    if not _RTL:
+        from sim.backends import get_backend
+        cfg, dut, mem = rtl_dut(_shared_dut())
+        be = get_backend("verilator")
+        _RTL["cfg"], _RTL["mem"] = cfg, mem
+        _RTL["runs"] = {n: (p, rtl_cycles(p, cfg, dut, be)) for n, p in validation_programs(cfg).items()}
+    return _RTL["cfg"], _RTL["mem"], _RTL["runs"]
+
+
+def _errors(model, runs):
+    return {n: (model.program_cycles(p) - c) / c for n, (p, c) in runs.items()}
+
+
+def test_validation_shapes_are_not_calibration_shapes():
+    cfg, _ = rtl_config()
+    cal = {tuple(d for d, _ in p) for p in calibration_programs(cfg).values()}
+    for name, prog in validation_programs(cfg).items():
+        assert tuple(d for d, _ in prog) not in cal, name
+        assert not set(d for d, _ in prog) <= set(d for p in cal for d in p), name
+
+
+def test_model_within_3_percent_of_rtl():
+    cfg, mem, runs = _measured()
+    err = _errors(NDPPerfModel(cfg, mem), runs)
+    print("\n" + "\n".join(f"{n:>18}: RTL {runs[n][1]:>5} cycles, model {100 * e:+.2f}%" for n, e in err.items()))
+    assert len(err) >= 8
+    assert max(abs(e) for e in err.values()) <= BOUND, err
+
+
+@pytest.mark.parametrize("mutant", ["no_overlap", "zero_constants", "no_gap"])
+def test_mutant_models_fail_the_bound(mutant):
+    cfg, mem, runs = _measured()
+    cal = load_calibration()
+    if mutant == "no_overlap":
+        model = NDPPerfModel(cfg, mem, cal, overlap=False)
+    elif mutant == "zero_constants":
+        model = NDPPerfModel(cfg, mem, Calibration())
+    else:
+        model = NDPPerfModel(cfg, mem, replace(cal, gap=0.0, start=0.0))
+    err = _errors(model, runs)
+    assert max(abs(e) for e in err.values()) > BOUND, (mutant, err)
+
+
+def test_calibration_file_is_a_measurement():
+    """The constants were fitted to RTL cycles recorded with their programs, and reproduce them."""
+    import json
+    from sim.perf.ndp import CALIBRATION_PATH
+    data = json.loads(CALIBRATION_PATH.read_text())
+    cfg, mem = rtl_config()
+    model = NDPPerfModel(cfg, mem, load_calibration())
+    progs = calibration_programs(cfg)
+    assert {r["name"] for r in data["measured"]} == set(progs)
+    for r in data["measured"]:
+        assert abs(model.program_cycles(progs[r["name"]]) - r["model_cycles"]) < 1e-6
+        assert abs(r["model_cycles"] - r["rtl_cycles"]) / r["rtl_cycles"] <= BOUND
+
+
+def test_paper_interface_and_bounds():
+    """The PLoRA host's interface (host/plora/ndp_model.py): seconds, positive, monotone, and never faster than
+    the device's bandwidth or MAC peak."""
+    m = NDPPerfModel.paper()
+    assert m.lanes == 512 and m.kind == "calibrated"
+    bw, peak = 64 * 64 * 1066.67e6, 2 * 1024 * 1e9
+    assert 0 < m.descriptor_overhead_s < 1e-6
+    for d, r, b in ((4096, 16, 1), (4096, 128, 4), (768, 8, 256), (11008, 64, 1)):
+        e4, e3 = m.lora_e4_s(d, r, b), m.lora_e3_s(d, d, r, b)
+        assert e4 >= max(d * r * 2 / bw, 2 * b * d * r / peak)
+        assert e3 > e4 and e3 >= 2 * d * r * 2 / bw
+    assert m.lora_e4_s(4096, 16, 8) >= m.lora_e4_s(4096, 16, 4) >= m.lora_e4_s(4096, 16, 1)
+    assert m.load_s(0) == 0 and m.load_s(1 << 20) >= (1 << 20) / bw
+    a = m.attention_s(np.array([0, 512, 4096, 32768]), 128, 32, 8)
+    assert a[0] == 0 and np.all(np.diff(a) > 0) and a[3] >= 8 * 2 * 32768 * 128 * 2 / bw
+    assert isinstance(m.attention_s(1000, 128, 32, 8), float)
+    # the steady-state shortcuts of attention_s / load_s equal the whole firmware program
+    from firmware.ndp.descriptor import load
+    full = m.program_cycles(m.kernel_program("attention", 128, 30208, 4)) / 1e9
+    assert m.attention_s(30000, 128, 4, 1) == pytest.approx(full, rel=1e-12)
+    assert m.load_s(5 << 20) == pytest.approx(m.program_cycles([load(0, 1, 256 << 10)] * 10) / 1e9, rel=1e-12)
+    for bad in (lambda: m.lora_e4_s(0, 16, 1), lambda: m.attention_s(-1, 128, 8, 8),
+                lambda: m.attention_s(64, 128, 6, 4), lambda: m.load_s(float("nan"))):
+        with pytest.raises(ValueError):
+            bad()
