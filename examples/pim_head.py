@@ -9,7 +9,7 @@ import argparse
 
 import numpy as np
 
-from host.attention import prepare_query, reference_attention
+from sim.golden.attention import prepare_query, reference_attention
 from host.e2e.pim import PIMDevice, PIMJob
 
 

@@ -175,7 +175,7 @@ BENCHES = {
     "host": ("host.bench",),
     "e2e": ("host.e2e.bench",),
 }
-FUZZ = ("sim.fuzz.cxl", "sim.perf.cxl_fuzz")
+FUZZ = ("host.fuzz.cxl",)
 BENCH_DEFAULT_ARGS = {"pim": ["--all-rtl"]}
 
 

@@ -2,7 +2,7 @@
 (``sim.cxl.system.CXLSystem`` on a simulation backend) or on the golden model
 (:class:`sim.golden.cxl_device.GoldenDevice`), and decodes the outputs into completion records and data.
 
-PLoRA IV-C (/work/shared/papers/plora.txt line ~92): the GPU writes operand and descriptor into an HDM
+[PLoRA] IV-C: the GPU writes operand and descriptor into an HDM
 submission queue over CXL.mem, writes a per-descriptor valid flag last, then rings a CXL.io MMIO doorbell; the
 device writes the result and then a completion flag. Every offset comes from :mod:`hdl.cxl.regmap`.
 

@@ -22,7 +22,7 @@ own aligned region; the STORE programs (:func:`lora_store`, :func:`kv_store`) wr
   ``lanes / 2``-wide tail panel; each panel is a CHAIN descriptor on the same kept ``m = xA``.
 * Attention: the KV share is cut into **token tiles** of ``L_t`` tokens (a multiple of ``lanes``); each tile is
   scores GEMM/GEMV on K^T (d x L_t, KEEP), SOFTMAX (CHAIN, KEEP: anchors returned), context GEMM/GEMV TRANS on
-  V (L_t x d, CHAIN): one partial output per tile, merged by the host (:func:`host.attention.merge_partials`)
+  V (L_t x d, CHAIN): one partial output per tile, merged by the host (:func:`sim.golden.attention.merge_partials`)
   exactly like the partials of several devices.
 
 Batches beyond the buffers are cut into **batch chunks** (the largest for which every descriptor validates).
@@ -468,7 +468,7 @@ def attention_integral(q, layout: dict, *, config: NDPConfig) -> Kernel:
     """One device's share of integral attention (PLoRA V-B) for one KV head over the tokens of ``layout``
     (:func:`kv_layout`).
 
-    ``q``: the *pre-scaled* query (``q / sqrt(d)`` rounded to FP16, :func:`host.attention.prepare_query`),
+    ``q``: the *pre-scaled* query (``q / sqrt(d)`` rounded to FP16, :func:`sim.golden.attention.prepare_query`),
     (d,) or (R, d) for the R query heads of a GQA group sharing the KV head (R = ``layout["rows"]``). Per
     token tile (GEMV for R = 1, else GEMM):
 
@@ -478,7 +478,7 @@ def attention_integral(q, layout: dict, *, config: NDPConfig) -> Kernel:
 
     ``results`` -> a list with one ``(o uint16, m uint16, sum uint32)`` per tile: shapes (d,), (), () for a
     1-D q, else (R, d), (R,), (R,). Merge them (and other devices' partials) with
-    :func:`host.attention.merge_partials`."""
+    :func:`sim.golden.attention.merge_partials`."""
     _cfg(config)
     d, rows_l = layout["d"], layout["rows"]
     one, qs = _rows_input("q", q, d)

@@ -1,6 +1,6 @@
 """The CXL NDP device top: CSR bank, HDM queue engine, NDP core, per-queue memory guard, memory arbiter.
 
-PLoRA IV-C (/work/shared/papers/plora.txt line ~92): "The GPU writes the operand and descriptor into an HDM
+[PLoRA] IV-C: "The GPU writes the operand and descriptor into an HDM
 submission queue over CXL.mem, writes a per-descriptor valid flag last, then rings a CXL.io MMIO doorbell ... the
 doorbell is only a wakeup hint and the in-HDM valid flag is the ordering point"; "The device writes the result and
 then a completion flag to HDM, which the GPU polls or takes as an MSI-X interrupt. Per-requester queues bound to a

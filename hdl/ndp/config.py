@@ -2,13 +2,13 @@
 
 Sources used below:
 
-* [PLoRA]   /work/shared/papers/plora.txt. Section IV-B (line ~86): "the instruction buffer holds instructions until
+* [PLoRA]   docs/references.md. Section IV-B: "the instruction buffer holds instructions until
             they issue ... The Compute Unit holds an input buffer for GPU data, a DRAM buffer for device-resident
             data, and an output buffer ... We follow Samsung's HPCA'24 CXL-PNM device [60], with 1.1 TB/s
-            bandwidth, 512 GB capacity, and 4.9 TFLOPS, while our NDP cores use 2 TFLOPS". Evaluation set-up
-            (line ~177): "NDP core synthesized in Verilog: 3 MB of SRAM (input, DRAM and output buffers) and 1024
+            bandwidth, 512 GB capacity, and 4.9 TFLOPS, while our NDP cores use 2 TFLOPS";
+            (evaluation set-up) "NDP core synthesized in Verilog: 3 MB of SRAM (input, DRAM and output buffers) and 1024
             FP16 multiply-add units delivering 2048 GFLOPS at 1 GHz"; device-count sweep "of 512 GB each".
-            Section V-A (line ~108): "the per-adapter batch size B_i, 0 to 256".
+            Section V-A: "the per-adapter batch size B_i, 0 to 256".
 * [issue11] Project issue 11 ("the NDP device at the paper's scale"): "1024 FP16 MACs at 1 GHz, 3 MB of
             buffers"; LPDDR5X-8533 device memory of 64 x16 channels (hdl/memctl/timing.py LPDDR5X_8533: 1024 B
             per memory clock CK = 1066.7 MHz, 1.09 TB/s).
@@ -28,7 +28,7 @@ ACCUMULATORS = ("fp16", "fp32")
 CHANNEL_LANES = 8
 #: Channels of the paper's device memory (hdl/memctl/timing.py LPDDR5X_8533: 64 channels, 1.09 TB/s).
 PAPER_CHANNELS = 64
-#: Core clock / memory clock: 1000 MHz ([PLoRA] line ~177, "at 1 GHz") over LPDDR5X-8533's CK 1066.67 MHz =
+#: Core clock / memory clock: 1000 MHz ([PLoRA], "at 1 GHz") over LPDDR5X-8533's CK 1066.67 MHz =
 #: 15/16 exactly. The one-domain RTL simulation runs the core under a 15-of-16 clock enable (docs/ndp_core.md).
 CORE_CLOCK_RATIO = (15, 16)
 
@@ -188,11 +188,11 @@ TINY = NDPConfig(
     device_bytes=1 << 24,          # 16 MiB: random base addresses overflow it often
 )
 
-#: The paper's NDP core. 1024 FP16 MACs x 2 FLOP x 1 GHz = 2.05 TFLOPS ([PLoRA] IV-B "2 TFLOPS", line ~177
+#: The paper's NDP core. 1024 FP16 MACs x 2 FLOP x 1 GHz = 2.05 TFLOPS ([PLoRA] IV-B "2 TFLOPS"
 #: "1024 FP16 multiply-add units delivering 2048 GFLOPS at 1 GHz"). Geometry (design choice, docs/ndp_core.md):
 #: 512 lanes x 2 PE rows, so one A beat is 512 FP16 = 1 KB = one memory clock of the 64-channel LPDDR5X device
 #: (1024 B per CK, [issue11]): GEMV (batch 1) consumes a beat per core cycle, and a batch >= 2 reuses every beat
-#: twice, so GEMM of even batch runs at the MAC rate. Buffers: 3 MiB of SRAM in total ([PLoRA] line ~177 "3 MB
+#: twice, so GEMM of even batch runs at the MAC rate. Buffers: 3 MiB of SRAM in total ([PLoRA] "3 MB
 #: of SRAM (input, DRAM and output buffers)"; [issue11] "3 MB of buffers"), split (design choice): DRAM ring
 #: 1 MiB (the largest operand a 20-bit byte size describes, 2**20 - 1 bytes), input ring 512 KiB, return ring
 #: 512 KiB, kept results 512 KiB and FP32 partials 512 KiB over 4 owner slots. Batch up to 256 ([PLoRA] V-A,

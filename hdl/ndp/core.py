@@ -1,6 +1,6 @@
 """The PLoRA NDP core: instruction buffer + decoder, control unit, input/DRAM/output buffers, PE array, softmax SFU.
 
-Fig. 5(c) of /work/shared/papers/plora.txt (Section IV-B, line ~86): "the instruction buffer holds instructions
+Fig. 5(c) of [PLoRA] (Section IV-B): "the instruction buffer holds instructions
 until they issue, and the decoder turns each into control code for the control unit, which drives the DRAM
 controller and the Compute Unit. The Compute Unit holds an input buffer for GPU data, a DRAM buffer for
 device-resident data, and an output buffer for intermediate and final results, and its logic pairs PEs

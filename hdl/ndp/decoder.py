@@ -1,5 +1,5 @@
 """Instruction buffer and descriptor decoder of the PLoRA NDP core (Fig. 5(c): instruction buffer -> decoder
--> control unit; /work/shared/papers/plora.txt Section IV-B, line ~86).
+-> control unit; [PLoRA] Section IV-B).
 
 Architecture::
 

@@ -1,6 +1,6 @@
 """The PLoRA read-compute descriptor (204 bits, one 256-byte CXL 3.1 flit) and the decoder's command/status.
 
-Source: /work/shared/papers/plora.txt, Section IV-C (line ~90): "a request packs Type (load, store,
+Source: [PLoRA], Section IV-C: "a request packs Type (load, store,
 read-compute), OP (GEMM, GEMV, Softmax) and data type into 20 bits, the 64-bit base address of the
 device-resident operand, and the byte size and two dimensions of that operand and of the GPU-supplied input at
 20 bits each. This 204-bit layout needs no parsing, fits one 256-Byte CXL 3.1 flit". The split of the 20-bit
@@ -104,7 +104,7 @@ class DescOp(enum.Enum, shape=CODE_BITS):
 
 
 class DType(enum.Enum, shape=CODE_BITS):
-    """Element data type (PLoRA IV-C: "data type"). The core's MACs are FP16 (PLoRA line ~177: "1024 FP16
+    """Element data type (PLoRA IV-C: "data type"). The core's MACs are FP16 (PLoRA: "1024 FP16
     multiply-add units"), so only FP16 is accepted; FP32 is a reserved code rejected with UNKNOWN_DTYPE."""
     NONE = 0
     FP16 = 1

@@ -27,7 +27,7 @@ device (both sub-batches' jobs in one run, sub-batch 0 first; each sub-batch is 
 descriptors occupied, from the cycle stamps) beside the GPU's share: ``qkv`` (Q/K/V projections and their LoRA),
 ``attn`` (decode attention: the devices' shares of the short requests' KV merged with the GPU's share -- the
 duplicated prefix and the tail that does not fill a whole beat of 8 tokens on a device -- by
-:func:`host.attention.merge_partials`; the long requests' heads on the PIM rank; prefills on the GPU), ``o``,
+:func:`sim.golden.attention.merge_partials`; the long requests' heads on the PIM rank; prefills on the GPU), ``o``,
 ``ffn_in`` (gate and up) and ``down``. A stage lasts ``max(GPU, L_link + max(device, link))`` per device
 (PLoRA VI-B's form); a sub-batch's GPU side ``T_GPU_i`` is the sum of its stages, its PIM side ``T_PIM_i`` the
 rank's cycles for its heads plus the PCIe transfers (Q/K/V in, outputs back, the other sub-batch's prefill KV
@@ -44,7 +44,7 @@ import numpy as np
 
 from host.serving import System, Batch, IterationResult, Span
 from host.serving.request import RUNNING
-from host.attention import merge_partials, prepare_query, to_fp16_bits
+from sim.golden.attention import merge_partials, prepare_query, to_fp16_bits
 from host.plora.lora import E1, E2, E3, E4, STRATEGIES, LEVEL_OF, LEVEL_NONE, LEVEL_NAMES
 from host.plora.cost import CostModel, LinkParams, GPUParams
 from host.plora.manager import ManagerState, select, apply, rebuild_wave

@@ -25,7 +25,7 @@ from hdl.ndp.config import TINY
 from hdl.ndp.descriptor import DescType, DescOp, ErrorCode
 from hdl.cxl.regmap import RegisterMap, QueueLayout, CPL_HEADER_BYTES
 from host.cxl_driver import Driver, CompletionRecord, backend_named
-from host.attention import prepare_query
+from sim.golden.attention import prepare_query
 from . import programs
 
 __all__ = ["DEPTH", "ENTRIES", "e2e_ndp_config", "NDPJob", "DescriptorStamp", "WaveResult", "NDPDevices",

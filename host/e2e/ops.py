@@ -77,7 +77,7 @@ def logits(x, norm, lm_head, eps: float) -> np.ndarray:
 
 def gpu_attention_partial(q_scaled, K, V):
     """The GPU's partial attention over its share of the KV (the HBM-resident tokens), in the devices' partial
-    format so that :func:`host.attention.merge_partials` merges it with theirs: ``q_scaled`` (d,) FP16 bits
+    format so that :func:`sim.golden.attention.merge_partials` merges it with theirs: ``q_scaled`` (d,) FP16 bits
     (pre-scaled by 1/sqrt(d), as the devices get it), ``K``, ``V`` (L, d) FP16 bits. Scores ``s = q K^T`` in
     float32, ``m = fp16(max s)``, ``e = exp(s - m)`` float32, ``sum = sum e`` (float32), ``o = fp16(e V)``.
     Returns ``(o uint16 (d,), m uint16 (), sum uint32 ())``."""

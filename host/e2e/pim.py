@@ -29,7 +29,7 @@ import numpy as np
 
 from hdl.memctl.timing import DRAMConfig, DRAMOrg, DDR4_3200_TIMING
 from hdl.pim.config import PIMConfig
-from host.attention import prepare_query
+from sim.golden.attention import prepare_query
 
 __all__ = ["e2e_pim_config", "PIMJob", "PIMRun", "PIMDevice", "run_cycles_model"]
 

@@ -12,7 +12,7 @@ busiest resource plus one link round trip when anything crosses the link::
 **Attention** (one per layer, PLoRA V-B and VI-B). Request ``r`` attends over ``L_r`` tokens; its first
 ``dup_r`` are duplicated in HBM (P_KV = sum dup / sum L), token ``i`` lives on device ``i mod N`` (token
 interleaving). The GPU computes its share from HBM, each device its share of the rest; every device returns a
-partial output and anchors, the GPU merges them (host/attention.py)::
+partial output and anchors, the GPU merges them (sim/golden/attention.py)::
 
     T_ATT = max(T_ATT_GPU, L_link + max(T_ATT_dev, T_link_att)) + T_merge
     T_ATT_GPU = sum dup_r * kv_bytes_token_layer / W_hbm       (memory-bound decode attention)

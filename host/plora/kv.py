@@ -4,11 +4,11 @@ PLoRA V-B: "PLoRA evenly distributes the KV cache of each request across all mem
 level, storing the KV cache of the i-th token in the (i mod N_dev)-th device ... [and] duplicates a small
 portion of the KV cache in GPU memory". The duplicated portion of a request is its first ``dup`` tokens (design
 choice: the tokens the GPU already holds when it finishes the prefill); the GPU attends over those, each device
-over its tokens among the rest, and the GPU merges the partial outputs exactly (:mod:`host.attention`).
+over its tokens among the rest, and the GPU merges the partial outputs exactly (:mod:`sim.golden.attention`).
 
 :func:`distributed_attention` runs that on real data: the devices' shares through the NDP firmware kernel
 (``firmware.ndp.kernels.attention_integral``) on the bit-exact golden NDP core (``sim.golden.ndp_core``), the
-GPU's share as an FP32 partial softmax, and the merge with :func:`host.attention.merge_partials`.
+GPU's share as an FP32 partial softmax, and the merge with :func:`sim.golden.attention.merge_partials`.
 """
 
 import numpy as np
@@ -69,7 +69,7 @@ def distributed_attention(q, K, V, *, dup: int, n_dev: int, config=None):
     from firmware.ndp import kernels
     from hdl.ndp.config import TINY
     from sim.golden.ndp_core import GoldenCore
-    from host.attention import prepare_query, merge_partials
+    from sim.golden.attention import prepare_query, merge_partials
 
     config = config or TINY
     K16 = np.asarray(K).astype(np.float16) if np.asarray(K).dtype != np.uint16 else np.asarray(K).view(np.float16)

@@ -447,13 +447,13 @@ def accuracy_report(config: NDPConfig, *, d: int = 64, r: int = 16, batch: int =
     * ``e4``: ``m = x A`` (returned FP16) vs float64 ``x A`` of the FP16 inputs.
     * ``e3``: ``y = (x A) B`` on the device (m kept on the device in FP16) vs float64 ``x A B``.
     * ``attention``: :func:`firmware.ndp.kernels.attention_integral` on every core, merged by
-      :func:`host.attention.merge_partials` (float32), vs :func:`host.attention.reference_attention` (float64,
+      :func:`sim.golden.attention.merge_partials` (float32), vs :func:`sim.golden.attention.reference_attention` (float64,
       on the unscaled FP16 q, K, V with scale 1/sqrt(d); the FP16 rounding of the pre-scaled q is included).
 
     Returns ``{"config", "acc", "e3": stats, "e4": stats, "attention": stats}``, stats as :func:`_errors`.
     """
     from firmware.ndp import kernels
-    from host import attention as host_attn
+    from sim.golden import attention as host_attn
     _check_config(config)
     rng = np.random.default_rng(seed)
     x = _fp16(rng.standard_normal((batch, d)))

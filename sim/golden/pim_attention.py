@@ -251,19 +251,10 @@ def make_inputs(config, L, dist="normal", seed=0):
 
 def prescale_query(q, scale=None) -> np.ndarray:
     """``q * scale`` rounded once to FP16 bits (uint16), ``scale`` defaulting to ``1 / sqrt(d)``: the query the
-    rank PU receives (``docs/pim.md``: the host prescales it). ``q``: floats or FP16 bits, (d,) or (R, d). The same
-    rule as ``host/attention.prepare_query`` (which the host should import from here; sim/ imports nothing from
-    host/); tests/sim/golden/test_golden_pim_attention.py holds the two equal."""
-    qa = np.asarray(q)
-    qf = qa.view(np.float16).astype(np.float64) if qa.dtype == np.uint16 else qa.astype(np.float64)
-    if qf.ndim not in (1, 2) or qf.shape[-1] < 1:
-        raise ValueError(f"q must be (d,) or (R, d), got shape {qf.shape}")
-    if scale is None:
-        scale = 1.0 / np.sqrt(qf.shape[-1])
-    if not np.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
-    with np.errstate(over="ignore"):
-        return (qf * float(scale)).astype(np.float16).view(np.uint16)
+    rank PU receives (``docs/pim.md``: the host prescales it). ``q``: floats or FP16 bits, (d,) or (R, d). The
+    host's rule, :func:`sim.golden.attention.prepare_query`."""
+    from sim.golden.attention import prepare_query
+    return prepare_query(q, scale)
 
 
 def accuracy_table(config, lengths, dists=DISTRIBUTIONS, seed=0):

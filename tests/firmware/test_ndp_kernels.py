@@ -1,4 +1,4 @@
-"""NDP kernels (firmware/ndp/kernels.py) and the host merge (host/attention.py), run on the golden core."""
+"""NDP kernels (firmware/ndp/kernels.py) and the host merge (sim/golden/attention.py), run on the golden core."""
 
 import itertools
 from dataclasses import replace
@@ -9,7 +9,7 @@ import pytest
 from hdl.ndp.config import TINY, PAPER, slice_preset
 from hdl.ndp.descriptor import DescOp, DescType, ErrorCode
 from firmware.ndp import kernels as K
-from host.attention import merge_partials, reference_attention, prepare_query, to_fp16_bits
+from sim.golden.attention import merge_partials, reference_attention, prepare_query, to_fp16_bits
 from sim.golden.ndp_core import GoldenCore, trans_layout, trans_unlayout
 from sim.golden.pe_array import gemm_mode
 from sim.golden import fp16

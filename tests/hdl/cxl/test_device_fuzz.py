@@ -1,5 +1,5 @@
 # amaranth: UnusedElaboratable=no
-"""Property test of the CXL NDP device RTL under Verilator: random multi-queue programs (sim/perf/cxl_fuzz.py)
+"""Property test of the CXL NDP device RTL under Verilator: random multi-queue programs (host/fuzz/cxl.py)
 against the golden device replayed in the RTL's order.
 
 Each Hypothesis example runs *batches* (seeds derived from the example's seed) until it has run
@@ -22,7 +22,7 @@ the golden count (exactly when the read could be held past every forged request,
 spreads them over both workers and balances the end of the run): ``ceil(CXL_FUZZ_CASES / SHARDS /
 CASES_PER_EXAMPLE)`` examples per shard. 10,000 cases take ~215 s of one core (~21 ms per case, idle core; the
 filter features add no measurable time: same simulated cycles, docs/cxl_device.md "Measured").
-``python -m sim.perf.cxl_fuzz --cases N`` runs long campaigns.
+``python -m host.fuzz.cxl --cases N`` runs long campaigns.
 """
 
 import os
@@ -37,7 +37,7 @@ from host.cxl_driver import Driver, backend_named
 from sim.backends import SimulationTimeout
 from sim.golden.cxl_device import status_name
 from hdl.cxl.device import WINDOW_VIOLATION
-from sim.perf.cxl_fuzz import run_batch, make_batch, check_batch, _late_delay, FUZZ_QUEUES, FUZZ_CONFIG, FUZZ_DEPTH
+from host.fuzz.cxl import run_batch, make_batch, check_batch, _late_delay, FUZZ_QUEUES, FUZZ_CONFIG, FUZZ_DEPTH
 
 CASES = int(os.environ.get("CXL_FUZZ_CASES", "10000"))
 #: Cases per Hypothesis example (several batches: the per-example overhead stays small, and the case count is

@@ -74,7 +74,7 @@ def test_fp16_ops_against_float64():
     ra, rb = ops.f32(r)[:, :32], ops.f32(r)[:, 32:]
     assert np.allclose(a ** 2 + b ** 2, ra ** 2 + rb ** 2, rtol=3e-3, atol=1e-3)
     # the GPU's attention partial merges with itself into the plain softmax attention
-    from host.attention import merge_partials, prepare_query, reference_attention
+    from sim.golden.attention import merge_partials, prepare_query, reference_attention
     K, V, q = ops.f16(rng.standard_normal((40, 64))), ops.f16(rng.standard_normal((40, 64))), ops.f16(
         rng.standard_normal(64))
     qs = prepare_query(q)

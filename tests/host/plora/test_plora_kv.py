@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from host.attention import reference_attention, merge_partials
+from sim.golden.attention import reference_attention, merge_partials
 from host.plora.kv import partition, share_counts, device_of_token, distributed_attention
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from hdl.pim import mapping as mp
 from hdl.pim.config import PAPER, TINY
-from host.attention import reference_attention
+from sim.golden.attention import reference_attention
 from sim.dram.device import flat_burst_address
 from sim.golden import fp16, fp32, pim_attention as pa
 from sim.golden.exp import exp as exp16
@@ -161,15 +161,18 @@ def test_errors():
         pa.pim_attention(TINY, q, K, V, mutation="x")
 
 
-def test_prescale_query_equals_the_hosts():
-    """sim/golden keeps the host's query prescale (sim/ imports nothing from host/): bit-identical."""
+def test_prescale_query_rounds_once_to_fp16():
+    """The rank PU's query: q * scale in float64, rounded once to FP16 (scale 1/sqrt(d) by default); FP16-bit input
+    is read as FP16. Written independently of the function under test; a bad scale is refused."""
     import numpy as np
-    from host.attention import prepare_query
     from sim.golden.pim_attention import prescale_query
     rng = np.random.default_rng(3)
     for d in (16, 32, 128):
         q = rng.standard_normal((5, d)) * 50
-        assert np.array_equal(prescale_query(q), prepare_query(q))
+        want = (q * (1.0 / np.sqrt(d))).astype(np.float16).view(np.uint16)
+        assert np.array_equal(prescale_query(q), want)
         qb = q.astype(np.float16).view(np.uint16)
-        assert np.array_equal(prescale_query(qb[0]), prepare_query(qb[0]))
-        assert np.array_equal(prescale_query(q, 0.3), prepare_query(q, 0.3))
+        want_b = (qb[0].view(np.float16).astype(np.float64) * 0.3).astype(np.float16).view(np.uint16)
+        assert np.array_equal(prescale_query(qb[0], 0.3), want_b)
+    with pytest.raises(ValueError, match="scale"):
+        prescale_query(np.ones(4), -1.0)

@@ -20,7 +20,7 @@ Checks per case (:func:`check_batch`):
   events (index order, status), completion records and results (every record is read before its slot is reused),
   the window areas; or an RTL order the golden device could not follow.
 
-``python -m sim.perf.cxl_fuzz --cases N [--seed S] [--jobs J]`` runs a campaign and prints the counts.
+``python -m host.fuzz.cxl --cases N [--seed S] [--jobs J]`` runs a campaign and prints the counts.
 """
 
 import argparse
@@ -919,7 +919,7 @@ def _status_text(st):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m sim.perf.cxl_fuzz", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m host.fuzz.cxl", description=__doc__.split("\n")[0])
     p.add_argument("--cases", type=int, default=10_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
