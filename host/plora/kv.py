@@ -65,7 +65,8 @@ def distributed_attention(q, K, V, *, dup: int, n_dev: int, config=None):
     """One query head's decode attention over ``K``, ``V`` (L x d, FP16 bits or floats), with the first
     ``dup`` tokens on the GPU and the rest token-interleaved over ``n_dev`` devices, each running
     ``attention_integral`` on the golden NDP core (``config``: an ``NDPConfig``, default ``TINY``; every
-    device share must be a multiple of ``config.lanes`` tokens). Returns (output float32 (d,), partials dict)."""
+    device share must be a multiple of ``config.lanes`` tokens). Returns (output float32 (d,), partials dict: key (-1, 0)
+    for the GPU's, ``(device, tile)`` for each token tile of a device's share)."""
     from firmware.ndp import kernels
     from hdl.ndp.config import TINY
     from sim.golden.ndp_core import GoldenCore
@@ -81,7 +82,7 @@ def distributed_attention(q, K, V, *, dup: int, n_dev: int, config=None):
     qs = prepare_query(q)
     partials = {}
     if len(gpu_idx):
-        partials[-1] = gpu_partial(qs, K16[gpu_idx].view(np.uint16), V16[gpu_idx].view(np.uint16))
+        partials[(-1, 0)] = gpu_partial(qs, K16[gpu_idx].view(np.uint16), V16[gpu_idx].view(np.uint16))
     for dev, idx in enumerate(dev_idx):
         if len(idx) == 0:
             continue
@@ -93,6 +94,7 @@ def distributed_attention(q, K, V, *, dup: int, n_dev: int, config=None):
         store = kernels.kv_store(K16[idx].view(np.uint16), V16[idx].view(np.uint16), lay, config=config)
         if not all(c.ok for c in core.run(store.program)):
             raise RuntimeError(f"device {dev}: KV store failed")
-        k = kernels.attention_integral(qs, lay["kT"], lay["v"], d, len(idx), config=config)
-        partials[dev] = k.results(core.run(k.program))
+        k = kernels.attention_integral(qs, lay, config=config)
+        for tile, part in enumerate(k.results(core.run(k.program))):
+            partials[(dev, tile)] = part
     return merge_partials(partials), partials

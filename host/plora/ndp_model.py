@@ -37,7 +37,7 @@ from math import ceil, log2
 
 import numpy as np
 
-__all__ = ["NDPDeviceSpec", "PLORA_DEVICE", "NDPStandIn", "LanePadded", "make_ndp_model", "NDP_MODEL_KINDS"]
+__all__ = ["NDPDeviceSpec", "PLORA_DEVICE", "NDPStandIn", "make_ndp_model", "NDP_MODEL_KINDS"]
 
 FIELD_MAX_BYTES = (1 << 20) - 1      # 20-bit byte-size field of the descriptor (PLoRA IV-C, Fig. 4)
 FP16_BYTES = 2
@@ -242,52 +242,8 @@ NDP_MODEL_KINDS = ("auto", "calibrated", "standin")
 
 
 def _calibrated(spec):
-    from sim.perf.ndp import NDPPerfModel       # the ndp-core branch's calibrated model
-    for make in (lambda: NDPPerfModel.paper(), lambda: NDPPerfModel()):
-        try:
-            return make()
-        except (AttributeError, TypeError):
-            continue
-    raise ImportError("sim.perf.ndp.NDPPerfModel has neither paper() nor a no-argument constructor")
-
-
-class LanePadded:
-    """A device model that rejects shapes off its lane multiple (the RTL core needs K, N multiples of
-    ``lanes``: docs/ndp_core.md "Limits"), used the way the host would drive it: a rejected call is retried
-    with every dimension padded up to the next multiple of ``lanes`` (zero columns in A, B, K^T; padded
-    batch rows are not needed: the batch is a row count). Other errors propagate."""
-
-    def __init__(self, model, lanes: int = 64):
-        self.model, self.lanes = model, int(lanes)
-        self.kind = getattr(model, "kind", "calibrated")
-        self.descriptor_overhead_s = getattr(model, "descriptor_overhead_s", 0.0)
-        self.cache_key = getattr(model, "cache_key", None)
-
-    def _pad(self, v):
-        return -(-int(v) // self.lanes) * self.lanes
-
-    def _call(self, name, dims, rest):
-        fn = getattr(self.model, name)
-        try:
-            return fn(*dims, *rest)
-        except ValueError:
-            return fn(*[self._pad(d) for d in dims], *rest)
-
-    def load_s(self, nbytes):
-        return self.model.load_s(nbytes)
-
-    def lora_e3_s(self, d_in, d_out, rank, batch):
-        return self._call("lora_e3_s", (d_in, d_out, rank), (batch,))
-
-    def lora_e4_s(self, d_in, rank, batch):
-        return self._call("lora_e4_s", (d_in, rank), (batch,))
-
-    def attention_s(self, tokens, head_dim, q_heads, kv_heads):
-        fn = self.model.attention_s
-        try:
-            return fn(tokens, head_dim, q_heads, kv_heads)
-        except ValueError:
-            return fn(self._pad(tokens) if tokens else tokens, self._pad(head_dim), q_heads, kv_heads)
+    from sim.perf.ndp import NDPPerfModel       # the RTL-calibrated model (docs/ndp_perf.md)
+    return NDPPerfModel.paper()
 
 
 def make_ndp_model(kind: str = "auto", spec: NDPDeviceSpec = PLORA_DEVICE):
@@ -305,13 +261,8 @@ def make_ndp_model(kind: str = "auto", spec: NDPDeviceSpec = PLORA_DEVICE):
         if kind == "calibrated":
             raise
         return NDPStandIn(spec)
-    try:
-        model.kind = "calibrated"
-    except AttributeError:
-        pass
-    wrapped = LanePadded(model, getattr(model, "lanes", spec.lanes))
-    if wrapped.cache_key is None:
-        # built without arguments for the paper's device: every instance times alike, so runs in one process
-        # may share the cost terms derived from it
-        wrapped.cache_key = ("calibrated", type(model).__module__, type(model).__qualname__, spec)
-    return wrapped
+    model.kind = "calibrated"
+    if getattr(model, "cache_key", None) is None:
+        # every instance of the paper's device times alike, so runs in one process may share the cost terms
+        model.cache_key = ("calibrated", type(model).__module__, type(model).__qualname__, spec)
+    return model

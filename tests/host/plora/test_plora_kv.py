@@ -30,7 +30,7 @@ def test_distributed_attention_matches_reference(dup, n_dev):
     out, parts = distributed_attention(q, K, V, dup=dup, n_dev=n_dev)
     ref = reference_attention(q, K, V)
     assert np.max(np.abs(out - ref)) < 2e-3 * max(1.0, np.max(np.abs(ref)))
-    assert set(parts) == ({-1} if dup else set()) | set(range(n_dev))
+    assert {k[0] for k in parts} == ({-1} if dup else set()) | set(range(n_dev))
     # the merge is exact whatever order the partials arrive in
     rev = dict(reversed(list(parts.items())))
     assert np.array_equal(merge_partials(rev).view(np.uint32), out.view(np.uint32))
@@ -43,7 +43,7 @@ def test_dropping_a_partial_breaks_the_result():
     V = rng.standard_normal((48, 32)).astype(np.float16)
     q = rng.standard_normal(32).astype(np.float16)
     out, parts = distributed_attention(q, K, V, dup=0, n_dev=2)
-    partial = merge_partials({0: parts[0]})
+    partial = merge_partials({k: v for k, v in parts.items() if k[0] == 0})
     assert np.max(np.abs(partial - out)) > 1e-2
 
 
