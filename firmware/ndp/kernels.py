@@ -368,16 +368,31 @@ def _mm(addr, b, k, n, **flags):
     return gemm(addr, b, k, n, **flags)
 
 
+def _batch_ok(config, steps, b):
+    try:
+        descs = steps(b)
+    except ValueError:                  # a byte size past the 20-bit field: too large by construction
+        return False
+    return all(d.validate(config) == ErrorCode.OK for d in descs)
+
+
 def _max_batch(config, steps, total):
-    """Largest batch <= total (and <= max_batch) for which every descriptor of ``steps(b)`` validates OK."""
-    for b in range(min(total, config.max_batch), 0, -1):
-        try:
-            descs = steps(b)
-        except ValueError:              # a byte size past the 20-bit field: too large by construction
-            continue
-        if all(d.validate(config) == ErrorCode.OK for d in descs):
-            return b
-    return 0
+    """Largest batch <= total (and <= max_batch) for which every descriptor of ``steps(b)`` validates OK.
+
+    Batches >= 2 are GEMMs whose buffer needs grow with the batch, so their validity is monotone and found by
+    bisection; batch 1 (GEMV) is checked on its own. Equal to the linear search from the top
+    (tests/firmware/test_ndp_kernels.py)."""
+    hi = min(total, config.max_batch)
+    if hi >= 2 and _batch_ok(config, steps, 2):
+        lo = 2                          # ok(lo) holds; find the largest ok batch in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if _batch_ok(config, steps, mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+    return 1 if hi >= 1 and _batch_ok(config, steps, 1) else 0
 
 
 def _a_tiles(layout, b, *, last_keep):

@@ -213,6 +213,7 @@ class NDPPerfModel:
         self.cache_key = ("ndp-perf", config, type(self.memory).__name__, self.memory.line_bytes, self.cal,
                           self.overlap)
         self._kcache = {}
+        self._scache = {}
 
     @classmethod
     def paper(cls, calibration: Calibration | None = None, **kw) -> "NDPPerfModel":
@@ -222,9 +223,18 @@ class NDPPerfModel:
 
     # ---- per descriptor -----------------------------------------------------------------------------------
     def shape(self, d) -> dict:
-        """Per-descriptor quantities (core cycles / beats / lines)."""
-        L, cfg, pe = self.lanes, self.config, self.pe
+        """Per-descriptor quantities (core cycles / beats / lines); memoized on the fields they depend on (a
+        kernel repeats its tiles' shapes). The returned dict is shared: read it, do not change it."""
         k = _kind(d)
+        key = (k, d.operand_bytes, d.operand_dim0, d.operand_dim1, d.input_dim0, d.input_dim1, d.input_bytes,
+               bool(d.chain), d.returned_elems())
+        got = self._scache.get(key)
+        if got is None:
+            got = self._scache[key] = self._shape(d, k)
+        return got
+
+    def _shape(self, d, k) -> dict:
+        L, cfg, pe = self.lanes, self.config, self.pe
         lines = 0 if k in ("softmax", "store") else -(-d.operand_bytes // self.memory.line_bytes)
         out = {"kind": k, "lines": lines, "passes": 0, "pass": [], "x": 0, "x_first": None, "ret": 0,
                "chain": bool(d.chain)}

@@ -304,3 +304,38 @@ def test_merge_bad_arguments():
         merge_partials([(0, o, m, np.uint32(0))])
     with pytest.raises(ValueError, match="key, o_bits"):
         merge_partials([(o, m, s)])
+
+
+def test_batch_chunk_bisection_equals_linear_search():
+    """kernels._max_batch bisects over batches >= 2; a linear search from the top finds the same batch on the
+    LoRA shapes of both presets (and a broken monotonicity would show as a difference)."""
+    import itertools
+    from dataclasses import replace
+    from hdl.ndp.config import PAPER
+    from firmware.ndp import kernels as K
+    from hdl.ndp.descriptor import ErrorCode
+
+    def linear(config, steps, total):
+        for b in range(min(total, config.max_batch), 0, -1):
+            try:
+                descs = steps(b)
+            except ValueError:
+                continue
+            if all(d.validate(config) == ErrorCode.OK for d in descs):
+                return b
+        return 0
+
+    seen = set()
+    for cfg, dims in ((TINY, (64, 256, 688)), (PAPER, (768, 4096, 14336))):
+        big = replace(cfg, device_bytes=1 << 62)
+        for d, r in itertools.product(dims, (8, 16, 128)):
+            lay = K.lora_layout(d, r, config=big)
+            for keep in (False, True):
+                def steps(b, lay=lay, keep=keep):
+                    tail = [K._mm(a, b, lay["r"], n1 - n0, chain=True) for a, n0, n1 in lay["b"]] if keep else []
+                    return K._a_tiles(lay, b, last_keep=keep) + tail
+                for total in (1, 5, 1000):
+                    got = K._max_batch(cfg, steps, total)
+                    assert got == linear(cfg, steps, total), (cfg.name, d, r, keep, total)
+                    seen.add(got)
+    assert len(seen) > 2          # the shapes exercise several chunk sizes, not only the cap
