@@ -52,6 +52,7 @@ from host.plora.temperature import Temperature
 from host.plora.system import shape_of
 from host.l3.scheduler import PrefillItem, SchedState, schedule, ridge_tokens
 from host.l3.predictors import L3Predictors, ProfiledBatches
+from host.l3.systems import plan_batch
 
 from . import ops
 from .model import llm_config
@@ -310,20 +311,7 @@ class HybridSystem(System):
         state = SchedState(decode_rids=tuple(dec.tolist()), decode_context=tuple(t.context(dec).tolist()),
                            prefills=tuple(items), decode_class=tuple(self.reqs[i].place for i in dec.tolist()))
         plan = schedule(state, self.pred, min_gpu_tokens=self.min_gpu_tokens)
-        d_idx, d_sb, p_idx, p_chunk, p_sb = [], [], [], [], []
-        for s, sb in enumerate(plan.sub):
-            d_idx += sb.decode_rids
-            d_sb += [s] * len(sb.decode_rids)
-            p_idx += sb.prefill_rids
-            p_chunk += sb.chunks
-            p_sb += [s] * len(sb.prefill_rids)
-        chosen = set(p_idx)
-        for i in [r for r in view.waiting if r in waiting_pos and r in chosen]:
-            view.admit(i)
-        if not d_idx and not p_idx:
-            return None
-        return Batch.of(t, d_idx, p_idx, p_chunk, sub_batch=np.array(d_sb + p_sb, np.int8),
-                        meta={"pred": [(sb.t_gpu, sb.t_pim) for sb in plan.sub]})
+        return plan_batch(plan, t, view, waiting_pos)
 
     # ---- the price: the functional iteration and its time ------------------------------------------------
     def price(self, batch, now):

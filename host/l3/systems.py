@@ -48,7 +48,7 @@ from host.l3.scheduler import PrefillItem, SchedState, balanced_split, efficienc
 
 __all__ = ["PREFILL_TOKENS", "GPU_MEMORY_UTILIZATION", "BLOCK_TOKENS", "FUSE_CAP", "L3System", "GPUOnlySystem",
            "HBMPIMSystem", "RPIMSystem", "CPUOffloadSystem", "SYSTEMS", "make_system", "hbm_kv_capacity_bytes",
-           "KV_POLICY"]
+           "KV_POLICY", "plan_batch"]
 
 #: Prefill-prioritized batches take whole prompts up to this many tokens per iteration (a longer prompt runs
 #: alone). Design choice: vLLM v0 uses max(max_model_len, 2048); the models here have no enforced context limit,
@@ -77,6 +77,26 @@ def hbm_kv_capacity_bytes(setup) -> float:
     """KV bytes one replica's HBM holds: 0.9 x TP x 80 GB less the weights (vLLM-style)."""
     return GPU_MEMORY_UTILIZATION * setup.hbm_bytes_per_replica - setup.tp * setup.model.weight_bytes(setup.tp)
 
+
+
+def plan_batch(plan, table, view, waiting_pos):
+    """The engine's :class:`Batch` of an L3 ``plan``: decodes and prefill chunks tagged with their sub-batch,
+    the predictors' (T_GPU, T_PIM) per sub-batch in ``meta["pred"]``; admits the waiting requests the plan
+    chose (``waiting_pos``: the waiting requests offered to the scheduler). None for an empty plan."""
+    d_idx, d_sb, p_idx, p_chunk, p_sb = [], [], [], [], []
+    for s, sb in enumerate(plan.sub):
+        d_idx += sb.decode_rids
+        d_sb += [s] * len(sb.decode_rids)
+        p_idx += sb.prefill_rids
+        p_chunk += sb.chunks
+        p_sb += [s] * len(sb.prefill_rids)
+    chosen = set(p_idx)
+    for i in [r for r in view.waiting if r in waiting_pos and r in chosen]:
+        view.admit(i)
+    if not d_idx and not p_idx:
+        return None
+    return Batch.of(table, d_idx, p_idx, p_chunk, sub_batch=np.array(d_sb + p_sb, np.int8),
+                    meta={"pred": [(sb.t_gpu, sb.t_pim) for sb in plan.sub]})
 
 class _Common(System):
     """Shared parts: GPU side, KV budget, accounting of busy times and bubbles, trace lanes."""
@@ -275,20 +295,7 @@ class L3System(_Common):
         state = SchedState(decode_rids=tuple(dec.tolist()), decode_context=tuple(t.context(dec).tolist()),
                            prefills=tuple(items), decode_class=tuple(self.place.cls[dec].tolist()))
         plan = schedule(state, self.pred, min_gpu_tokens=self.min_gpu_tokens)
-        d_idx, d_sb, p_idx, p_chunk, p_sb = [], [], [], [], []
-        for s, sb in enumerate(plan.sub):
-            d_idx += sb.decode_rids
-            d_sb += [s] * len(sb.decode_rids)
-            p_idx += sb.prefill_rids
-            p_chunk += sb.chunks
-            p_sb += [s] * len(sb.prefill_rids)
-        chosen = set(p_idx)
-        for i in [r for r in view.waiting if r in waiting_pos and r in chosen]:
-            view.admit(i)
-        if not d_idx and not p_idx:
-            return None
-        return Batch.of(t, d_idx, p_idx, p_chunk, sub_batch=np.array(d_sb + p_sb, np.int8),
-                        meta={"pred": [(sb.t_gpu, sb.t_pim) for sb in plan.sub]})
+        return plan_batch(plan, t, view, waiting_pos)
 
     # ---- the price ----------------------------------------------------------------------------------------------
     def _parts(self, batch):
