@@ -78,7 +78,6 @@ def hbm_kv_capacity_bytes(setup) -> float:
     return GPU_MEMORY_UTILIZATION * setup.hbm_bytes_per_replica - setup.tp * setup.model.weight_bytes(setup.tp)
 
 
-
 def plan_batch(plan, table, view, waiting_pos):
     """The engine's :class:`Batch` of an L3 ``plan``: decodes and prefill chunks tagged with their sub-batch,
     the predictors' (T_GPU, T_PIM) per sub-batch in ``meta["pred"]``; admits the waiting requests the plan
