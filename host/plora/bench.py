@@ -2,7 +2,9 @@
 
 :func:`run_grid` runs :func:`host.plora.figures.grid_specs` through the local process pool and returns the
 figures ``host/bench.py`` writes to build/bench/host.json: ``plora_grid_s`` (wall seconds of the grid),
-``plora_grid_points``, ``plora_grid_errors`` and per-system mean TPOT over the grid.
+``plora_grid_points``, ``plora_grid_errors``, ``plora_grid_ndp_kernel_table`` (whether the calibrated NDP
+model's kernel table was current and read: ``loaded N``, else ``stale`` or ``missing``, and the grid computes
+every kernel time) and per-system mean TPOT over the grid.
 """
 
 import time
@@ -17,8 +19,11 @@ GRID_REQUESTS = 100
 def run_grid(*, n_requests: int = GRID_REQUESTS, jobs: int | None = None, executor=None, seed: int = 0) -> dict:
     """Run the TPOT grid; return ``{"plora_grid_s" (wall), "plora_grid_points", "plora_grid_errors" (points that
     cannot run, e.g. a model that does not fit one GPU), "plora_grid_points_cpu_s" (CPU seconds of the points,
-    summed over the workers), "plora_grid_tpot_ms": {system: mean over the grid}}``."""
+    summed over the workers), "plora_grid_ndp_kernel_table", "plora_grid_tpot_ms": {system: mean over the grid}}``."""
     from .figures import grid_specs, run_sweep
+    from .ndp_model import make_ndp_model
+    # the calibrated model's kernel table (data/ndp_kernel_table.json), loaded here before the workers start
+    table = getattr(make_ndp_model("auto"), "table_status", "none")
     own = executor is None
     if own:
         from host.sweep import LocalExecutor
@@ -34,6 +39,7 @@ def run_grid(*, n_requests: int = GRID_REQUESTS, jobs: int | None = None, execut
     ok = df[df["error"] == ""]
     return {"plora_grid_s": wall, "plora_grid_points": int(len(df)), "plora_grid_errors": int(len(df) - len(ok)),
             "plora_grid_points_cpu_s": float(df["cpu_s"].sum()), "plora_grid_requests_per_point": n_requests,
+            "plora_grid_ndp_kernel_table": table,
             "plora_grid_tpot_ms": {s: float(g["tpot_ms_mean"].mean()) for s, g in ok.groupby("system")}}
 
 

@@ -4,7 +4,9 @@
   [--seed K] --out DIR``: one run directory (config.json, requests.csv, iterations.csv, summary.json,
   trace.json with lanes GPU, link and one per device);
 * ``ndpim plora sweep --name NAME --out DIR``: one named sweep's CSV (``--name grid`` is the TPOT grid);
-* ``ndpim plora figures --out DIR``: CSV and PNG of every figure (host.plora.figures).
+* ``ndpim plora figures --out DIR``: CSV and PNG of every figure (host.plora.figures);
+* ``ndpim plora kernel-table``: write data/ndp_kernel_table.json, the calibrated NDP model's kernel times for
+  every shape the figures ask for (host.plora.kernel_table; after a change to the model, firmware or core).
 """
 
 import json
@@ -12,7 +14,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-__all__ = ["add_parser", "cmd_run", "cmd_sweep", "cmd_figures"]
+__all__ = ["add_parser", "cmd_run", "cmd_sweep", "cmd_figures", "cmd_kernel_table"]
 
 
 def _run_args(p):
@@ -63,6 +65,12 @@ def add_parser(sub) -> None:
     f.add_argument("--reuse", action="store_true", help="reuse sweep CSVs already in --out")
     add_executor_args(f)
     f.set_defaults(func=cmd_figures)
+
+    t = psub.add_parser("kernel-table", help="write the calibrated NDP model's kernel times for every shape the "
+                                             "figures ask for (data/ndp_kernel_table.json)")
+    t.add_argument("--out", default=None, help="table path (default data/ndp_kernel_table.json)")
+    t.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPUs)")
+    t.set_defaults(func=cmd_kernel_table)
 
 
 def _spec(args):
@@ -124,4 +132,11 @@ def cmd_figures(args):
                             executor=ex, reuse=args.reuse)
     for name, path in done.items():
         print(f"{name}: {path} and {Path(path).with_suffix('.png')}")
+    return 0
+
+
+def cmd_kernel_table(args):
+    from .kernel_table import build
+    got = build(args.out, jobs=args.jobs)
+    print(f"wrote {got['path']}: {got['entries']} kernel times in {got['wall_s']:.0f} s")
     return 0

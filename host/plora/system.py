@@ -551,7 +551,8 @@ class PLoRASystem(System):
         return {**super().config(), "variant": self.variant.describe(), "model": self.model.name,
                 "gpu": self.gpu.name, "n_dev": self.n_dev, "device": vars(self.device).copy(),
                 "link": {"name": self.link.name, "bw_gbps": self.link.bw_gbps, "rtt_ns": self.link.rtt_ns},
-                "ndp_model": getattr(self.ndp, "kind", type(self.ndp).__name__), "kv_bits": self.kv_bits,
+                "ndp_model": getattr(self.ndp, "kind", type(self.ndp).__name__),
+                "ndp_kernel_table": getattr(self.ndp, "table_status", "none"), "kv_bits": self.kv_bits,
                 "seed": self.seed, "workspace_fraction": WORKSPACE_FRACTION,
                 "lora_waves_per_layer": self.cost.waves}
 

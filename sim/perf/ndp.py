@@ -31,8 +31,10 @@ importable, else one ``DRAMPerfModel`` channel).
 """
 
 import argparse
+import hashlib
 import json
 import sys
+import warnings
 from dataclasses import dataclass, asdict, fields, replace
 from functools import lru_cache
 from math import ceil
@@ -46,9 +48,25 @@ from hdl.ndp.softmax import SoftmaxUnit
 from hdl.ndp.descriptor import DescType, DescOp
 
 __all__ = ["Calibration", "BurstMemoryModel", "ControllerMemoryModel", "DeviceMemoryModel", "NDPPerfModel",
-           "CALIBRATION_PATH", "load_calibration", "calibrate"]
+           "CALIBRATION_PATH", "load_calibration", "calibrate", "TABLE_PATH", "TABLE_SOURCES", "table_fingerprint",
+           "load_kernel_table", "write_kernel_table"]
 
-CALIBRATION_PATH = Path(__file__).resolve().parents[2] / "data" / "ndp_rtl_calibration.json"
+ROOT = Path(__file__).resolve().parents[2]
+CALIBRATION_PATH = ROOT / "data" / "ndp_rtl_calibration.json"
+#: Precomputed kernel times of the paper's device (:meth:`NDPPerfModel.paper`), written by ``ndpim plora
+#: kernel-table`` (host/plora/kernel_table.py: every kernel shape the PLoRA host's sweeps ask for).
+TABLE_PATH = ROOT / "data" / "ndp_kernel_table.json"
+#: :meth:`NDPPerfModel.paper` reads :data:`TABLE_PATH` (off while the table is being written)
+USE_TABLE = True
+#: The files whose contents decide a kernel's modelled cycles (this model, the device memory's stream times, the
+#: firmware's tiling and descriptors, the core's configuration and cycle formulas). The table holds a hash of
+#: them with the model's parameters (:func:`table_fingerprint`); a table whose hash differs is not used.
+TABLE_SOURCES = ("sim/perf/ndp.py", "sim/perf/devmem.py", "sim/perf/dram.py", "sim/perf/dram_kernel.c",
+                 "firmware/ndp/kernels.py", "firmware/ndp/descriptor.py", "hdl/ndp/config.py",
+                 "hdl/ndp/pe_array.py", "hdl/ndp/softmax.py", "hdl/ndp/descriptor.py", "hdl/memctl/timing.py",
+                 "hdl/memctl/devmem.py", "hdl/memctl/addrmap.py", "hdl/memctl/controller.py") + tuple(
+    # the FP units' pipeline depths enter the PE array's and the softmax unit's cycle formulas
+    sorted(str(f.relative_to(ROOT)) for f in (ROOT / "hdl" / "fp").glob("*.py")))
 FP16_BYTES = 2
 
 
@@ -95,6 +113,7 @@ class BurstMemoryModel:
     def __init__(self, line_bytes: int, latency: int = 8):
         self.line_bytes, self.latency, self.ratio = int(line_bytes), int(latency), 1.0
         self.rate = 1.0
+        self.key = ("burst", self.line_bytes, self.latency)
 
     def stream(self, lines: int) -> float:
         return float(self.latency + lines) if lines else 0.0
@@ -134,6 +153,7 @@ class ControllerMemoryModel:
         from sim.perf.dram import DRAMPerfModel
         burst = dram_config.org.burst_bytes
         self.line_bytes, self.ratio = int(line_bytes), float(ratio)
+        self.key = ("controller", repr(dram_config), self.line_bytes, self.ratio)
         model = DRAMPerfModel(dram_config, policy="in-order")
         self._s = _StreamCache(model.sequential, max(1, self.line_bytes // burst))
         self.rate = self._s.rate
@@ -167,12 +187,16 @@ class DeviceMemoryModel:
             self.source = "sim.perf.dram.DRAMPerfModel (one LPDDR5X-8533 channel, in-order; devmem absent)"
         self._s = _StreamCache(fn, per_line)
         self.rate = self._s.rate
+        self.key = ("device", self.channels, self.source)
 
     def stream(self, lines):
         return self._s.stream(lines)
 
 
-# ---- the core model ----------------------------------------------------------------------------------------
+# ---- the core model ----
+
+_KERNEL_CACHES = {}     # NDPPerfModel.cache_key -> {kernel key: cycles}
+_TABLES_LOADED = {}     # (cache_key, path) -> status------------------------------------------------------------------------------------
 
 def _kind(d):
     if d.type == DescType.LOAD:
@@ -210,16 +234,25 @@ class NDPPerfModel:
         self.ring_lines = config.dram_buffer_bytes // self.memory.line_bytes
         self.ret_cap = config.output_buffer_bytes // (2 * config.lanes)       # return ring, beats
         self.hz = config.clock_mhz * 1e6
-        self.cache_key = ("ndp-perf", config, type(self.memory).__name__, self.memory.line_bytes, self.cal,
-                          self.overlap)
-        self._kcache = {}
+        # a memory model without a ``key`` (its parameters) is keyed by its identity, and its cache not shared
+        mem_key = getattr(self.memory, "key", None)
+        shared = mem_key is not None
+        mem_key = mem_key if shared else (type(self.memory).__name__, id(self.memory))
+        self.cache_key = ("ndp-perf", config, mem_key, self.memory.line_bytes, self.cal, self.overlap)
+        # kernel cycles are shared by every instance of the same model in a process (the host builds one per run)
+        self._kcache = _KERNEL_CACHES.setdefault(self.cache_key, {}) if shared else {}
         self._scache = {}
+        self.table_status = "not loaded"
 
     @classmethod
     def paper(cls, calibration: Calibration | None = None, **kw) -> "NDPPerfModel":
         """The paper geometry (hdl/ndp/config.PAPER: 512 lanes x 2 rows at 1 GHz) on the 64-channel LPDDR5X-8533
         device memory, with the RTL calibration."""
-        return cls(PAPER, DeviceMemoryModel(PAPER_CHANNELS), calibration, **kw)
+        table = kw.pop("table", TABLE_PATH if USE_TABLE else None)
+        m = cls(PAPER, DeviceMemoryModel(PAPER_CHANNELS), calibration, **kw)
+        if table is not None:
+            load_kernel_table(m, table)
+        return m
 
     # ---- per descriptor -----------------------------------------------------------------------------------
     def shape(self, d) -> dict:
@@ -495,6 +528,68 @@ class NDPPerfModel:
                 t = t4 + (n - 4) * (t4 - t3)
             self._kcache[key] = t
         return self._kcache[key]
+
+
+# ---- the precomputed kernel table ---------------------------------------------------------------------------
+
+def table_fingerprint(model) -> str:
+    """SHA-256 of the model's parameters (``cache_key``: configuration, memory model, calibration, overlap) and
+    of every file of :data:`TABLE_SOURCES`: equal fingerprints give equal kernel times."""
+    h = hashlib.sha256(repr(model.cache_key).encode())
+    for rel in TABLE_SOURCES:
+        h.update(rel.encode() + b"\0" + (ROOT / rel).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _enc(k):
+    return [_enc(x) for x in k] if isinstance(k, tuple) else k
+
+
+def _dec(k):
+    return tuple(_dec(x) for x in k) if isinstance(k, list) else k
+
+
+def load_kernel_table(model, path=TABLE_PATH) -> str:
+    """Seed ``model``'s kernel cache from the table at ``path`` when its fingerprint is the model's; returns and
+    sets ``model.table_status``: ``"loaded N"``, ``"missing"`` or ``"stale"`` (the sources or parameters changed
+    since the table was written: a warning says how to write it again, and every kernel is computed)."""
+    key = (model.cache_key, str(path))
+    status = _TABLES_LOADED.get(key)
+    if status is None:
+        p = Path(path)
+        if not p.is_file():
+            status = "missing"
+        else:
+            doc = json.loads(p.read_text())
+            if doc.get("fingerprint") != table_fingerprint(model):
+                status = "stale"
+                warnings.warn(f"{p}: NDP kernel table is stale (the model or its sources changed since it was "
+                              "written); kernel times are computed instead, which is slower. Write it again with "
+                              "`ndpim plora kernel-table`.", RuntimeWarning, stacklevel=3)
+            else:
+                for k, v in doc["entries"]:
+                    model._kcache.setdefault(_dec(k), float(v))
+                status = f"loaded {len(doc['entries'])}"
+        _TABLES_LOADED[key] = status
+    model.table_status = status
+    return status
+
+
+def kernel_cache_entries(model) -> list:
+    """The model's kernel cache as JSON-able ``[key, cycles]`` pairs (the table's ``entries``)."""
+    return [[_enc(k), float(v)] for k, v in model._kcache.items()]
+
+
+def write_kernel_table(model, entries, path=TABLE_PATH, *, source: str = "") -> dict:
+    """Write ``entries`` (``[key, cycles]`` pairs, e.g. merged :func:`kernel_cache_entries` of worker processes)
+    as the kernel table of ``model`` to ``path``, sorted, with the model's fingerprint."""
+    uniq = {json.dumps(k): [k, float(v)] for k, v in entries}
+    doc = {"source": source or "sim.perf.ndp.write_kernel_table", "fingerprint": table_fingerprint(model),
+           "model": repr(model.cache_key), "sources": list(TABLE_SOURCES),
+           "entries": [uniq[k] for k in sorted(uniq)]}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    return doc
 
 
 def _pos(name, v):
