@@ -8,7 +8,8 @@ golden kernel, zero device-model and checker violations.
 
 Verilator only, the fast build (one compiled bank-PU module, the KV cache a run-time image): the same executable
 as ``make bench-pim`` (e) / (h) and the TINY calibration (``python -m sim.bench.pim --calibrate tiny``), so a
-warm build cache costs only the Verilog generation (~8 s CPU); cold, Verilator + C++ compile add ~1-4 min once."""
+warm build cache costs only the Verilog generation (~8 s CPU; the whole file ~16 s CPU); cold, Verilator + C++
+compile add ~40 s CPU once (1-4 min wall on the loaded machine)."""
 
 import numpy as np
 import pytest
