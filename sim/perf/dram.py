@@ -40,8 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from hdl.memctl.addrmap import AddressMap, DEFAULT_ORDER
+from hdl.memctl.commands import Cmd
 from hdl.memctl.controller import DEFAULT_QUEUE_DEPTH
 from hdl.memctl.timing import peak_bandwidth_gbps
+from hdl.pim.allbank import AllBankState, refresh_due, row_timing
 
 __all__ = ["DRAMPerfModel", "EntryFrontend", "PIPELINE_CYCLES", "ISSUE_DELAY"]
 
@@ -560,39 +562,48 @@ class DRAMPerfModel:
         return self.stream_cycles(rng.integers(0, self.amap.bursts, n))
 
     # ---- PIM all-bank streaming (closed form) -----------------------------------------------------------
+    def all_bank_row(self, bursts_per_row: int):
+        """``(prea, period, ref_period)`` of one rank's all-bank row of ``bursts_per_row`` RD_ABs, in cycles from
+        its ACT_AB: its PREA, the next row's ACT_AB, and the next row's ACT_AB when a REF is taken at the row
+        boundary (REF as early as legal, then the ACT_AB). Derived from the all-bank rules of
+        :mod:`hdl.pim.allbank` (:class:`~hdl.pim.allbank.AllBankState`, :func:`~hdl.pim.allbank.row_timing`:
+        the table the RTL sequencer, ``firmware/pim_stream.py`` and ``sim/perf/pim.py`` use), read at call time:
+        a row's commands depend only on the previous row's, so one row from an idle rank gives the steady row."""
+        if not 1 <= bursts_per_row <= self.config.org.bursts_per_row:
+            raise ValueError(f"bursts_per_row must be in 1..{self.config.org.bursts_per_row}, got {bursts_per_row}")
+        st = AllBankState(self.config.timing)
+        act, _, _, prea = row_timing(st, bursts_per_row)
+        nxt = st.copy()
+        period = row_timing(nxt, bursts_per_row)[0] - act
+        ref = st.legal(Cmd.REF)
+        st.issue(Cmd.REF, max(ref, prea + 1))            # one command per cycle: REF after the PREA
+        ref_period = row_timing(st, bursts_per_row)[0] - act
+        return prea - act, period, ref_period
+
     def all_bank_row_period(self, bursts_per_row: int) -> int:
-        """Cycles from one ACT_AB to the next of a rank without refresh (see firmware/pim_stream.py)."""
-        tm = self.config.timing
-        n = bursts_per_row
-        prea = max(tm.tRAS, tm.tRCD + (n - 1) * tm.tCCD_L + tm.tRTP)
-        return max(prea + tm.tRPab, tm.tRC, tm.tRRD_L, tm.tFAW)
+        """Cycles from one ACT_AB to the next of a rank without refresh (the rules of :mod:`hdl.pim.allbank`)."""
+        return self.all_bank_row(bursts_per_row)[1]
 
     def all_bank_cycles(self, rows: int, bursts_per_row: int | None = None, *, ranks: int = 1,
                         refresh: bool = True) -> int:
         """Cycle of the last command (the final PREA) of the greedy all-bank program for ``rows`` rows per rank
-        on ``ranks`` ranks (firmware.pim_stream.all_bank_schedule), in closed form."""
+        on ``ranks`` ranks (firmware.pim_stream.all_bank_schedule), in closed form: per rank, row ``k + 1``'s
+        ACT_AB is ``period`` after row ``k``'s, or ``ref_period`` when a REF is due by row ``k``'s PREA
+        (:meth:`all_bank_row`; refresh due times :func:`hdl.pim.allbank.refresh_due`); rank ``r`` runs ``r``
+        cycles behind rank 0 (one command per cycle on the shared command bus, ties to the lower rank)."""
         tm, org = self.config.timing, self.config.org
         n = org.bursts_per_row if bursts_per_row is None else bursts_per_row
-        P = self.all_bank_row_period(n)
-        prea = max(tm.tRAS, tm.tRCD + (n - 1) * tm.tCCD_L + tm.tRTP)
+        prea, P, P_ref = self.all_bank_row(n)
         worst = 0
         for r in range(ranks):
-            due0 = tm.tREFI + r * (tm.tREFI // org.ranks)
-            # row k's ACT_AB at r + k * P + (#REFs before row k) * (tRFC + REF - ACT slot) ...
-            # REF at a row boundary takes the ACT's slot (REF needs tRPab after PREA and tRC after ACT_AB,
-            # like the next ACT_AB when tRC/tRPab bind) and delays the next ACT_AB by tRFC.
-            ref_gap = tm.tRFC + max(0, max(prea + tm.tRPab, tm.tRC) - P)
+            due = refresh_due(1, r, org.ranks, tm.tREFI)
             t_act = r  # command-bus offset of rank r (one command per cycle, ties to rank 0)
-            nref = 0
-            due = due0
-            for k in range(rows - 1):
-                t_prea = t_act + prea
-                t_next = t_act + P
-                if refresh and t_prea >= due:
-                    t_next += ref_gap
-                    nref += 1
+            for _ in range(rows - 1):
+                if refresh and t_act + prea >= due:   # REF at the first row boundary after it is due
+                    t_act += P_ref
                     due += tm.tREFI
-                t_act = t_next
+                else:
+                    t_act += P
             worst = max(worst, t_act + prea)
         return worst
 
