@@ -8,7 +8,7 @@ SYNTH_STAMP := $(VENV)/.installed-synth
 # pytest workers: the machine (and CI) has 2 cores.
 JOBS   ?= 2
 
-.PHONY: demo test verilog lint cocotb synth synth-fast ports calibrate fp-report bench-fp bench-dram bench-ndp bench-pim bench-host bench-e2e fuzz clean
+.PHONY: demo test verilog lint cocotb synth synth-fast ports calibrate fp-report bench-fp bench-dram bench-ndp bench-ndp-device bench-pim bench-host bench-e2e fuzz clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ndpim needs Python >= 3.11: make PYTHON=python3.11 ...")'
@@ -63,6 +63,12 @@ bench-dram: $(STAMP)
 
 bench-ndp: $(STAMP)
 	$(NDPIM) bench ndp
+
+# The NDP core's exact slice on the LPDDR5X device memory (Verilator): E4 and 4K attention bit-exact vs golden,
+# model vs RTL; writes build/bench/ndp_device.json (docs/ndp_perf.md).
+bench-ndp-device: $(STAMP)
+	$(NDPIM) bench ndp-device
+	$(NDPIM) bench ndp-device --timing-only
 
 # DIMM-PIM: model tables (cycles, utilization to 128K tokens, system bandwidth, ranksets, FP16 / FP32-accumulator
 # accuracy), TINY and the PAPER rank through the RTL against the model, ranksets in RTL, fused-top cycles/s;

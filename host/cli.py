@@ -171,6 +171,7 @@ BENCHES = {
     "dram": ("sim.bench.dram",),
     "devmem": ("sim.devmem.bench",),
     "ndp": ("sim.bench.ndp",),
+    "ndp-device": ("sim.bench.ndp_device",),
     "pim": ("sim.bench.pim",),
     "host": ("host.bench",),
     "e2e": ("host.e2e.bench",),

@@ -1,0 +1,218 @@
+"""The NDP core's exact slice on the LPDDR5X device memory system, bit-exact against the golden core, with the
+NDP performance model's cycles beside the RTL's (issue 11: "an E4 at D = 4096, R = 8, batch 1 and an attention
+share of 4K tokens ... on the paper geometry (or its exact slice) over the LPDDR5X memory system").
+
+The design is :class:`sim.ndp.system.NDPDeviceSystem`: ``hdl.ndp.config.slice_preset(channels)`` (the paper's
+per-lane datapath with 8 lanes per channel, the same 2 PE rows and bytes per MAC, buffers scaled by
+``channels / 64``) on ``channels`` LPDDR5X-8533 channels behind the device memory's arbiter, one FR-FCFS
+controller and one DRAM channel model each, under the core's clock enable (15 of 16 CK: 1 GHz against
+1066.7 MHz). The DRAM models keep data (``storage``) on an organisation of the LPDDR5X-8533 timing set with
+fewer rows (:data:`DATA_ROWS` per bank: only capacity changes; row is the address's top field, so the access
+pattern of a kernel is the same as on the full die, see :func:`main`'s ``--timing-only`` run). The program
+STOREs the operands (through the core's own STORE descriptors), then runs the kernel; the golden core
+(sim/golden/ndp_core.py) runs the same program, and every returned beat and completion is compared bit for bit;
+every channel's DRAM command trace is checked against the timing set (sim/dram/checker.py).
+
+The model (``sim.perf.ndp.NDPPerfModel`` on ``DeviceMemoryModel(channels)``) gives core cycles; the RTL counts
+CK cycles, so the model's figure is converted with ``CORE_CLOCK_RATIO`` (CK = core x 16 / 15).
+
+``python -m sim.bench.ndp_device [--backend verilator|amaranth] [--kernel e4|attention|e3|e2|all] [--channels 2]
+[--timing-only] [--no-split]`` (``--timing-only``: the full LPDDR5X-8533 die, no data, the kernel alone from an
+idle device)
+prints the figures and writes ``build/bench/ndp_device.json``. Verilator: a cold build of the 2-channel system
+takes several minutes of CPU; each run seconds. Amaranth's simulator runs this design at tens of cycles per
+second: the E4 (~9 k cycles with its STOREs) takes minutes, the 4K attention (~150 k cycles) hours.
+"""
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from hdl.memctl.timing import DRAMConfig, LPDDR5X_8533
+from hdl.ndp.config import CORE_CLOCK_RATIO, slice_preset
+
+__all__ = ["DATA_ROWS", "data_config", "slice_config", "kernel_program", "run", "main"]
+
+#: Rows per bank of the data-keeping DRAM models (design choice for simulation: capacity only; 32 rows of
+#: 2 ranks x 16 banks x 2 KiB = 2 MiB per channel, enough for the 4K-token attention share's 2 MiB of K^T and V
+#: on two channels).
+DATA_ROWS = 32
+#: the issue's two shapes, and an E3 (D = 4096, R = 16, batch 1) and the E2 LOADs of that adapter
+CASES = ("e4", "attention", "e3", "e2")
+
+
+def data_config(rows: int = DATA_ROWS) -> DRAMConfig:
+    org = replace(LPDDR5X_8533.org, name=f"lpddr5x-8533-{rows}rows", rows=rows)
+    return DRAMConfig(name=org.name, org=org, timing=LPDDR5X_8533.timing)
+
+
+def slice_config(channels: int, rows: int = DATA_ROWS):
+    """The exact slice, its device capacity that of the data-keeping channels."""
+    org = data_config(rows).org
+    per_channel = org.ranks * org.bank_groups * org.banks_per_group * org.rows * org.columns \
+        * org.device_width * org.devices_per_rank // 8
+    return replace(slice_preset(channels), device_bytes=channels * per_channel)
+
+
+def _rand(rng, shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float16).view(np.uint16)
+
+
+def kernel_program(case: str, cfg, seed: int = 0):
+    """(stores, kernel) programs of ``case`` (``"e4"``: D = 4096, R = 8, batch 1; ``"attention"``: head dim 128,
+    4,096 tokens, one query row; ``"e3"``: D = 4096, R = 16, batch 1; ``"e2"``: the LOADs of that adapter) with
+    random FP16 data."""
+    from firmware.ndp import kernels as K
+    rng = np.random.default_rng(seed)
+    if case in ("e4", "e3", "e2"):
+        d, r = 4096, 8 if case == "e4" else 16
+        lay = K.lora_layout(d, r, config=cfg)
+        a, b = _rand(rng, (d, r), d ** -0.5), _rand(rng, (r, d), r ** -0.5)
+        x = _rand(rng, (1, d))
+        kern = (K.lora_e4(x, lay, config=cfg) if case == "e4" else K.lora_e3(x, lay, config=cfg) if case == "e3"
+                else K.lora_e2_loads(lay, config=cfg))
+        return K.lora_store(a, b, lay, config=cfg).program, kern.program
+    if case == "attention":
+        hd, l, g = 128, 4096, 1
+        kv = K.kv_layout(hd, l, config=cfg, rows=g)
+        k, v = _rand(rng, (l, hd), 0.5), _rand(rng, (l, hd), 0.5)
+        return (K.kv_store(k, v, kv, config=cfg).program,
+                K.attention_integral(_rand(rng, (g, hd)), kv, config=cfg).program)
+    raise ValueError(f"unknown case {case!r}; allowed: {', '.join(CASES)}")
+
+
+def _system(cfg, channels, dram_config, storage):
+    from sim.ndp.system import NDPDeviceSystem
+    return NDPDeviceSystem(config=cfg, channels=channels, dram_config=dram_config,
+                           device_kwargs=None if storage else {"storage": False})
+
+
+def _backend(name):
+    if name == "verilator":
+        from sim.devmem.backend import backend
+        return backend("verilator")
+    from sim.backends import get_backend
+    return get_backend(name)
+
+
+def _violations(run, channels, config):
+    from sim.dram.checker import check_trace
+    from sim.dram.trace import decode_trace
+    n, org = 0, config.org
+    for c in range(channels):
+        n += len(check_trace(decode_trace(run.outputs[f"trace{c}"], org), config, end_cycle=run.cycles))
+    return n
+
+
+def run(case: str, *, channels: int = 2, backend: str = "verilator", seed: int = 0, timing_only: bool = False,
+        dut=None, split: bool = True) -> dict:
+    """Run ``case`` on the slice; returns the figures (RTL CK cycles of the whole program and of the STOREs
+    alone, the kernel's as their difference, the model's, bit-exactness, DRAM timing violations). ``split``:
+    also run the STOREs alone for the kernel's own cycles (off: the whole program only, e.g. on Amaranth's
+    simulator)."""
+    from sim.golden.ndp_core import GoldenCore, beats, x_beats
+    from sim.perf.ndp import NDPPerfModel, DeviceMemoryModel
+    dram = LPDDR5X_8533 if timing_only else data_config()
+    cfg = slice_preset(channels) if timing_only else slice_config(channels)
+    stores, kernel = kernel_program(case, cfg, seed)
+    if timing_only:
+        stores = []             # no data: the kernel alone, from an idle device
+    dut = dut if dut is not None else _system(cfg, channels, dram, storage=not timing_only)
+    be = _backend(backend)
+    out = {"case": case, "channels": channels, "lanes": cfg.lanes, "backend": backend,
+           "dram": dram.name, "descriptors": len(kernel)}
+
+    def sim(program, check):
+        reqs = [d.request(0) for d, _ in program]
+        n_y = sum(-(-d.returned_elems() // cfg.lanes) for d, _ in program)
+        t0 = time.perf_counter()
+        r = be.run_streams(dut, {"desc": reqs, "x": x_beats(program, cfg)},
+                           {"y": n_y, "cpl": len(program), **dut.collect_all()}, max_cycles=5_000_000)
+        cpu = time.perf_counter() - t0
+        status = [(w >> 16) & 0x1F for w in r.outputs["cpl"]]
+        if any(status):
+            raise RuntimeError(f"{case}: descriptors failed on the RTL: statuses {status}")
+        if check:
+            golden = GoldenCore(cfg, cfg.device_bytes)
+            cpl = golden.run(program)
+            y = [w for c in cpl for w in beats(c.result, cfg.lanes)]
+            out["bitexact"] = (r.outputs["y"] == y
+                               and [w & 0xFFFF for w in r.outputs["cpl"]] == [c.seq for c in cpl])
+            out["returned_beats"] = len(y)
+        errs = [e for c in range(channels) for e in r.outputs[f"errors{c}"]]
+        out.setdefault("device_errors", 0)
+        out["device_errors"] += len(errs)
+        out.setdefault("timing_violations", 0)
+        out["timing_violations"] += _violations(r, channels, dram)
+        return r.cycles, cpu
+
+    whole, cpu_w = sim(stores + kernel, check=not timing_only)
+    model = NDPPerfModel(slice_preset(channels), DeviceMemoryModel(channels))
+    ck_per_core = CORE_CLOCK_RATIO[1] / CORE_CLOCK_RATIO[0]
+    m_whole = model.program_cycles(stores + kernel) * ck_per_core
+    if not split or not stores:
+        out.update({"rtl_cycles_program": whole, "model_cycles_program": m_whole,
+                    "model_rel_err_program": (m_whole - whole) / whole, "sim_wall_s": cpu_w,
+                    "sim_cycles_per_wall_s": whole / max(cpu_w, 1e-9)})
+        if not stores:
+            out.update({"rtl_cycles_kernel": whole, "model_cycles_kernel": m_whole,
+                        "model_rel_err_kernel": (m_whole - whole) / whole})
+        return out
+    base, cpu_b = sim(stores, check=False)
+    m_base = model.program_cycles(stores) * ck_per_core
+    m_kernel = model.program_cycles(kernel) * ck_per_core
+    rtl_kernel = whole - base
+    out.update({"rtl_cycles_program": whole, "rtl_cycles_stores": base, "rtl_cycles_kernel": rtl_kernel,
+                "model_cycles_program": m_whole, "model_cycles_stores": m_base,
+                "model_cycles_kernel_alone": m_kernel, "model_cycles_kernel": m_whole - m_base,
+                "model_rel_err_program": (m_whole - whole) / whole,
+                "model_rel_err_kernel": ((m_whole - m_base) - rtl_kernel) / rtl_kernel,
+                # wall time (a Verilator run is a child process); the first run of a process includes the build
+                "sim_wall_s": cpu_w + cpu_b, "sim_cycles_per_wall_s": base / max(cpu_b, 1e-9)})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sim.bench.ndp_device", description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="verilator", choices=["verilator", "amaranth"])
+    ap.add_argument("--kernel", default="all", choices=["all", *CASES])
+    ap.add_argument("--channels", type=int, default=2)
+    ap.add_argument("--timing-only", action="store_true",
+                    help="the full LPDDR5X-8533 die without data (cycles only; no golden comparison)")
+    ap.add_argument("--no-split", action="store_true",
+                    help="run the whole program only (no STOREs-alone run for the kernel's own cycles)")
+    ap.add_argument("--out", default="build/bench/ndp_device.json")
+    a = ap.parse_args(argv)
+    cases = list(CASES) if a.kernel == "all" else [a.kernel]
+    res = []
+    dram = LPDDR5X_8533 if a.timing_only else data_config()
+    cfg = slice_preset(a.channels) if a.timing_only else slice_config(a.channels)
+    dut = _system(cfg, a.channels, dram, storage=not a.timing_only)      # one build for every case
+    for c in cases:
+        r = run(c, channels=a.channels, backend=a.backend, timing_only=a.timing_only, dut=dut, split=not a.no_split)
+        res.append(r)
+        kern = (f"kernel {r['rtl_cycles_kernel']} CK (model {r['model_cycles_kernel']:.0f}, "
+                f"{100 * r['model_rel_err_kernel']:+.2f} %), " if "rtl_cycles_kernel" in r else "")
+        print(f"{c:>9} on slice{a.channels} ({r['lanes']} lanes, {r['dram']}), {a.backend}: {kern}"
+              f"program {r['rtl_cycles_program']} CK "
+              f"(model {100 * r['model_rel_err_program']:+.2f} %), bit-exact {r.get('bitexact', 'n/a')}, "
+              f"timing violations {r['timing_violations']}, device errors {r['device_errors']}, "
+              f"{r['sim_cycles_per_wall_s']:.0f} cycles per wall s (the first run includes building)", flush=True)
+    p = Path(a.out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    old = json.loads(p.read_text()) if p.exists() else {}
+    for r in res:
+        old[f"{r['case']}_slice{r['channels']}_{r['backend']}{'_timing' if a.timing_only else ''}"] = r
+    p.write_text(json.dumps(old, indent=1) + "\n")
+    print(f"wrote {p}")
+    return 0 if all(r.get("bitexact", True) and not r["timing_violations"] and not r["device_errors"]
+                    for r in res) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
