@@ -258,23 +258,29 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m sim.dram.speed", description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="lpddr5x-8533-tiny", choices=sorted(PRESETS))
     ap.add_argument("--cycles", type=int, default=1_000_000)
-    ap.add_argument("--amaranth-cycles", type=int, default=2_000)
+    ap.add_argument("--amaranth-cycles", type=int, default=0, help="also run Amaranth's simulator for this "
+                    "many cycles per top (0: Verilator only)")
     ap.add_argument("--queue-depth", type=int, default=None)
     args = ap.parse_args(argv)
     cfg = PRESETS[args.config]
     kw = {} if args.queue_depth is None else {"queue_depth": args.queue_depth}
-    rows = {}
-    full = SelfDrivenMemorySystem(cfg, **kw)
-    rows["memory system (seq)"] = (full, None)
-    rows["controller only (seq)"] = (ControllerOnly(cfg, **kw), None)
-    rows["memory system (random)"] = (SelfDrivenMemorySystem(cfg, pattern="random", **kw), None)
-    print(f"Simulation speed, {cfg.name}, queue {full.controller.queue_depth} (CPU time; self-driven tops)\n")
+    makers = {"memory system (seq)": lambda: SelfDrivenMemorySystem(cfg, **kw),
+              "controller only (seq)": lambda: ControllerOnly(cfg, **kw),
+              "memory system (random)": lambda: SelfDrivenMemorySystem(cfg, pattern="random", **kw)}
+    from hdl.memctl.controller import DEFAULT_QUEUE_DEPTH
+    q = kw.get("queue_depth", DEFAULT_QUEUE_DEPTH)
+    print(f"Simulation speed, {cfg.name}, queue {q} (simulated cycles per CPU second; self-driven tops)\n")
     out = {}
-    for name, (comp, _) in rows.items():
-        v = verilator_cycles_per_s(comp, args.cycles)
+    for name, mk in makers.items():
+        v = verilator_cycles_per_s(mk(), args.cycles)
         out[name] = {"verilator": v}
-        print(f"{name:26s} Verilator {v['cycles_per_s'] / 1e6:6.3f} M cycles/s  ({v['responses']} reads, "
-              f"{v['commands']} commands, {v['violations']} violations)", flush=True)
+        line = (f"{name:26s} Verilator {v['cycles_per_s'] / 1e6:6.3f} M cycles/s  ({v['responses']} reads, "
+                f"{v['commands']} commands, {v['violations']} violations)")
+        if args.amaranth_cycles:
+            a = amaranth_cycles_per_s(mk(), args.amaranth_cycles)
+            out[name]["amaranth"] = a
+            line += f"   Amaranth {a['cycles_per_s']:7.0f} cycles/s"
+        print(line, flush=True)
     print(json.dumps(out, indent=1))
 
 
