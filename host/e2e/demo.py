@@ -45,24 +45,68 @@ def step_table(system) -> list:
 def write_waveform(system, out: Path, engine: str = "amaranth", fmt: str = "vcd") -> tuple:
     """Re-run the captured wave (layer 0, O-projection stage of the first decode-only iteration) on
     ``engine`` writing a waveform; returns ``(path, description)``."""
-    from sim.e2e.waveform import waveform_backend
-    from .ndp import NDPDevices, plan_runs
     cap = getattr(system, "captured", None)
     if not cap:
         return None, "no decode-only iteration to capture"
+    return waveform_of(cap, system.n_dev, system.ndp.config, out, engine, fmt)
+
+
+def waveform_of(cap, n_dev, config, out: Path, engine: str = "amaranth", fmt: str = "vcd") -> tuple:
+    """The waveform of the first run of captured wave ``cap`` ((iteration, layer, stage, jobs per device): a
+    :class:`host.e2e.hybrid.HybridSystem`'s ``captured``) on ``engine``; returns ``(path, description)``.
+    A module-level function of picklable arguments, so that the demo can run it in a process of its own."""
+    from sim.e2e.waveform import waveform_backend
+    from .ndp import NDPDevices, plan_runs
     it, layer, stage, jobs_by_dev = cap
     dev = next((d for d, j in enumerate(jobs_by_dev) if j), None)
     if dev is None:
         return None, "the captured stage had no device work"
+    out = Path(out)
     path = out / f"waveform.{fmt}"
     be = waveform_backend(engine, path, fmt)
-    ndp = NDPDevices("rtl", system.n_dev, engine=be, config=system.ndp.config, perf=None)
+    ndp = NDPDevices("rtl", n_dev, engine=be, config=config, perf=None)
     first = plan_runs(jobs_by_dev[dev], ndp.config, ndp.depth)[0]
     t0 = time.perf_counter()
     w = ndp.run_wave(dev, first)
     kinds = sorted({k.key[1] + ":" + ("E1", "E2", "E3", "E4")[k.key[3]] for k in first})
     return path, (f"iteration {it}, layer {layer}, stage {stage}, NDP device {dev}: {w.descriptors} descriptors "
                   f"({', '.join(kinds)}), {w.cycles} cycles, {engine} ({time.perf_counter() - t0:.1f} s)")
+
+
+def same_capture(a, b) -> bool:
+    """Two captured waves are the same: iteration, layer, stage, and every job's key, kind, tensors and input
+    bit for bit (the golden run's capture stands for the rtl run's when they are)."""
+    if not a or not b or a[:3] != b[:3] or len(a[3]) != len(b[3]):
+        return False
+    for ja, jb in zip(a[3], b[3]):
+        if len(ja) != len(jb):
+            return False
+        for x, y in zip(ja, jb):
+            if x.key != y.key or x.kind != y.kind or set(x.tensors) != set(y.tensors):
+                return False
+            if any(not np.array_equal(x.tensors[k], y.tensors[k]) for k in x.tensors):
+                return False
+            if (x.x is None) != (y.x is None) or (x.x is not None and not np.array_equal(x.x, y.x)):
+                return False
+    return True
+
+
+def prebuild(cfg, what: str, backend: str, engine: str, pim_backend: str) -> float:
+    """Build (or find in the design cache) the Verilator executable of ``what`` (``"ndp"``: the stamped CXL NDP
+    device, ``"pim"``: the PIM rank) for run ``cfg``; returns the seconds it took. The demo runs both in
+    processes of their own at its start, beside the golden run (the rtl run then finds them in the cache)."""
+    t0 = time.perf_counter()
+    from .model import get_tiny
+    from .run import _devices, make_requests
+    from .ndp import _engine
+    tiny = get_tiny(cfg.model)
+    ndp, pim, _ = _devices(cfg, backend, engine, tiny, make_requests(cfg, tiny.vocab)[0], pim_backend)
+    be = _engine(engine)
+    if what == "ndp":
+        be.executable(ndp.system())
+    else:
+        be.executable(pim.component({}))
+    return time.perf_counter() - t0
 
 
 def summary_lines(run, checks: dict, wf, wall: dict) -> list:
@@ -133,8 +177,7 @@ def demo(args) -> int:
           + (f" ({args.engine})" if args.backend == "rtl" else "")
           + (f", DIMM-PIM on {pim_be}" if pim_be != args.backend else "") + f", run directory {out}", flush=True)
     wall, checks = {"out": str(out)}, {}
-    golden = None
-    pim_be = args.pim_backend or args.backend
+    golden = cap = None
     if pim_be == "rtl" and cfg.long_requests:          # fail before the golden pass if the rank cannot be built
         from .run import _devices
         from .model import get_tiny
@@ -146,11 +189,41 @@ def demo(args) -> int:
         except RuntimeError as exc:
             print(f"ndpim demo: {exc}", file=sys.stderr)
             return 2
-    if "rtl" in (args.backend, pim_be) and (args.check or cfg.long_requests):
+    # Independent parts on the machine's 2 cores: the Verilator builds of the NDP device and the PIM rank (cold
+    # cache only) in processes of their own beside the golden run, the waveform's re-run of the captured wave
+    # (the golden run captures the same wave as the rtl run: checked below) beside the rtl run.
+    pool, builds, wf_fut = None, {}, None
+    want_golden = "rtl" in (args.backend, pim_be) and (args.check or cfg.long_requests)
+    if args.parallel and (want_golden or args.engine == "verilator"):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    if pool is not None and args.engine == "verilator":
+        if args.backend == "rtl":
+            builds["ndp"] = pool.submit(prebuild, cfg, "ndp", args.backend, args.engine, pim_be)
+        if pim_be == "rtl" and cfg.long_requests:
+            from .pim import PIMDevice
+            if PIMDevice("rtl", head_dim=64, slots=1, max_tokens=64, engine=args.engine).fast():
+                builds["pim"] = pool.submit(prebuild, cfg, "pim", args.backend, args.engine, pim_be)
+    if want_golden:
         t = time.perf_counter()
-        golden = run_e2e(cfg, "golden")
+        golden = run_e2e(cfg, "golden", capture=args.waveform)
         wall["golden run"] = time.perf_counter() - t
         print(f"  golden run: {wall['golden run']:.1f} s", flush=True)
+        cap = getattr(golden.system, "captured", None)
+        if pool is not None and args.waveform and cap and args.backend == "rtl":
+            wf_fut = pool.submit(waveform_of, cap, golden.system.n_dev, golden.system.ndp.config, out,
+                                 args.waveform_engine, args.waveform_format)
+    t = time.perf_counter()
+    for name, fut in builds.items():
+        try:
+            wall[f"{name} build"] = fut.result()
+        except Exception as exc:          # noqa: BLE001 - the rtl run builds it again and reports the error
+            print(f"  {name} build in the background failed ({exc}); building in the run", file=sys.stderr)
+    if builds:
+        print(f"  Verilator builds: " + ", ".join(f"{n} {wall[f'{n} build']:.1f} s" for n in builds
+                                                  if f"{n} build" in wall)
+              + f" (waited {time.perf_counter() - t:.1f} s)", flush=True)
     t = time.perf_counter()
     run = run_e2e(cfg, args.backend, engine=args.engine, pim_backend=pim_be,
                   final_kv=final_kv_of(golden) if golden is not None else None, capture=args.waveform)
@@ -172,7 +245,18 @@ def demo(args) -> int:
         wall["checks"] = time.perf_counter() - t
     (out / "checks.json").write_text(json.dumps(checks, indent=1, default=str) + "\n")
     wf = (None, "")
-    if args.waveform and args.backend != "perf" or args.waveform and args.backend == "perf":
+    if wf_fut is not None:
+        t = time.perf_counter()
+        try:
+            wf = wf_fut.result()
+        except Exception as exc:          # noqa: BLE001 - the run's results stand; say why there is no waveform
+            wf = (None, f"failed: {exc}")
+            print(f"waveform failed: {exc}", file=sys.stderr)
+        if not same_capture(cap, getattr(run.system, "captured", None)):   # the golden run's wave was another
+            wf_fut = None
+        else:
+            wall["waveform (waited)"] = time.perf_counter() - t
+    if args.waveform and wf_fut is None:
         t = time.perf_counter()
         try:
             wf = write_waveform(run.system, out, args.waveform_engine, args.waveform_format)
@@ -180,6 +264,8 @@ def demo(args) -> int:
             wf = (None, f"failed: {exc}")
             print(f"waveform failed: {exc}", file=sys.stderr)
         wall["waveform"] = time.perf_counter() - t
+    if pool is not None:
+        pool.shutdown()
     wall["total"] = time.perf_counter() - t0
     for line in summary_lines(run, checks, wf, wall):
         print(line)
