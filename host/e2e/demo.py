@@ -73,6 +73,14 @@ def waveform_of(cap, n_dev, config, out: Path, engine: str = "amaranth", fmt: st
                   f"({', '.join(kinds)}), {w.cycles} cycles, {engine} ({time.perf_counter() - t0:.1f} s)")
 
 
+class _Done:
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
 def same_capture(a, b) -> bool:
     """Two captured waves are the same: iteration, layer, stage, and every job's key, kind, tensors and input
     bit for bit (the golden run's capture stands for the rtl run's when they are)."""
@@ -89,6 +97,33 @@ def same_capture(a, b) -> bool:
             if (x.x is None) != (y.x is None) or (x.x is not None and not np.array_equal(x.x, y.x)):
                 return False
     return True
+
+
+class GoldenSide:
+    """What the demo keeps of the golden run done in a process of its own: every request's ``tokens`` and
+    ``logits`` (for :func:`host.e2e.run.compare_logits`), the PIM rank's ``final_kv``, the ``captured`` wave and
+    its waveform ``wf`` (``(path, description)``, or None), and the wall times ``golden_s`` / ``waveform_s``."""
+
+    def __init__(self, run, final_kv, wf, golden_s, waveform_s):
+        self.tokens, self.logits = run.tokens, run.logits
+        self.captured = getattr(run.system, "captured", None)
+        self.final_kv, self.wf, self.golden_s, self.waveform_s = final_kv, wf, golden_s, waveform_s
+
+
+def golden_side(cfg, out, waveform: bool, engine: str, fmt: str) -> GoldenSide:
+    """The golden run of ``cfg`` (capturing the waveform's wave), then that wave's waveform on ``engine``: the
+    part of the demo that does not need the rtl run, run beside it."""
+    t0 = time.perf_counter()
+    g = run_e2e(cfg, "golden", capture=waveform)
+    golden_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    wf = None
+    if waveform:
+        try:
+            wf = write_waveform(g.system, Path(out), engine, fmt)
+        except Exception as exc:          # noqa: BLE001 - the main process re-runs it and reports
+            wf = (None, f"failed: {exc}")
+    return GoldenSide(g, final_kv_of(g), wf, golden_s, time.perf_counter() - t1)
 
 
 def prebuild(cfg, what: str, backend: str, engine: str, pim_backend: str) -> float:
@@ -189,31 +224,35 @@ def demo(args) -> int:
         except RuntimeError as exc:
             print(f"ndpim demo: {exc}", file=sys.stderr)
             return 2
-    # Independent parts on the machine's 2 cores: the Verilator builds of the NDP device and the PIM rank (cold
-    # cache only) in processes of their own beside the golden run, the waveform's re-run of the captured wave
-    # (the golden run captures the same wave as the rtl run: checked below) beside the rtl run.
-    pool, builds, wf_fut = None, {}, None
+    # Independent parts on the machine's 2 cores (--parallel): the Verilator builds of the NDP device and the PIM
+    # rank (cold cache only) in processes of their own; the golden run and then the waveform's re-run of its
+    # captured wave (the golden run captures the same wave as the rtl run: checked below) in another, beside
+    # the builds and the rtl run.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from .pim import PIMDevice
+    spawn = multiprocessing.get_context("spawn")
+    pool, builds, wf_fut, side = None, {}, None, None
     want_golden = "rtl" in (args.backend, pim_be) and (args.check or cfg.long_requests)
-    if args.parallel and (want_golden or args.engine == "verilator"):
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-        pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
-    if pool is not None and args.engine == "verilator":
-        if args.backend == "rtl":
-            builds["ndp"] = pool.submit(prebuild, cfg, "ndp", args.backend, args.engine, pim_be)
-        if pim_be == "rtl" and cfg.long_requests:
-            from .pim import PIMDevice
-            if PIMDevice("rtl", head_dim=64, slots=1, max_tokens=64, engine=args.engine).fast():
-                builds["pim"] = pool.submit(prebuild, cfg, "pim", args.backend, args.engine, pim_be)
-    if want_golden:
+    pim_fast = PIMDevice("rtl", head_dim=64, slots=1, max_tokens=64, engine=args.engine).fast()
+    if args.parallel and args.engine == "verilator":
+        want = ["ndp"] * (args.backend == "rtl") + ["pim"] * (pim_be == "rtl" and cfg.long_requests > 0 and pim_fast)
+        if want:
+            pool = ProcessPoolExecutor(max_workers=len(want), mp_context=spawn)
+            builds = {w: pool.submit(prebuild, cfg, w, args.backend, args.engine, pim_be) for w in want}
+    if want_golden and args.parallel:
+        side_pool = ProcessPoolExecutor(max_workers=1, mp_context=spawn)
+        side = side_pool.submit(golden_side, cfg, out, bool(args.waveform and args.backend == "rtl"),
+                                args.waveform_engine, args.waveform_format)
+        side_pool.shutdown(wait=False)
+    elif want_golden:
         t = time.perf_counter()
         golden = run_e2e(cfg, "golden", capture=args.waveform)
         wall["golden run"] = time.perf_counter() - t
         print(f"  golden run: {wall['golden run']:.1f} s", flush=True)
-        cap = getattr(golden.system, "captured", None)
-        if pool is not None and args.waveform and cap and args.backend == "rtl":
-            wf_fut = pool.submit(waveform_of, cap, golden.system.n_dev, golden.system.ndp.config, out,
-                                 args.waveform_engine, args.waveform_format)
+    if side is not None and pim_be == "rtl" and cfg.long_requests and not pim_fast:
+        golden = side.result()               # the PIM image is built from the golden run's final KV: wait for it
+        print(f"  golden run: {golden.golden_s:.1f} s", flush=True)
     t = time.perf_counter()
     for name, fut in builds.items():
         try:
@@ -226,9 +265,22 @@ def demo(args) -> int:
               + f" (waited {time.perf_counter() - t:.1f} s)", flush=True)
     t = time.perf_counter()
     run = run_e2e(cfg, args.backend, engine=args.engine, pim_backend=pim_be,
-                  final_kv=final_kv_of(golden) if golden is not None else None, capture=args.waveform)
+                  final_kv=(golden.final_kv if isinstance(golden, GoldenSide) else final_kv_of(golden))
+                  if golden is not None else None, capture=args.waveform)
     wall[f"{args.backend} run"] = time.perf_counter() - t
     print(f"  {args.backend} run: {wall[f'{args.backend} run']:.1f} s", flush=True)
+    if side is not None:
+        t = time.perf_counter()
+        golden = side.result()
+        wall["golden run (beside)"] = golden.golden_s
+        if golden.wf is not None:
+            wall["waveform (beside)"] = golden.waveform_s
+        wall["waited for golden side"] = time.perf_counter() - t
+        print(f"  golden run beside it: {golden.golden_s:.1f} s" + (f", waveform {golden.waveform_s:.1f} s"
+              if golden.wf is not None else ""), flush=True)
+        cap = golden.captured
+        if golden.wf is not None and golden.wf[0] is not None:
+            wf_fut = _Done(golden.wf)
     print()
     for line in step_table(run.system):
         print(line)
