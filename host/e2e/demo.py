@@ -119,6 +119,11 @@ def golden_side(cfg, out, waveform: bool, engine: str, fmt: str) -> GoldenSide:
     t1 = time.perf_counter()
     wf = None
     if waveform:
+        try:       # the rtl run is the critical path of a warm demo: the waveform yields the cores to it
+            import os
+            os.nice(5)
+        except OSError:
+            pass
         try:
             wf = write_waveform(g.system, Path(out), engine, fmt)
         except Exception as exc:          # noqa: BLE001 - the main process re-runs it and reports
