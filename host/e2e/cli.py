@@ -35,6 +35,9 @@ def _demo_args(p):
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="rtl: compare logits with the golden run bit for bit, tokens with the float32 reference, "
                         "device cycles with the performance model")
+    p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=True,
+                   help="run independent parts in processes of their own (Verilator builds beside the golden run, "
+                        "the waveform beside the rtl run; default: on)")
     p.add_argument("--out", default="build/demo", help="run directory")
 
 

@@ -45,24 +45,108 @@ def step_table(system) -> list:
 def write_waveform(system, out: Path, engine: str = "amaranth", fmt: str = "vcd") -> tuple:
     """Re-run the captured wave (layer 0, O-projection stage of the first decode-only iteration) on
     ``engine`` writing a waveform; returns ``(path, description)``."""
-    from sim.e2e.waveform import waveform_backend
-    from .ndp import NDPDevices, plan_runs
     cap = getattr(system, "captured", None)
     if not cap:
         return None, "no decode-only iteration to capture"
+    return waveform_of(cap, system.n_dev, system.ndp.config, out, engine, fmt)
+
+
+def waveform_of(cap, n_dev, config, out: Path, engine: str = "amaranth", fmt: str = "vcd") -> tuple:
+    """The waveform of the first run of captured wave ``cap`` ((iteration, layer, stage, jobs per device): a
+    :class:`host.e2e.hybrid.HybridSystem`'s ``captured``) on ``engine``; returns ``(path, description)``.
+    A module-level function of picklable arguments, so that the demo can run it in a process of its own."""
+    from sim.e2e.waveform import waveform_backend
+    from .ndp import NDPDevices, plan_runs
     it, layer, stage, jobs_by_dev = cap
     dev = next((d for d, j in enumerate(jobs_by_dev) if j), None)
     if dev is None:
         return None, "the captured stage had no device work"
+    out = Path(out)
     path = out / f"waveform.{fmt}"
     be = waveform_backend(engine, path, fmt)
-    ndp = NDPDevices("rtl", system.n_dev, engine=be, config=system.ndp.config, perf=None)
+    ndp = NDPDevices("rtl", n_dev, engine=be, config=config, perf=None)
     first = plan_runs(jobs_by_dev[dev], ndp.config, ndp.depth)[0]
     t0 = time.perf_counter()
     w = ndp.run_wave(dev, first)
     kinds = sorted({k.key[1] + ":" + ("E1", "E2", "E3", "E4")[k.key[3]] for k in first})
     return path, (f"iteration {it}, layer {layer}, stage {stage}, NDP device {dev}: {w.descriptors} descriptors "
                   f"({', '.join(kinds)}), {w.cycles} cycles, {engine} ({time.perf_counter() - t0:.1f} s)")
+
+
+class _Done:
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def same_capture(a, b) -> bool:
+    """Two captured waves are the same: iteration, layer, stage, and every job's key, kind, tensors and input
+    bit for bit (the golden run's capture stands for the rtl run's when they are)."""
+    if not a or not b or a[:3] != b[:3] or len(a[3]) != len(b[3]):
+        return False
+    for ja, jb in zip(a[3], b[3]):
+        if len(ja) != len(jb):
+            return False
+        for x, y in zip(ja, jb):
+            if x.key != y.key or x.kind != y.kind or set(x.tensors) != set(y.tensors):
+                return False
+            if any(not np.array_equal(x.tensors[k], y.tensors[k]) for k in x.tensors):
+                return False
+            if (x.x is None) != (y.x is None) or (x.x is not None and not np.array_equal(x.x, y.x)):
+                return False
+    return True
+
+
+class GoldenSide:
+    """What the demo keeps of the golden run done in a process of its own: every request's ``tokens`` and
+    ``logits`` (for :func:`host.e2e.run.compare_logits`), the PIM rank's ``final_kv``, the ``captured`` wave and
+    its waveform ``wf`` (``(path, description)``, or None), and the wall times ``golden_s`` / ``waveform_s``."""
+
+    def __init__(self, run, final_kv, wf, golden_s, waveform_s):
+        self.tokens, self.logits = run.tokens, run.logits
+        self.captured = getattr(run.system, "captured", None)
+        self.final_kv, self.wf, self.golden_s, self.waveform_s = final_kv, wf, golden_s, waveform_s
+
+
+def golden_side(cfg, out, waveform: bool, engine: str, fmt: str) -> GoldenSide:
+    """The golden run of ``cfg`` (capturing the waveform's wave), then that wave's waveform on ``engine``: the
+    part of the demo that does not need the rtl run, run beside it."""
+    t0 = time.perf_counter()
+    g = run_e2e(cfg, "golden", capture=waveform)
+    golden_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    wf = None
+    if waveform:
+        try:       # the rtl run is the critical path of a warm demo: the waveform yields the cores to it
+            import os
+            os.nice(5)
+        except OSError:
+            pass
+        try:
+            wf = write_waveform(g.system, Path(out), engine, fmt)
+        except Exception as exc:          # noqa: BLE001 - the main process re-runs it and reports
+            wf = (None, f"failed: {exc}")
+    return GoldenSide(g, final_kv_of(g), wf, golden_s, time.perf_counter() - t1)
+
+
+def prebuild(cfg, what: str, backend: str, engine: str, pim_backend: str) -> float:
+    """Build (or find in the design cache) the Verilator executable of ``what`` (``"ndp"``: the stamped CXL NDP
+    device, ``"pim"``: the PIM rank) for run ``cfg``; returns the seconds it took. The demo runs both in
+    processes of their own at its start, beside the golden run (the rtl run then finds them in the cache)."""
+    t0 = time.perf_counter()
+    from .model import get_tiny
+    from .run import _devices, make_requests
+    from .ndp import _engine
+    tiny = get_tiny(cfg.model)
+    ndp, pim, _ = _devices(cfg, backend, engine, tiny, make_requests(cfg, tiny.vocab)[0], pim_backend)
+    be = _engine(engine)
+    if what == "ndp":
+        be.executable(ndp.system())
+    else:
+        be.executable(pim.component({}))
+    return time.perf_counter() - t0
 
 
 def summary_lines(run, checks: dict, wf, wall: dict) -> list:
@@ -133,8 +217,7 @@ def demo(args) -> int:
           + (f" ({args.engine})" if args.backend == "rtl" else "")
           + (f", DIMM-PIM on {pim_be}" if pim_be != args.backend else "") + f", run directory {out}", flush=True)
     wall, checks = {"out": str(out)}, {}
-    golden = None
-    pim_be = args.pim_backend or args.backend
+    golden = cap = None
     if pim_be == "rtl" and cfg.long_requests:          # fail before the golden pass if the rank cannot be built
         from .run import _devices
         from .model import get_tiny
@@ -146,16 +229,63 @@ def demo(args) -> int:
         except RuntimeError as exc:
             print(f"ndpim demo: {exc}", file=sys.stderr)
             return 2
-    if "rtl" in (args.backend, pim_be) and (args.check or cfg.long_requests):
+    # Independent parts on the machine's 2 cores (--parallel): the Verilator builds of the NDP device and the PIM
+    # rank (cold cache only) in processes of their own; the golden run and then the waveform's re-run of its
+    # captured wave (the golden run captures the same wave as the rtl run: checked below) in another, beside
+    # the builds and the rtl run.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from .pim import PIMDevice
+    spawn = multiprocessing.get_context("spawn")
+    pool, builds, wf_fut, side = None, {}, None, None
+    want_golden = "rtl" in (args.backend, pim_be) and (args.check or cfg.long_requests)
+    pim_fast = PIMDevice("rtl", head_dim=64, slots=1, max_tokens=64, engine=args.engine).fast()
+    if args.parallel and args.engine == "verilator":
+        want = ["ndp"] * (args.backend == "rtl") + ["pim"] * (pim_be == "rtl" and cfg.long_requests > 0 and pim_fast)
+        if want:
+            pool = ProcessPoolExecutor(max_workers=len(want), mp_context=spawn)
+            builds = {w: pool.submit(prebuild, cfg, w, args.backend, args.engine, pim_be) for w in want}
+    if want_golden and args.parallel:
+        side_pool = ProcessPoolExecutor(max_workers=1, mp_context=spawn)
+        side = side_pool.submit(golden_side, cfg, out, bool(args.waveform and args.backend == "rtl"),
+                                args.waveform_engine, args.waveform_format)
+        side_pool.shutdown(wait=False)
+    elif want_golden:
         t = time.perf_counter()
-        golden = run_e2e(cfg, "golden")
+        golden = run_e2e(cfg, "golden", capture=args.waveform)
         wall["golden run"] = time.perf_counter() - t
         print(f"  golden run: {wall['golden run']:.1f} s", flush=True)
+    if side is not None and pim_be == "rtl" and cfg.long_requests and not pim_fast:
+        golden = side.result()               # the PIM image is built from the golden run's final KV: wait for it
+        print(f"  golden run: {golden.golden_s:.1f} s", flush=True)
+    t = time.perf_counter()
+    for name, fut in builds.items():
+        try:
+            wall[f"{name} build"] = fut.result()
+        except Exception as exc:          # noqa: BLE001 - the rtl run builds it again and reports the error
+            print(f"  {name} build in the background failed ({exc}); building in the run", file=sys.stderr)
+    if builds:
+        print(f"  Verilator builds: " + ", ".join(f"{n} {wall[f'{n} build']:.1f} s" for n in builds
+                                                  if f"{n} build" in wall)
+              + f" (waited {time.perf_counter() - t:.1f} s)", flush=True)
     t = time.perf_counter()
     run = run_e2e(cfg, args.backend, engine=args.engine, pim_backend=pim_be,
-                  final_kv=final_kv_of(golden) if golden is not None else None, capture=args.waveform)
+                  final_kv=(golden.final_kv if isinstance(golden, GoldenSide) else final_kv_of(golden))
+                  if golden is not None else None, capture=args.waveform)
     wall[f"{args.backend} run"] = time.perf_counter() - t
     print(f"  {args.backend} run: {wall[f'{args.backend} run']:.1f} s", flush=True)
+    if side is not None:
+        t = time.perf_counter()
+        golden = side.result()
+        wall["golden run (beside)"] = golden.golden_s
+        if golden.wf is not None:
+            wall["waveform (beside)"] = golden.waveform_s
+        wall["waited for golden side"] = time.perf_counter() - t
+        print(f"  golden run beside it: {golden.golden_s:.1f} s" + (f", waveform {golden.waveform_s:.1f} s"
+              if golden.wf is not None else ""), flush=True)
+        cap = golden.captured
+        if golden.wf is not None and golden.wf[0] is not None:
+            wf_fut = _Done(golden.wf)
     print()
     for line in step_table(run.system):
         print(line)
@@ -172,7 +302,18 @@ def demo(args) -> int:
         wall["checks"] = time.perf_counter() - t
     (out / "checks.json").write_text(json.dumps(checks, indent=1, default=str) + "\n")
     wf = (None, "")
-    if args.waveform and args.backend != "perf" or args.waveform and args.backend == "perf":
+    if wf_fut is not None:
+        t = time.perf_counter()
+        try:
+            wf = wf_fut.result()
+        except Exception as exc:          # noqa: BLE001 - the run's results stand; say why there is no waveform
+            wf = (None, f"failed: {exc}")
+            print(f"waveform failed: {exc}", file=sys.stderr)
+        if not same_capture(cap, getattr(run.system, "captured", None)):   # the golden run's wave was another
+            wf_fut = None
+        else:
+            wall["waveform (waited)"] = time.perf_counter() - t
+    if args.waveform and wf_fut is None:
         t = time.perf_counter()
         try:
             wf = write_waveform(run.system, out, args.waveform_engine, args.waveform_format)
@@ -180,6 +321,8 @@ def demo(args) -> int:
             wf = (None, f"failed: {exc}")
             print(f"waveform failed: {exc}", file=sys.stderr)
         wall["waveform"] = time.perf_counter() - t
+    if pool is not None:
+        pool.shutdown()
     wall["total"] = time.perf_counter() - t0
     for line in summary_lines(run, checks, wf, wall):
         print(line)

@@ -145,6 +145,7 @@ class HybridSystem(System):
                                             self.gpu_cfg.fp16_tflops))
         self.t0_gpu = float(self.gpu.gemm(1, 8, 8).calibrated_s)      # one kernel's fixed cost (the fitted t0)
         self._pool = ThreadPoolExecutor(max_workers=2) if parallel and ndp.backend == "rtl" else None
+        self._pim_pool = ThreadPoolExecutor(max_workers=1) if parallel and pim.backend == "rtl" else None
 
     # ---- run set-up --------------------------------------------------------------------------------------
     def bind(self, table):
@@ -641,10 +642,15 @@ class _Iteration:
                     nh * (N + 1) * (2 * hd + 6) / s.cost.gpu.W_hbm
             e["_dev"] = dev_pos
             e["_gpos"] = gpos
+        # the PIM rank's launches (one per sub-batch, in order) run beside the NDP devices' wave: independent
+        # simulations of independent devices (a thread: the simulator is a subprocess on the rtl backend)
+        pim_runs = (lambda: {sub: s.pim.run(pim_jobs[sub]) for sub in (0, 1) if pim_jobs[sub]})
+        pim_fut = s._pim_pool.submit(pim_runs) if s._pim_pool is not None and any(jobs) else None
         res = self._waves(layer, "attn", jobs) if any(jobs) else {}
+        pim_res = pim_fut.result() if pim_fut is not None else pim_runs()
         for sub in (0, 1):
             if pim_jobs[sub]:
-                pr = s.pim.run(pim_jobs[sub])
+                pr = pim_res[sub]
                 pred = s._pim_run_cycles([j.L for j in pim_jobs[sub]])
                 cyc = pr.cycles if s.pim.backend == "rtl" else pred
                 self.pim_cyc[sub, layer] += cyc

@@ -20,8 +20,8 @@ CFG = E2EConfig(model="micro", requests=3, long_requests=1, tokens=3, long_conte
 
 @pytest.fixture(scope="module")
 def runs():
-    golden = run_e2e(CFG, "golden")
-    rtl = run_e2e(CFG, "rtl", final_kv=final_kv_of(golden))
+    golden = run_e2e(CFG, "golden", capture=True)
+    rtl = run_e2e(CFG, "rtl", final_kv=final_kv_of(golden), capture=True)
     perf = run_e2e(CFG, "perf")
     return golden, rtl, perf
 
@@ -35,6 +35,24 @@ def test_logits_bit_exact_rtl_vs_golden(runs):
     mut = dataclasses.replace(rtl, logits={k: v.copy() for k, v in rtl.logits.items()})
     mut.logits[0].view(np.uint32)[1, 7] ^= 1
     assert not compare_logits(mut, golden)["equal"]
+
+
+def test_the_golden_run_captures_the_rtl_runs_waveform_wave(runs):
+    """ndpim demo re-runs the golden run's captured wave for the waveform beside the rtl run and keeps it only
+    if the rtl run captured the same wave (host.e2e.demo.same_capture); the check sees one flipped bit."""
+    from host.e2e.demo import same_capture
+    golden, rtl, _ = runs
+    cap = rtl.system.captured
+    assert cap and any(cap[3]) and same_capture(golden.system.captured, cap)
+    dev = next(d for d, j in enumerate(cap[3]) if j)
+    job = cap[3][dev][0]
+    name = next(iter(job.tensors))
+    bad = job.tensors[name].copy()
+    bad.flat[3] ^= 1
+    mut = (*cap[:3], [list(j) for j in cap[3]])
+    mut[3][dev][0] = dataclasses.replace(job, tensors={**job.tensors, name: bad})
+    assert not same_capture(golden.system.captured, mut)
+    assert not same_capture(golden.system.captured, (cap[0] + 1, *cap[1:]))
 
 
 def test_tokens_match_the_float32_reference(runs):
