@@ -10,14 +10,22 @@ JOBS   ?= 2
 
 .PHONY: demo test verilog lint cocotb synth synth-fast ports calibrate fp-report bench-fp bench-dram bench-ndp bench-ndp-device bench-pim bench-host bench-e2e fuzz clean
 
+# Bytecode: pip compiles every installed file on one core (43 s of the 72 s install, measured); the packages'
+# own test folders are never imported, so the rest is compiled on all cores instead (22 s less). Without it,
+# every process would compile what it imports afresh wherever PYTHONDONTWRITEBYTECODE is set. A file that does
+# not compile only loses its cache, so compileall's status is not an error here.
+BYTECODE = $(PY) -m compileall -q -j 0 -x '/tests?/' $(VENV)/lib hdl sim host firmware > /dev/null || true
+
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "ndpim needs Python >= 3.11: make PYTHON=python3.11 ...")'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --quiet --no-compile --disable-pip-version-check -e '.[test]'
+	$(BYTECODE)
 	touch $@
 
 $(SYNTH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,synth]'
+	$(PY) -m pip install --quiet --no-compile --disable-pip-version-check -e '.[test,synth]'
+	$(BYTECODE)
 	touch $@
 
 # The main job: a tiny LLaMA-style model decoding through the RTL of both devices (docs/e2e.md); ndpim demo --help.
