@@ -8,6 +8,7 @@ renamed into place, so concurrent processes (pytest-xdist) never see a half-buil
 writes a binary stimulus file, runs the executable and reads back the outputs and the cycle count.
 """
 
+import fcntl
 import hashlib
 import os
 import re
@@ -147,6 +148,28 @@ def strip_zero_memory_inits(verilog: str) -> str:
     return "\n".join(out)
 
 
+def _runtime_objects(runtime: Path, obj: Path) -> None:
+    """Make sure ``runtime`` holds Verilator's run-time library objects (:data:`RUNTIME_OBJS`), compiling them in
+    ``obj`` (a verilated model's directory, whose makefile has their rules) if no build has yet. A lock file
+    makes concurrent builds (the demo's two, pytest-xdist's workers) compile them once: the others wait for it
+    (~9 s of CPU each time saved)."""
+    if all((runtime / o).exists() for o in RUNTIME_OBJS):
+        return
+    with open(runtime.with_name(runtime.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if all((runtime / o).exists() for o in RUNTIME_OBJS):
+                return
+            _run_tool(["make", "-j", "2", "-f", "Vharness_top.mk", *MAKE_FLAGS, *RUNTIME_OBJS], obj,
+                      "make (Verilator run-time library)")
+            rt_tmp = Path(tempfile.mkdtemp(prefix="tmp-runtime-", dir=BUILD_ROOT))
+            for o in RUNTIME_OBJS:
+                shutil.copyfile(obj / o, rt_tmp / o)
+            _publish(rt_tmp, runtime)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build_executable(verilog: str, ports, extra_flags=()) -> Path:
     """Compile (or find in the cache) the harness executable for Verilog ``verilog`` (top module ``top``).
     ``extra_flags``: more Verilator options (a component's ``verilator_flags()``).
@@ -173,18 +196,12 @@ def build_executable(verilog: str, ports, extra_flags=()) -> Path:
         obj = tmp / "obj"
         _run_tool(["verilator", *VERILATOR_FLAGS, *extra_flags, "--Mdir", "obj", "-o", "../sim",
                    "harness_top.v", "top.v", "harness.cpp"], tmp, "verilator")
-        have_runtime = all((runtime / o).exists() for o in RUNTIME_OBJS)
-        if have_runtime:
-            for o in RUNTIME_OBJS:  # copy2 would keep the old mtime; make must see them newer than the .mk
-                shutil.copyfile(runtime / o, obj / o)
+        _runtime_objects(runtime, obj)
+        for o in RUNTIME_OBJS:  # copy2 would keep the old mtime; make must see them newer than the .mk
+            shutil.copyfile(runtime / o, obj / o)
         _run_tool(["make", "-j", "2", "-f", "Vharness_top.mk", *MAKE_FLAGS], obj, "make (C++ compile)")
         if not (tmp / "sim").exists():
             raise RuntimeError(f"Verilator build failed: no executable produced in {tmp}")
-        if not have_runtime:
-            rt_tmp = Path(tempfile.mkdtemp(prefix="tmp-runtime-", dir=BUILD_ROOT))
-            for o in RUNTIME_OBJS:
-                shutil.copyfile(obj / o, rt_tmp / o)
-            _publish(rt_tmp, runtime)
         shutil.rmtree(obj, ignore_errors=True)  # keep only the sources and the executable
         _publish(tmp, final)
     except RuntimeError:

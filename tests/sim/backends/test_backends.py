@@ -132,6 +132,38 @@ def test_verilator_build_failure_shows_compiler_output(tmp_path, monkeypatch):
         vl_backend.build_executable(broken, [])
 
 
+def test_concurrent_builds_compile_the_runtime_library_once(tmp_path, monkeypatch):
+    """Two builds at once in an empty cache (the demo's two, or two pytest workers): Verilator's run-time library
+    is compiled by one of them, the other waits for it; both executables run."""
+    import threading
+    monkeypatch.setattr(vl_backend, "BUILD_ROOT", tmp_path)
+    calls, orig = [], vl_backend._run_tool
+
+    def counting(cmd, cwd, what):
+        calls.append(what)
+        return orig(cmd, cwd, what)
+    monkeypatch.setattr(vl_backend, "_run_tool", counting)
+    designs = [f"module top(clk, rst);\n  input clk;\n  input rst;\n  reg [{w}:0] c = 0;\n"
+               f"  always @(posedge clk) c <= c + 1;\nendmodule\n" for w in (3, 5)]
+    exes, errors = [], []
+
+    def build(v):
+        try:
+            exes.append(vl_backend.build_executable(v, []))
+        except Exception as exc:        # noqa: BLE001 - reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=build, args=(v,)) for v in designs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert calls.count("make (Verilator run-time library)") == 1
+    assert calls.count("make (C++ compile)") == 2 and len(set(exes)) == 2 and all(e.exists() for e in exes)
+    runtime = [d for d in tmp_path.iterdir() if d.name.startswith("runtime-") and d.is_dir()]
+    assert len(runtime) == 1 and all((runtime[0] / o).exists() for o in vl_backend.RUNTIME_OBJS)
+
+
 def test_lint_clean_on_fp_unit_and_catches_a_real_problem(tmp_path):
     good = tmp_path / "fp_mul.v"
     good.write_text(verilog_text(FPMul(), "fp_mul"))
