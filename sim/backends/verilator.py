@@ -186,6 +186,20 @@ def build_executable(verilog: str, ports, extra_flags=()) -> Path:
     exe = final / "sim"
     if exe.exists():
         return exe
+    BUILD_ROOT.mkdir(parents=True, exist_ok=True)
+    # One build per design at a time: another process building the same design (pytest-xdist workers that
+    # need it at once) is waited for, and its executable used.
+    with open(BUILD_ROOT / f"{key[:32]}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if exe.exists():
+                return exe
+            return _build(verilog, wrapper, harness, extra_flags, flags, key, final, exe)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _build(verilog, wrapper, harness, extra_flags, flags, key, final, exe) -> Path:
     runtime = BUILD_ROOT / ("runtime-" + hashlib.sha256((verilator_bin_dir() + flags).encode()).hexdigest()[:16])
     BUILD_ROOT.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"tmp-{key[:12]}-", dir=BUILD_ROOT))
