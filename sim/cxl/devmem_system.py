@@ -39,8 +39,10 @@ from hdl.ndp.config import CORE_CLOCK_RATIO
 from sim.dram.system import error_layout
 from .system import AFTER_BITS
 
-__all__ = ["CXLDeviceMemSystem", "dram_config_for", "MIN_ROWS"]
+__all__ = ["CXLDeviceMemSystem", "dram_config_for", "MIN_ROWS", "HOST_SLOTS"]
 
+#: Host-port reads in flight per channel (see :class:`CXLDeviceMemSystem`).
+HOST_SLOTS = 32
 #: Fewest rows per bank of the sized DRAM configuration (a row address of at least one bit).
 MIN_ROWS = 2
 
@@ -88,6 +90,11 @@ class CXLDeviceMemSystem(wiring.Component):
         memory_kwargs.setdefault("ndp_tag_width", 0)     # the wide NDP port is idle
         memory_kwargs.setdefault("ndp_slots", 2)
         memory_kwargs.setdefault("host_tag_width", 0)    # the device routes responses by order, not by tag
+        # The core's reads come through the host port: the per-channel host reads in flight must cover a channel's
+        # read latency at its burst rate, as the NDP port's slots do (design choice: 32 = DeviceMemory's
+        # ndp_slots default, 99.7 % of a channel's peak on sequential lines, docs/devmem.md; the default 8 host
+        # slots carry 8 lines per ~40-60 CK of latency, below one channel's 16 B per CK).
+        memory_kwargs.setdefault("host_slots", HOST_SLOTS)
         self.memory = DeviceMemorySystem(config=dram_config, channels=channels, device_kwargs=device_kwargs,
                                          hierarchical=hierarchical, **memory_kwargs)
         dm = self.memory.memory

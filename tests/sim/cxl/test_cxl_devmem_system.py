@@ -127,9 +127,11 @@ def test_gemv_e4_attention_and_host_lines():
     forged = d.read(RING + CQ, 64, pasid=0x7)
     d.store(RING, bytes(64), pasid=0x7, after=0)
     hs = [d.read_completion(s.queue, s.index) for s in subs0 + subs1]
+    slot = d.read(RING + 64 * 0, 64, pasid=0x101)          # q1's slot 0, by q1: the forged zeros never landed
     rtl, gold = check(d)
     assert rtl.data(back) == raw
     assert rtl.rejected(forged) and rtl.data(forged) == bytes(64)
+    assert not rtl.rejected(slot) and rtl.data(slot) != bytes(64) and len(gold.golden.rejected) == 2
     recs = [rtl.completion(h) for h in hs]
     assert [r.status for r in recs] == [0, 0, 0, WINDOW_VIOLATION] + [0] * 6
     assert all(r.done for r in recs)
