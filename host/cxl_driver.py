@@ -49,7 +49,7 @@ from sim.golden.cxl_device import (LINE_BYTES, WINDOW_VIOLATION, AFTER_BITS, DYN
                                    status_name, encode_descriptor)
 
 __all__ = ["Driver", "Submission", "ReadHandle", "CompletionHandle", "CompletionRecord", "MmioResponse",
-           "DeviceRun", "compare_runs", "system_for", "backend_named", "WINDOW_VIOLATION", "LINE_BYTES", "status_name"]
+           "DeviceRun", "compare_runs", "system_for", "MEMORIES", "backend_named", "WINDOW_VIOLATION", "LINE_BYTES", "status_name"]
 
 _MASK32 = (1 << COUNTER_BITS) - 1
 _OUT_PORTS = ("mmio_rsp", "hmem_rsp", "events", "core_req")
@@ -191,6 +191,11 @@ class DeviceRun:
     memory: bytearray | None = field(default=None, repr=False)
     golden: GoldenRun | None = field(default=None, repr=False)
     handles: list = field(default_factory=list, repr=False)
+    #: RTL on a system with DRAM channels (``collect_all()``, e.g. ``CXLDeviceMemSystem``): the collected
+    #: ``trace{c}`` / ``errors{c}`` payloads; ``channel_problems``: their timing violations and DRAM model reports
+    #: (``system.channel_problems``; empty: every channel clean). None on the burst memory and the golden model.
+    channels: dict | None = field(default=None, repr=False)
+    channel_problems: list | None = None
 
     def data(self, handle: ReadHandle) -> bytes:
         """The bytes a read returned (zeros for lines the address filter rejected)."""
@@ -267,13 +272,36 @@ def backend_named(name: str):
     return be
 
 
-def system_for(config: NDPConfig, num_queues: int, depth: int, latency: int = 8):
-    """One ``CXLSystem`` object per parameter set (so a backend elaborates / builds it once per process)."""
-    key = (config, num_queues, depth, latency)
+#: The device memories :func:`system_for` builds the device on.
+MEMORIES = ("burst", "lpddr5x")
+
+
+def system_for(config: NDPConfig, num_queues: int, depth: int, latency: int = 8, *, memory: str = "burst",
+               channels: int = 2):
+    """One device test top per parameter set (so a backend elaborates / builds it once per process).
+
+    ``memory``: ``"burst"`` (default): ``sim.cxl.system.CXLSystem``, the device on a fixed-latency memory of
+    ``depth`` 64-byte lines (``latency`` cycles); ``"lpddr5x"``: ``sim.cxl.devmem_system.CXLDeviceMemSystem``,
+    the device on ``channels`` LPDDR5X-8533 channels (controllers + DRAM models, sized to hold ``depth`` lines;
+    ``latency`` unused). Both take the same driver scripts."""
+    if memory not in MEMORIES:
+        raise ValueError(f"memory must be one of {', '.join(MEMORIES)}, got {memory!r}")
+    if memory == "burst":
+        key = (config, num_queues, depth, latency)
+    else:
+        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1 or channels & (channels - 1) \
+                or channels > 64:
+            raise ValueError(f"channels must be a power of two in 1..64, got {channels!r}")
+        key = (config, num_queues, depth, memory, channels)
     sys_ = _SYSTEMS.get(key)
     if sys_ is None:
-        from sim.cxl.system import CXLSystem
-        sys_ = _SYSTEMS[key] = CXLSystem(config=config, num_queues=num_queues, depth=depth, latency=latency)
+        if memory == "burst":
+            from sim.cxl.system import CXLSystem
+            sys_ = CXLSystem(config=config, num_queues=num_queues, depth=depth, latency=latency)
+        else:
+            from sim.cxl.devmem_system import CXLDeviceMemSystem
+            sys_ = CXLDeviceMemSystem(config=config, num_queues=num_queues, depth=depth, channels=channels)
+        _SYSTEMS[key] = sys_
     return sys_
 
 
@@ -305,7 +333,7 @@ class Driver:
     """
 
     def __init__(self, regmap, layout: QueueLayout | None = None, *, config: NDPConfig, depth: int = 1024,
-                 mem_addr_bits: int | None = None, latency: int = 8):
+                 mem_addr_bits: int | None = None, latency: int = 8, memory: str = "burst", channels: int = 2):
         if isinstance(regmap, int) and not isinstance(regmap, bool):
             regmap = RegisterMap(regmap)
         if not isinstance(regmap, RegisterMap):
@@ -317,7 +345,10 @@ class Driver:
             raise ValueError(f"layout must be a QueueLayout, got {layout!r}")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be a positive int (64-byte bursts), got {depth!r}")
+        if memory not in MEMORIES:
+            raise ValueError(f"memory must be one of {', '.join(MEMORIES)}, got {memory!r}")
         self.regmap, self.layout, self.config, self.depth, self.latency = regmap, layout, config, depth, latency
+        self.memory, self.channels = memory, channels
         self.memory_bytes = depth * LINE_BYTES
         self.mem_addr_bits = default_mem_addr_bits(depth) if mem_addr_bits is None else mem_addr_bits
         self.num_queues = regmap.num_queues
@@ -655,7 +686,7 @@ class Driver:
             backend = backend_named(backend)
         if not isinstance(backend, Backend):
             raise ValueError(f"backend must be 'golden', a backend name or a Backend, got {backend!r}")
-        system = system or system_for(self.config, self.num_queues, self.depth, self.latency)
+        system = system or self.system()
         self._check_system(system)
         fields = port_fields(self.regmap, self.mem_addr_bits)
         fields.update(_system_fields(system))
@@ -673,8 +704,23 @@ class Driver:
             valid["mmio"] = pat
         traffic = Traffic(valid=valid, ready=ready)
         expected = {k: v for k, v in self.expected().items() if k in fields}
+        collect = getattr(system, "collect_all", None)
+        chan = dict(collect()) if callable(collect) else {}
+        expected.update(chan)
         r = backend.run_streams(system, inputs, expected, traffic=traffic, max_cycles=limit)
-        return self._decode(backend.name, r.outputs, fields, cycles=r.cycles, wall_seconds=r.wall_seconds)
+        extra = {}
+        if chan:
+            extra["channels"] = {k: r.outputs.get(k) for k in chan}
+            problems = getattr(system, "channel_problems", None)
+            if callable(problems):
+                extra["channel_problems"] = problems(extra["channels"], r.cycles)
+        return self._decode(backend.name, r.outputs, fields, cycles=r.cycles, wall_seconds=r.wall_seconds, **extra)
+
+    def system(self):
+        """The RTL system :meth:`run` uses by default: :func:`system_for` with this driver's parameters
+        (``memory``, ``channels``)."""
+        return system_for(self.config, self.num_queues, self.depth, self.latency, memory=self.memory,
+                          channels=self.channels)
 
     def _check_system(self, system):
         if getattr(system, "regmap", None) is not None and system.regmap.num_queues != self.num_queues:
@@ -690,11 +736,13 @@ class Driver:
     def check(self, backend, **kw) -> tuple:
         """Run on the RTL ``backend``, then on the golden model in the RTL's execution order; return
         ``(rtl_run, golden_run, differences)`` (differences: :func:`compare_runs`, plus core requests outside
-        the descriptors' operand ranges)."""
+        the descriptors' operand ranges, plus on a system with DRAM channels every timing violation and DRAM
+        model report: ``rtl.channel_problems``)."""
         rtl = self.run(backend, **kw)
         gold = self.run("golden", order=rtl.events)
         diffs = compare_runs(rtl, gold, events="exact")
         diffs += [msg for _, msg in self.core_req_violations(rtl, gold)]
+        diffs += list(rtl.channel_problems or [])
         return rtl, gold, diffs
 
     def core_req_violations(self, rtl: DeviceRun, gold: DeviceRun) -> list:

@@ -27,7 +27,8 @@ STAMP_BITS = 40
 
 
 class StampedCXLSystem(wiring.Component):
-    """``inner``: a ``sim.cxl.system.CXLSystem`` (or anything with its ports and a ``device.core.desc``)."""
+    """``inner``: a ``sim.cxl.system.CXLSystem`` (or anything with its ports and a ``device.core.desc``, e.g.
+    ``sim.cxl.devmem_system.CXLDeviceMemSystem``: its ``design_key`` and ``verilog_modules`` are passed on)."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -52,9 +53,17 @@ class StampedCXLSystem(wiring.Component):
         """The configuration that determines this design (with the sources: sim.e2e.design_cache)."""
         import hashlib
         inner = self.inner
+        key = getattr(inner, "design_key", None)
+        if callable(key):            # a system that names its own configuration (e.g. CXLDeviceMemSystem)
+            return f"StampedCXLSystem({key()})"
         init = hashlib.sha256(repr(list(inner.memory.init)).encode()).hexdigest()[:16]
         return (f"StampedCXLSystem(CXLSystem(config={inner.config!r}, num_queues={inner.regmap.num_queues}, "
                 f"depth={inner.depth}, latency={inner.memory.latency}, init={init}))")
+
+    def verilog_modules(self) -> list:
+        """The wrapped system's own Verilog modules (a hierarchical build), if it has any."""
+        extra = getattr(self.inner, "verilog_modules", None)
+        return list(extra()) if callable(extra) else []
 
     def elaborate(self, platform):
         m = Module()
