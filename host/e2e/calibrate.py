@@ -16,7 +16,7 @@ import numpy as np
 
 from .model import TINY_LLAMA, make_adapters
 from .ndp import NDPDevices, NDPJob, WaveScript, plan_runs
-from .perf import fit, NDPTiming, CALIBRATION
+from .perf import fit, NDPTiming, calibration_path, op_class
 
 __all__ = ["calibration_waves", "measure_ndp", "calibrate_ndp", "calibrate_pim", "wave_errors"]
 
@@ -73,27 +73,75 @@ def wave_errors(timing: NDPTiming, measured) -> np.ndarray:
     return np.array(err)
 
 
-def calibrate_ndp(seed: int = 0, n: int = 24, engine: str = "verilator", path=CALIBRATION, log=print) -> dict:
+def _fit_refresh(dev, measured) -> dict:
+    """The service fit with the DRAM's all-bank refreshes taken out (LPDDR5X memory): the refresh interval and
+    length are the timing set's (tREFI, tRFC, in the memory's cycles = the run's cycles); the runs' first issue
+    after reset is fitted linear in their preload lines; the refreshes' phase is the one whose service fit
+    predicts the runs best. Returns :func:`fit`'s coefficients plus ``refresh``."""
+    timing = dev.system().inner.dram_config.timing
+    iv, rc = int(timing.tREFI), int(timing.tRFC)
+    X = np.array([[1.0, s.pre_lines] for s, _, _ in measured])
+    y = np.array([float(s.first_issue) for s, _, _ in measured])
+    ab = np.linalg.lstsq(X, y, rcond=None)[0].tolist()
+    best = None
+    for phase in range(0, iv, 32):
+        ref = {"interval": iv, "cycles": rc, "phase": phase, "first_issue": ab}
+        adj = []
+        for s, rr, _ in measured:
+            for desc, issue, start, done, prev in rr:
+                stall = 0
+                if op_class(desc) != "SOFTMAX":
+                    a, e = start + s.first_issue, done + s.first_issue
+                    k = int((a - phase) // iv) + 1
+                    while k * iv + phase <= e:
+                        stall += rc
+                        k += 1
+                adj.append((desc, issue, start, done - stall, prev))
+        coef = fit(adj, dev.config)
+        coef["refresh"] = ref
+        err = np.abs(wave_errors(NDPTiming(dev.config, coef), measured)).max()
+        if best is None or err < best[0]:
+            best = (err, coef)
+    return best[1]
+
+
+def calibrate_ndp(seed: int = 0, n: int = 24, engine: str = "verilator", path=None, log=print, *,
+                  memory: str = "burst", channels: int = 2) -> dict:
+    """Measure the NDP device on ``memory`` (``channels``) and fit :class:`NDPTiming`; written to ``path``
+    (default: :func:`host.e2e.perf.calibration_path` of the memory; False: not written)."""
     t0 = time.perf_counter()
-    dev = NDPDevices("rtl", engine=engine)
+    if path is None:
+        path = calibration_path(memory, channels)
+    dev = NDPDevices("rtl", engine=engine, memory=memory, channels=channels)
     measured = measure_ndp(dev, calibration_waves(seed, n))
     recs = [r for _, rr, _ in measured for r in rr]
     coef = fit(recs, dev.config)
+    if memory != "burst":
+        coef = _fit_refresh(dev, measured)
     best = None
-    for gate in range(0, 17):
-        coef["gate"] = gate
-        e = wave_errors(NDPTiming(dev.config, coef), measured)
-        if best is None or np.abs(e).max() < best[1]:
-            best = (gate, float(np.abs(e).max()), float(np.abs(e).mean()))
+    # the host stream's gate latency and, on the LPDDR5X memory, its cycles per line (the burst memory takes one
+    # line per cycle: not fitted there)
+    rates = [1.0] if memory == "burst" else [1.0 + 0.125 * k for k in range(17)]
+    for rate in rates:
+        for gate in range(0, 17):
+            coef["gate"] = gate
+            if memory != "burst":
+                coef["hmem_line_cycles"] = rate
+            e = wave_errors(NDPTiming(dev.config, coef), measured)
+            if best is None or np.abs(e).max() < best[1]:
+                best = (gate, float(np.abs(e).max()), float(np.abs(e).mean()), rate)
     coef["gate"] = best[0]
+    if memory != "burst":
+        coef["hmem_line_cycles"] = best[3]
     svc_err = []
     tm = NDPTiming(dev.config, coef)
     for desc, issue, start, done, prev in recs:
         svc_err.append(tm.service(desc) - (done - start + 1))
     coef["fit"] = {"runs": len(measured), "descriptors": len(recs), "wave_max_rel_err": best[1],
                    "wave_mean_rel_err": best[2], "service_max_abs_err_cycles": float(np.abs(svc_err).max()),
-                   "seed": seed, "config": dev.config.name, "seconds": round(time.perf_counter() - t0, 1)}
-    if path is not None:
+                   "seed": seed, "config": dev.config.name, "seconds": round(time.perf_counter() - t0, 1),
+                   "memory": memory if memory == "burst" else f"{memory} x {channels} channels"}
+    if path:
         from pathlib import Path
         Path(path).write_text(json.dumps(coef, indent=1) + "\n")
         log(f"wrote {path}")

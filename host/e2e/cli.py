@@ -26,6 +26,11 @@ def _demo_args(p):
                    help="prompt lengths of the short requests")
     p.add_argument("--pim-bank-groups", type=int, choices=[1, 4], default=4,
                    help="bank groups of the PIM rank (4: 16 banks as the paper's DIMMs; 1: 4 banks, quick)")
+    p.add_argument("--ndp-memory", choices=["burst", "lpddr5x"], default="burst",
+                   help="the NDP devices' memory in the RTL: burst (fixed latency, the default) or lpddr5x "
+                        "(LPDDR5X-8533 channels with their controllers and DRAM models)")
+    p.add_argument("--ndp-channels", type=int, choices=[1, 2, 4, 8], default=2,
+                   help="LPDDR5X channels per NDP device (--ndp-memory lpddr5x)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--waveform", action=argparse.BooleanOptionalAction, default=True,
                    help="write a waveform of one decode step's NDP wave (default: on)")
@@ -62,6 +67,10 @@ def add_parser(sub):
     c.add_argument("--long-context", type=int, default=1024)
     c.add_argument("--tokens", type=int, default=16)
     c.add_argument("--pim-bank-groups", type=int, choices=[1, 4], default=4)
+    c.add_argument("--ndp-memory", choices=["burst", "lpddr5x"], default="burst",
+                   help="the NDP device memory to calibrate on (each has its own file)")
+    c.add_argument("--ndp-channels", type=int, choices=[1, 2, 4, 8], default=2,
+                   help="LPDDR5X channels per NDP device (--ndp-memory lpddr5x)")
     c.set_defaults(func=_calibrate)
 
 
@@ -73,7 +82,8 @@ def _demo(args):
 def _calibrate(args):
     from .calibrate import calibrate_ndp, calibrate_pim_for
     if args.what in ("all", "ndp"):
-        calibrate_ndp(seed=args.seed, n=args.waves, engine=args.engine)
+        calibrate_ndp(seed=args.seed, n=args.waves, engine=args.engine, memory=args.ndp_memory,
+                      channels=args.ndp_channels)
     if args.what in ("all", "pim"):
         calibrate_pim_for(args.model, args.long_context, args.tokens, bank_groups=args.pim_bank_groups,
                           engine=args.engine)

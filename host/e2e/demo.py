@@ -48,10 +48,12 @@ def write_waveform(system, out: Path, engine: str = "amaranth", fmt: str = "vcd"
     cap = getattr(system, "captured", None)
     if not cap:
         return None, "no decode-only iteration to capture"
-    return waveform_of(cap, system.n_dev, system.ndp.config, out, engine, fmt)
+    return waveform_of(cap, system.n_dev, system.ndp.config, out, engine, fmt, memory=system.ndp.memory,
+                       channels=system.ndp.channels)
 
 
-def waveform_of(cap, n_dev, config, out: Path, engine: str = "amaranth", fmt: str = "vcd") -> tuple:
+def waveform_of(cap, n_dev, config, out: Path, engine: str = "amaranth", fmt: str = "vcd", *,
+                memory: str = "burst", channels: int = 2) -> tuple:
     """The waveform of the first run of captured wave ``cap`` ((iteration, layer, stage, jobs per device): a
     :class:`host.e2e.hybrid.HybridSystem`'s ``captured``) on ``engine``; returns ``(path, description)``.
     A module-level function of picklable arguments, so that the demo can run it in a process of its own."""
@@ -64,7 +66,7 @@ def waveform_of(cap, n_dev, config, out: Path, engine: str = "amaranth", fmt: st
     out = Path(out)
     path = out / f"waveform.{fmt}"
     be = waveform_backend(engine, path, fmt)
-    ndp = NDPDevices("rtl", n_dev, engine=be, config=config, perf=None)
+    ndp = NDPDevices("rtl", n_dev, engine=be, config=config, perf=None, memory=memory, channels=channels)
     first = plan_runs(jobs_by_dev[dev], ndp.config, ndp.depth)[0]
     t0 = time.perf_counter()
     w = ndp.run_wave(dev, first)
@@ -209,7 +211,8 @@ def demo(args) -> int:
     t0 = time.perf_counter()
     cfg = E2EConfig(model=args.model, requests=args.requests, long_requests=args.long, tokens=args.tokens,
                     long_context=args.long_context, budget_kb=args.budget_kb, seed=args.seed,
-                    short_prompt=tuple(args.short_prompt), pim_bank_groups=args.pim_bank_groups)
+                    short_prompt=tuple(args.short_prompt), pim_bank_groups=args.pim_bank_groups,
+                    ndp_memory=args.ndp_memory, ndp_channels=args.ndp_channels)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pim_be = args.pim_backend or args.backend

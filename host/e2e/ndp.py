@@ -204,6 +204,8 @@ class WaveScript:
             self.kernels.append(k)
             for desc, inp in k.program:
                 self.items.append((j, desc, inp))
+        #: 64-byte lines of the preload (CXL.mem writes before the first submission)
+        self.pre_lines = sum(-(-np.asarray(t).size * 2 // 64) for _, t in self.stores)
         self.subs, self.handles, self.hmem_ops = [], [], []
         self.job_link = [[0, 0] for _ in self.jobs]
         n = len(self.items)
@@ -321,10 +323,16 @@ class NDPDevices:
     ``"golden"`` or ``"perf"``. :meth:`run_wave` runs one device's wave."""
 
     def __init__(self, backend: str, n: int = 2, *, engine: str = "verilator", config=None, depth: int = DEPTH,
-                 perf=None):
+                 perf=None, memory: str = "burst", channels: int = 2):
+        from host.cxl_driver import MEMORIES
         if backend not in ("rtl", "golden", "perf"):
             raise ValueError(f"backend must be rtl, golden or perf, got {backend!r}")
+        if memory not in MEMORIES:
+            raise ValueError(f"memory must be one of {', '.join(MEMORIES)}, got {memory!r}")
         self.backend, self.n, self.engine, self.depth = backend, n, engine, depth
+        #: the device memory of the RTL: ``burst`` (fixed latency) or ``lpddr5x`` (``channels`` LPDDR5X-8533
+        #: channels: controllers and DRAM models, sim.cxl.devmem_system); the golden model's data is the same
+        self.memory, self.channels = memory, channels
         self.config = config or e2e_ndp_config(depth)
         self.perf = perf
         self._system = None
@@ -334,7 +342,8 @@ class NDPDevices:
         if self._system is None:
             from host.cxl_driver import system_for
             from sim.e2e.stamped import StampedCXLSystem
-            self._system = StampedCXLSystem(system_for(self.config, 1, self.depth))
+            self._system = StampedCXLSystem(system_for(self.config, 1, self.depth, memory=self.memory,
+                                                       channels=self.channels))
         return self._system
 
     def run_wave(self, device: int, jobs) -> WaveResult:
@@ -398,8 +407,16 @@ class NDPDevices:
         be = _engine(self.engine)
         expected = {k: v for k, v in d.expected().items() if k != "core_req"}
         expected.update({"stamp_issue": None, "stamp_start": None, "stamp_done": None})
+        collect = getattr(sysm.inner, "collect_all", None)          # DRAM channels: traces and model reports
+        channels = dict(collect()) if callable(collect) else {}
+        expected.update(channels)
         run = be.run_streams(sysm, {"mmio": streams["mmio"], "hmem": hmem}, expected,
                              traffic=Traffic(), max_cycles=d.max_cycles())
+        if channels:
+            problems = sysm.inner.channel_problems({k: run.outputs.get(k) for k in channels}, run.cycles)
+            if problems:
+                raise RuntimeError(f"NDP device on {self.memory}: {len(problems)} DRAM problems, first: "
+                                   + "; ".join(problems[:3]))
         hf, ef = fields["hmem_rsp"], fields["events"]
         lines = [hf.unpack(w)[0].to_bytes(64, "little") for w in run.outputs["hmem_rsp"]]
         from sim.golden.cxl_device import Event
@@ -411,4 +428,5 @@ class NDPDevices:
         out = script.results(records)
         stamps = script.stamps_from(run.outputs["stamp_issue"], run.outputs["stamp_start"],
                                     run.outputs["stamp_done"], events)
+        script.first_issue = run.outputs["stamp_issue"][0]        # cycles since reset (the refresh's phase)
         return out, stamps

@@ -33,9 +33,20 @@ import numpy as np
 
 from hdl.ndp.descriptor import DescType, DescOp
 
-__all__ = ["features", "op_class", "NDPTiming", "fit", "CALIBRATION", "load_calibration", "CLASSES", "CLASS_FEATURES"]
+__all__ = ["features", "op_class", "NDPTiming", "fit", "CALIBRATION", "calibration_path", "load_calibration",
+           "CLASSES", "CLASS_FEATURES"]
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "data" / "e2e_ndp_calibration.json"
+
+
+def calibration_path(memory: str = "burst", channels: int = 2) -> Path:
+    """The NDP calibration file of the device on ``memory``: the burst memory's is :data:`CALIBRATION`; the
+    LPDDR5X device memory's (``channels`` channels) ``data/e2e_ndp_calibration_lpddr5x<channels>.json``. Each is
+    measured on its own RTL (``ndpim e2e calibrate --ndp-memory ...``): the memory changes every descriptor's
+    service time."""
+    if memory == "burst":
+        return CALIBRATION
+    return CALIBRATION.with_name(f"e2e_ndp_calibration_{memory}{channels}.json")
 CLASSES = ("LOAD", "STORE", "GEMV", "GEMV_T", "GEMM", "GEMM_T", "SOFTMAX")
 #: feature names of :func:`features` (the same vector for every class; unused ones are 0)
 FEATURES = ("one", "op_beats", "pass_beats", "in_beats", "in_lines", "out_beats", "out_lines", "sm_nb", "sm_rows_nb",
@@ -121,10 +132,12 @@ def fit(records, config) -> dict:
     return out
 
 
-def load_calibration(path=None) -> dict:
-    p = Path(path or CALIBRATION)
+def load_calibration(path=None, *, memory: str = "burst", channels: int = 2) -> dict:
+    p = Path(path or calibration_path(memory, channels))
     if not p.exists():
-        raise FileNotFoundError(f"{p}: no NDP calibration; run `ndpim e2e calibrate` (measures it on the RTL)")
+        opt = "" if memory == "burst" else f" --ndp-memory {memory} --ndp-channels {channels}"
+        raise FileNotFoundError(f"{p}: no NDP calibration; run `ndpim e2e calibrate --what ndp{opt}` (measures "
+                                f"it on the RTL)")
     return json.loads(p.read_text())
 
 
@@ -138,6 +151,14 @@ class NDPTiming:
         self.coef = coef if coef is not None else load_calibration()
         self.clock_hz = clock_hz
         self.gate = int(self.coef.get("gate", gate))
+        #: cycles per line of the host's CXL.mem stream: 1 on the burst memory (one line per cycle); on the LPDDR5X
+        #: device memory the lines go at the channels' rate (fitted by the calibration, ``hmem_line_cycles``)
+        self.line_cycles = float(self.coef.get("hmem_line_cycles", 1.0))
+        #: DRAM refresh (LPDDR5X memory: ``{"interval", "cycles", "phase", "first_issue": [a, b]}``, None on the
+        #: burst memory): a descriptor that reads or writes memory stalls ``cycles`` at every ``k * interval +
+        #: phase`` cycles after reset inside it (all-bank REF: tREFI, tRFC of the timing set); the run's first
+        #: issue is ``a + b * preload lines`` cycles after reset (fitted on the RTL's stamps)
+        self.refresh = self.coef.get("refresh")
         self._svc = {k: np.asarray(v) for k, v in self.coef["service"].items()}
         self.cache_key = ("e2e-ndp", json.dumps(self.coef, sort_keys=True))
 
@@ -153,11 +174,37 @@ class NDPTiming:
         return max(0.0, a + b * features(desc, self.config)[4])
 
     # ---- a wave run ------------------------------------------------------------------------------------
-    def replay(self, descs, hmem=None) -> list:
+    def _stalled(self, desc, s, e, first) -> float:
+        """Done cycle of a descriptor that starts at ``s`` and would be done at ``e`` without refresh (relative
+        to the first issue at ``first`` cycles after reset): every refresh inside it adds its cycles."""
+        r = self.refresh
+        if r is None or first is None or op_class(desc) == "SOFTMAX":
+            return e
+        iv, rc, ph = r["interval"], r["cycles"], r["phase"]
+        a = s + first
+        k = int((a - ph) // iv)                 # refreshes at k * iv + ph, k >= 1, that begin inside [a, end]
+        end = e + first
+        while True:
+            nxt = (k + 1) * iv + ph
+            if nxt > end:
+                return end - first
+            end += rc
+            k += 1
+
+    def first_issue(self, pre_lines) -> float | None:
+        """Cycles after reset of a run's first issue (refresh model only)."""
+        if self.refresh is None:
+            return None
+        a, b = self.refresh["first_issue"]
+        return a + b * pre_lines
+
+    def replay(self, descs, hmem=None, pre_lines=None) -> list:
         """``[(issue, start, done)]`` per descriptor, relative to the first issue. ``hmem``: the script's
         requests ``[(lines, after, is_valid_word)]`` in order (None: descriptors issued back to back, the
-        steady state of a long stream)."""
+        steady state of a long stream); ``pre_lines``: the preload's lines (with a refresh model: the run's
+        phase against the refreshes)."""
         n = len(descs)
+        first_abs = self.first_issue(pre_lines) if pre_lines is not None else None
         issue = [0.0] * n
         if hmem is not None:
             t, k, first = 0.0, 0, None
@@ -175,7 +222,7 @@ class NDPTiming:
                     if after and after > len(dones):
                         raise ValueError("hmem gate on a completion that comes later")
                     g = (dones[after - 1] + self.gate) if after else -1e18
-                    t = max(t + lines, g + lines)
+                    t = max(t, g) + lines * self.line_cycles
                     oi += 1
                     if valid:
                         break
@@ -186,7 +233,7 @@ class NDPTiming:
                 s = iss + self._lat(d, "lat")
                 if prev_done is not None:
                     s = max(s, prev_done + self._lat(d, "gap"))
-                e = s + self.service(d) - 1
+                e = self._stalled(d, s, s + self.service(d) - 1, first_abs)
                 out.append((iss, s, e))
                 dones.append(e + first)
                 prev_done = e
@@ -202,7 +249,7 @@ class NDPTiming:
     def stamps(self, script) -> list:
         """Predicted :class:`host.e2e.ndp.DescriptorStamp` of a :class:`host.e2e.ndp.WaveScript`."""
         from host.e2e.ndp import DescriptorStamp, _op_name
-        rows = self.replay([d for _, d, _ in script.items], script_hmem(script))
+        rows = self.replay([d for _, d, _ in script.items], script_hmem(script), getattr(script, "pre_lines", None))
         return [DescriptorStamp(script.jobs[j].key, _op_name(d), int(round(i)), int(round(s)), int(round(e)))
                 for (j, d, _), (i, s, e) in zip(script.items, rows)]
 

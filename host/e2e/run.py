@@ -19,7 +19,7 @@ from host.serving import Request, run as engine_run, EngineConfig
 from .model import get_tiny, make_weights, make_adapters
 from .ndp import NDPDevices, e2e_ndp_config
 from .pim import PIMDevice
-from .perf import NDPTiming
+from .perf import NDPTiming, load_calibration
 
 __all__ = ["E2EConfig", "E2ERun", "run_e2e", "make_requests", "compare_logits", "reference_check", "perf_error",
            "PIM_CALIBRATION", "pim_model_for"]
@@ -45,6 +45,11 @@ class E2EConfig:
     pim_bank_groups: int = 4
     seed: int = 0
     select_every_step: bool = True
+    #: the NDP devices' memory in the RTL: ``burst`` (a fixed-latency burst memory) or ``lpddr5x`` (``ndp_channels``
+    #: LPDDR5X-8533 channels with their controllers and DRAM models: sim.cxl.devmem_system); each has its own
+    #: calibration of the perf backend
+    ndp_memory: str = "burst"
+    ndp_channels: int = 2
 
     def __post_init__(self):
         if self.requests < 1 or not 0 <= self.long_requests <= self.requests:
@@ -54,6 +59,10 @@ class E2EConfig:
             raise ValueError(f"tokens must be >= 1, got {self.tokens}")
         if self.n_dev < 1:
             raise ValueError(f"n_dev must be >= 1, got {self.n_dev}")
+        if self.ndp_memory not in ("burst", "lpddr5x"):
+            raise ValueError(f"ndp_memory must be 'burst' or 'lpddr5x', got {self.ndp_memory!r}")
+        if self.ndp_channels not in (1, 2, 4, 8):
+            raise ValueError(f"ndp_channels must be 1, 2, 4 or 8, got {self.ndp_channels!r}")
 
 
 def make_requests(cfg: E2EConfig, vocab: int) -> tuple:
@@ -145,8 +154,9 @@ def _jsonable(x):
 
 def _devices(cfg, backend, engine, tiny, reqs, pim_backend=None):
     ndp_cfg = e2e_ndp_config()
-    timing = NDPTiming(ndp_cfg)
-    ndp = NDPDevices(backend, cfg.n_dev, engine=engine, config=ndp_cfg, perf=timing)
+    timing = NDPTiming(ndp_cfg, load_calibration(memory=cfg.ndp_memory, channels=cfg.ndp_channels))
+    ndp = NDPDevices(backend, cfg.n_dev, engine=engine, config=ndp_cfg, perf=timing, memory=cfg.ndp_memory,
+                     channels=cfg.ndp_channels)
     longs = [r for r in reqs if r.prompt_tokens + r.output_tokens >= cfg.long_context] if cfg.long_requests else []
     max_tokens = max([r.prompt_tokens + r.output_tokens for r in longs], default=64)
     max_tokens = -(-max_tokens // 16) * 16

@@ -1,5 +1,6 @@
 """The NDP device layer of the end-to-end run on the RTL (Verilator): waves bit-exact against the golden core,
-cycle stamps, the calibrated performance model against the RTL on waves it was not fitted on, run_stamped."""
+cycle stamps, the calibrated performance model against the RTL on waves it was not fitted on, run_stamped; on the
+burst memory and on two LPDDR5X-8533 channels (controllers, DRAM models, every channel's command trace checked)."""
 
 import numpy as np
 import pytest
@@ -13,9 +14,10 @@ def _bits(rng, shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float16).view(np.uint16)
 
 
-@pytest.fixture(scope="module")
-def rtl():
-    return NDPDevices("rtl", 1, perf=NDPTiming(e2e_ndp_config()))
+@pytest.fixture(scope="module", params=["burst", "lpddr5x"])
+def rtl(request):
+    cal = load_calibration(memory=request.param, channels=2)
+    return NDPDevices("rtl", 1, perf=NDPTiming(e2e_ndp_config(), cal), memory=request.param, channels=2)
 
 
 def test_wave_bit_exact_and_stamped(rtl):
@@ -26,6 +28,7 @@ def test_wave_bit_exact_and_stamped(rtl):
     jobs = [NDPJob(("e3",), "E3", {"A": A, "B": B}, x), NDPJob(("e4",), "E4", {"A": A}, x[:1]),
             NDPJob(("e2",), "E2", {"A": A, "B": B}), NDPJob(("att",), "ATT", {"K": K, "V": V}, _bits(rng, (64,)))]
     g = NDPDevices("golden", 1, perf=rtl.perf).run_wave(0, jobs)
+    assert rtl.system().inner.__class__.__name__ == {"burst": "CXLSystem", "lpddr5x": "CXLDeviceMemSystem"}[rtl.memory]
     r = rtl.run_wave(0, jobs)
     def flat(v):
         return [a for x in v for a in flat(x)] if isinstance(v, (tuple, list)) else [np.asarray(v)]
@@ -50,13 +53,13 @@ def test_wave_bit_exact_and_stamped(rtl):
 
 
 def test_perf_model_within_5_percent_of_rtl_on_unseen_waves(rtl):
-    """Waves drawn with another seed than the calibration's (data/e2e_ndp_calibration.json, seed 0)."""
-    assert load_calibration()["fit"]["seed"] != 11
+    """Waves drawn with another seed than the calibration's (data/e2e_ndp_calibration*.json, seed 0)."""
+    assert load_calibration(memory=rtl.memory)["fit"]["seed"] != 11
     measured = measure_ndp(rtl, calibration_waves(seed=11, n=6))
-    err = wave_errors(NDPTiming(rtl.config), measured)
+    err = wave_errors(rtl.perf, measured)
     assert np.abs(err).max() < 0.05, err
     # the check can fail: a model whose GEMM / GEMV service is 15 % slow is caught
-    coef = load_calibration()
+    coef = load_calibration(memory=rtl.memory)
     for cls in ("GEMM", "GEMV", "GEMM_T", "GEMV_T"):
         coef["service"][cls] = [1.15 * c for c in coef["service"][cls]]
     assert np.abs(wave_errors(NDPTiming(rtl.config, coef), measured)).max() > 0.05
