@@ -215,6 +215,8 @@ def demo(args) -> int:
                     ndp_memory=args.ndp_memory, ndp_channels=args.ndp_channels)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if getattr(args, "waveform_engine", None) is None:
+        args.waveform_engine = "verilator" if cfg.ndp_memory == "lpddr5x" else "amaranth"
     pim_be = args.pim_backend or args.backend
     print(f"ndpim demo: {cfg.requests} requests x {cfg.tokens} tokens on backend {args.backend}"
           + (f" ({args.engine})" if args.backend == "rtl" else "")
