@@ -693,8 +693,11 @@ class Driver:
         inputs = self.streams(fields)
         limit = (max_cycles or self.max_cycles()) + mmio_delay
         traffic = traffic or Traffic()
-        # events / core_req are observation streams whose ready the device ignores: never back-pressure them
-        ready = {k: v for k, v in traffic.ready.items() if k not in ("events", "core_req")}
+        collect = getattr(system, "collect_all", None)
+        chan = dict(collect()) if callable(collect) else {}
+        # events / core_req (and a memory's trace / errors) are observation streams whose ready the device ignores:
+        # never back-pressure them (a record offered while not ready would be lost)
+        ready = {k: v for k, v in traffic.ready.items() if k not in ("events", "core_req") and k not in chan}
         valid = dict(traffic.valid)
         if mmio_delay:
             base = np.asarray(valid.get("mmio", np.ones(1, bool)), bool)
@@ -704,8 +707,6 @@ class Driver:
             valid["mmio"] = pat
         traffic = Traffic(valid=valid, ready=ready)
         expected = {k: v for k, v in self.expected().items() if k in fields}
-        collect = getattr(system, "collect_all", None)
-        chan = dict(collect()) if callable(collect) else {}
         expected.update(chan)
         r = backend.run_streams(system, inputs, expected, traffic=traffic, max_cycles=limit)
         extra = {}
