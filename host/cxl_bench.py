@@ -21,23 +21,24 @@ import numpy as np
 __all__ = ["DEPTH", "gemv_script", "run", "main"]
 
 DEPTH = 2048                    # 64-byte lines: 128 KiB of device memory
-def _config(dram_buffer_bytes: int = 2048):
+def _config(dram_buffer_bytes: int = 2048, lanes: int = 8):
     """The NDP core of the device tests (tests/hdl/cxl/test_cxl_device.py): TINY (8 lanes x 2 PE rows) with
-    512-byte input / output buffers and a 2 KiB DRAM ring (the largest operand of one descriptor; another ring
-    size is another design and another build)."""
+    512-byte input / output buffers and a 2 KiB DRAM ring (the largest operand of one descriptor); another ring
+    size or ``lanes`` (x 2 PE rows: 2 x lanes bytes per core cycle) is another design and another build."""
     from hdl.ndp.config import TINY
-    name = "cxl-test" if dram_buffer_bytes == 2048 else f"cxl-test-ring{dram_buffer_bytes}"
-    return replace(TINY, name=name, input_buffer_bytes=512, output_buffer_bytes=512,
-                   dram_buffer_bytes=dram_buffer_bytes, device_bytes=DEPTH * 64)
+    name = "cxl-test" if (dram_buffer_bytes, lanes) == (2048, 8) else f"cxl-test-ring{dram_buffer_bytes}-l{lanes}"
+    return replace(TINY, name=name, input_buffer_bytes=512, output_buffer_bytes=512, macs=2 * lanes,
+                   lanes=lanes, dram_buffer_bytes=dram_buffer_bytes, device_bytes=DEPTH * 64)
 
 
-def gemv_script(n_gemvs: int, k: int, n: int, memory: str, channels: int, seed: int = 0, ring: int = 2048):
+def gemv_script(n_gemvs: int, k: int, n: int, memory: str, channels: int, seed: int = 0, ring: int = 2048,
+                lanes: int = 8):
     """A driver script: one queue; the K x N operand stored by the host; ``n_gemvs`` GEMVs submitted together
     (one doorbell each); every completion read back. Returns ``(driver, completion handles)``."""
     from hdl.cxl.regmap import RegisterMap, QueueLayout
     from firmware.ndp.descriptor import gemv
     from host.cxl_driver import Driver
-    cfg = _config(ring)
+    cfg = _config(ring, lanes)
     rng = np.random.default_rng(seed)
     d = Driver(RegisterMap(1), QueueLayout.for_config(cfg), config=cfg, depth=DEPTH, memory=memory,
                channels=channels)
@@ -65,12 +66,12 @@ def _build(system):
 
 
 def run(memory: str, channels: int, *, k: int, n: int, gemvs: int, backend: str = "verilator",
-        ring: int = 2048) -> dict:
+        ring: int = 2048, lanes: int = 8) -> dict:
     from host.cxl_driver import backend_named
-    cfg = _config(ring)
+    cfg = _config(ring, lanes)
     out = {"memory": memory, "channels": channels if memory == "lpddr5x" else None, "k": k, "n": n,
            "operand_bytes": 2 * k * n, "lanes": cfg.lanes, "dram_buffer_bytes": ring}
-    d1, _ = gemv_script(1, k, n, memory, channels, ring=ring)
+    d1, _ = gemv_script(1, k, n, memory, channels, ring=ring, lanes=lanes)
     system = d1.system()
     be = backend_named(backend)
     if backend == "verilator":
@@ -78,7 +79,7 @@ def run(memory: str, channels: int, *, k: int, n: int, gemvs: int, backend: str 
         be._exes[system] = exe          # the backend's per-object cache: no second Verilog generation
     runs = {}
     for g in (1, gemvs):
-        d, hs = gemv_script(g, k, n, memory, channels, ring=ring)
+        d, hs = gemv_script(g, k, n, memory, channels, ring=ring, lanes=lanes)
         rtl, gold, diffs = d.check(be)
         if diffs:
             raise RuntimeError(f"{memory} x{channels}, {g} GEMVs: RTL differs from the golden device: {diffs[:5]}")
@@ -113,6 +114,7 @@ def main(argv=None) -> int:
     p.add_argument("--gemvs", type=int, default=5, help="GEMVs of the long run (default 5)")
     p.add_argument("--systems", default="burst,lpddr5x:1,lpddr5x:2",
                    help="comma-separated: burst, lpddr5x:<channels> (default burst,lpddr5x:1,lpddr5x:2)")
+    p.add_argument("--lanes", type=int, default=8, help="the core's FP16 lanes (default 8: the tests' core)")
     p.add_argument("--backend", default="verilator", choices=("verilator", "amaranth"))
     p.add_argument("--out", default="build/bench/cxl_devmem.json")
     a = p.parse_args(argv)
@@ -121,7 +123,8 @@ def main(argv=None) -> int:
     results = []
     for spec in a.systems.split(","):
         mem, _, ch = spec.partition(":")
-        r = run(mem, int(ch or 2), k=a.k, n=a.n, gemvs=a.gemvs, backend=a.backend, ring=a.ring)
+        r = run(mem, int(ch or 2), k=a.k, n=a.n, gemvs=a.gemvs, backend=a.backend, ring=a.ring,
+                lanes=a.lanes)
         results.append(r)
         print(json.dumps(r), flush=True)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -49,7 +49,8 @@ from sim.golden.cxl_device import (LINE_BYTES, WINDOW_VIOLATION, AFTER_BITS, DYN
                                    status_name, encode_descriptor)
 
 __all__ = ["Driver", "Submission", "ReadHandle", "CompletionHandle", "CompletionRecord", "MmioResponse",
-           "DeviceRun", "compare_runs", "system_for", "MEMORIES", "backend_named", "WINDOW_VIOLATION", "LINE_BYTES", "status_name"]
+           "DeviceRun", "compare_runs", "system_for", "MEMORIES", "backend_named", "WINDOW_VIOLATION", "LINE_BYTES",
+           "status_name"]
 
 _MASK32 = (1 << COUNTER_BITS) - 1
 _OUT_PORTS = ("mmio_rsp", "hmem_rsp", "events", "core_req")
@@ -276,6 +277,14 @@ def backend_named(name: str):
 MEMORIES = ("burst", "lpddr5x")
 
 
+def _check_memory(memory, channels):
+    if memory not in MEMORIES:
+        raise ValueError(f"memory must be one of {', '.join(MEMORIES)}, got {memory!r}")
+    if memory == "lpddr5x" and (isinstance(channels, bool) or not isinstance(channels, int) or channels < 1
+                                or channels & (channels - 1) or channels > 64):
+        raise ValueError(f"channels must be a power of two in 1..64, got {channels!r}")
+
+
 def system_for(config: NDPConfig, num_queues: int, depth: int, latency: int = 8, *, memory: str = "burst",
                channels: int = 2):
     """One device test top per parameter set (so a backend elaborates / builds it once per process).
@@ -284,15 +293,8 @@ def system_for(config: NDPConfig, num_queues: int, depth: int, latency: int = 8,
     ``depth`` 64-byte lines (``latency`` cycles); ``"lpddr5x"``: ``sim.cxl.devmem_system.CXLDeviceMemSystem``,
     the device on ``channels`` LPDDR5X-8533 channels (controllers + DRAM models, sized to hold ``depth`` lines;
     ``latency`` unused). Both take the same driver scripts."""
-    if memory not in MEMORIES:
-        raise ValueError(f"memory must be one of {', '.join(MEMORIES)}, got {memory!r}")
-    if memory == "burst":
-        key = (config, num_queues, depth, latency)
-    else:
-        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1 or channels & (channels - 1) \
-                or channels > 64:
-            raise ValueError(f"channels must be a power of two in 1..64, got {channels!r}")
-        key = (config, num_queues, depth, memory, channels)
+    _check_memory(memory, channels)
+    key = (config, num_queues, depth, latency) if memory == "burst" else (config, num_queues, depth, memory, channels)
     sys_ = _SYSTEMS.get(key)
     if sys_ is None:
         if memory == "burst":
@@ -327,6 +329,8 @@ class Driver:
     """Builds the scripted ``mmio``/``hmem`` streams for a device of ``regmap.num_queues`` queues (``regmap`` may
     also be the number of queues), queue ``layout`` (default ``QueueLayout.for_config(config)``) and an NDP core
     ``config``, on a device memory of ``depth`` 64-byte bursts (``mem_addr_bits``: its burst-address width).
+    ``memory`` / ``channels``: the RTL system :meth:`run` uses by default (:meth:`system`, :func:`system_for`):
+    ``"burst"`` (the fixed-latency memory, ``latency`` cycles) or ``"lpddr5x"`` (``channels`` LPDDR5X channels).
 
     Every method validates its arguments (ValueError). Handles returned by :meth:`read`, :meth:`read_completion`
     and :meth:`mmio_read` index the decoded outputs of :meth:`run`.
@@ -345,8 +349,7 @@ class Driver:
             raise ValueError(f"layout must be a QueueLayout, got {layout!r}")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be a positive int (64-byte bursts), got {depth!r}")
-        if memory not in MEMORIES:
-            raise ValueError(f"memory must be one of {', '.join(MEMORIES)}, got {memory!r}")
+        _check_memory(memory, channels)
         self.regmap, self.layout, self.config, self.depth, self.latency = regmap, layout, config, depth, latency
         self.memory, self.channels = memory, channels
         self.memory_bytes = depth * LINE_BYTES
@@ -693,8 +696,11 @@ class Driver:
         inputs = self.streams(fields)
         limit = (max_cycles or self.max_cycles()) + mmio_delay
         traffic = traffic or Traffic()
-        # events / core_req are observation streams whose ready the device ignores: never back-pressure them
-        ready = {k: v for k, v in traffic.ready.items() if k not in ("events", "core_req")}
+        collect = getattr(system, "collect_all", None)
+        chan = dict(collect()) if callable(collect) else {}
+        # events / core_req (and a memory's trace / errors) are observation streams whose ready the device ignores:
+        # never back-pressure them (a record offered while not ready would be lost)
+        ready = {k: v for k, v in traffic.ready.items() if k not in ("events", "core_req") and k not in chan}
         valid = dict(traffic.valid)
         if mmio_delay:
             base = np.asarray(valid.get("mmio", np.ones(1, bool)), bool)
@@ -704,8 +710,6 @@ class Driver:
             valid["mmio"] = pat
         traffic = Traffic(valid=valid, ready=ready)
         expected = {k: v for k, v in self.expected().items() if k in fields}
-        collect = getattr(system, "collect_all", None)
-        chan = dict(collect()) if callable(collect) else {}
         expected.update(chan)
         r = backend.run_streams(system, inputs, expected, traffic=traffic, max_cycles=limit)
         extra = {}
