@@ -8,7 +8,7 @@ SYNTH_STAMP := $(VENV)/.installed-synth
 # pytest workers: the machine (and CI) has 2 cores.
 JOBS   ?= 2
 
-.PHONY: demo test verilog lint cocotb synth synth-fast ports calibrate fp-report bench-fp bench-dram bench-ndp bench-ndp-device bench-pim bench-host bench-e2e fuzz clean
+.PHONY: demo test verilog lint cocotb synth synth-fast ports calibrate fp-report bench-fp bench-dram bench-ndp bench-ndp-device bench-cxl-devmem bench-pim bench-host bench-e2e fuzz clean
 
 # Bytecode: pip compiles every installed file on one core (43 s of the 72 s install, measured); the packages'
 # own test folders are never imported, so the rest is compiled on all cores instead (22 s less). Without it,
@@ -81,6 +81,11 @@ bench-ndp-device: $(STAMP)
 # DIMM-PIM: model tables (cycles, utilization to 128K tokens, system bandwidth, ranksets, FP16 / FP32-accumulator
 # accuracy), TINY and the PAPER rank through the RTL against the model, ranksets in RTL, fused-top cycles/s;
 # writes build/bench/pim.json.
+# The CXL device (front end, queues, NDP core) on the LPDDR5X device memory against the burst memory: GEMV cycles,
+# bandwidth, build cost, cycles/s; writes build/bench/cxl_devmem.json (docs/cxl.md).
+bench-cxl-devmem: $(STAMP)
+	$(NDPIM) bench cxl-devmem
+
 bench-pim: $(STAMP)
 	$(NDPIM) bench pim --all-rtl
 

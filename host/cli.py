@@ -172,6 +172,7 @@ BENCHES = {
     "devmem": ("sim.devmem.bench",),
     "ndp": ("sim.bench.ndp",),
     "ndp-device": ("sim.bench.ndp_device",),
+    "cxl-devmem": ("host.cxl_bench",),
     "pim": ("sim.bench.pim",),
     "host": ("host.bench",),
     "e2e": ("host.e2e.bench",),

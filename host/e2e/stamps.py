@@ -48,13 +48,16 @@ class StampedRun:
 _SYSTEMS = {}
 
 
-def stamped_system(config, num_queues: int, depth: int, latency: int = 8):
-    """One :class:`StampedCXLSystem` per parameter set and process."""
-    key = (config, num_queues, depth, latency)
+def stamped_system(config, num_queues: int, depth: int, latency: int = 8, *, memory: str = "burst",
+                   channels: int = 2):
+    """One :class:`StampedCXLSystem` per parameter set and process (``memory`` / ``channels``: the device memory,
+    as :func:`host.cxl_driver.system_for`)."""
+    key = (config, num_queues, depth, latency, memory, channels)
     if key not in _SYSTEMS:
         from host.cxl_driver import system_for
         from sim.e2e.stamped import StampedCXLSystem
-        _SYSTEMS[key] = StampedCXLSystem(system_for(config, num_queues, depth, latency))
+        _SYSTEMS[key] = StampedCXLSystem(system_for(config, num_queues, depth, latency, memory=memory,
+                                                    channels=channels))
     return _SYSTEMS[key]
 
 
@@ -64,7 +67,8 @@ def run_stamped(driver, handles=(), *, engine="verilator") -> StampedRun:
     from sim.backends import Traffic
     from sim.golden.cxl_device import port_fields, Event
     from .ndp import _engine
-    sysm = stamped_system(driver.config, driver.num_queues, driver.depth, driver.latency)
+    sysm = stamped_system(driver.config, driver.num_queues, driver.depth, driver.latency,
+                          memory=getattr(driver, "memory", "burst"), channels=getattr(driver, "channels", 2))
     fields = port_fields(driver.regmap, driver.mem_addr_bits)
     streams = driver.streams(fields)
     mark = 1 << sysm.hmem_inner_bits
@@ -74,8 +78,16 @@ def run_stamped(driver, handles=(), *, engine="verilator") -> StampedRun:
         hmem[s.valid_pos] |= mark
     expected = {k: v for k, v in driver.expected().items() if k != "core_req"}
     expected.update({"stamp_issue": None, "stamp_start": None, "stamp_done": None})
+    collect = getattr(sysm.inner, "collect_all", None)          # DRAM channels: traces and model reports
+    channels = dict(collect()) if callable(collect) else {}
+    expected.update(channels)
     run = _engine(engine).run_streams(sysm, {"mmio": streams["mmio"], "hmem": hmem}, expected, traffic=Traffic(),
                                       max_cycles=driver.max_cycles())
+    if channels:
+        problems = sysm.inner.channel_problems({k: run.outputs.get(k) for k in channels}, run.cycles)
+        if problems:
+            raise RuntimeError(f"device on {driver.memory}: {len(problems)} DRAM problems, first: "
+                               + "; ".join(problems[:3]))
     hf, ef = fields["hmem_rsp"], fields["events"]
     lines = [hf.unpack(w)[0].to_bytes(64, "little") for w in run.outputs["hmem_rsp"]]
     reads = {h.id: b"".join(lines[h.first:h.first + h.lines])[:h.n_bytes] for h in handles}

@@ -76,7 +76,8 @@ def test_plan_runs_splits_and_names_the_limit():
         plan_runs([big], cfg)
 
 
-def test_run_stamped_gemv_and_window_violation():
+@pytest.mark.parametrize("memory", ["burst", "lpddr5x"])
+def test_run_stamped_gemv_and_window_violation(memory):
     from firmware.ndp.descriptor import gemv
     from host.cxl_driver import Driver
     from host.e2e.ndp import DEPTH
@@ -84,7 +85,7 @@ def test_run_stamped_gemv_and_window_violation():
     from hdl.cxl.device import WINDOW_VIOLATION
     cfg = e2e_ndp_config()
     rng = np.random.default_rng(5)
-    d = Driver(1, config=cfg, depth=DEPTH)
+    d = Driver(1, config=cfg, depth=DEPTH, memory=memory)      # lpddr5x: the e2e device's build (shared)
     d.configure(0, sq_base=0, entries=4, cq_base=0x8000, win_base=0x10000, win_limit=DEPTH * 64)
     a = _bits(rng, (64, 16), 0.1)
     d.store(0x10000, a)
