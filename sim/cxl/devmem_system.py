@@ -24,7 +24,7 @@ queue engine, arbiter) and the memory run every CK.
 
 from dataclasses import replace
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module
 from amaranth.lib import wiring, stream, data
 from amaranth.lib.wiring import In, Out
 
@@ -37,7 +37,7 @@ from hdl.memctl.timing import DRAMConfig, LPDDR5X_8533
 from hdl.ndp.clock import ClockEnable
 from hdl.ndp.config import CORE_CLOCK_RATIO
 from sim.dram.system import error_layout
-from .system import AFTER_BITS
+from .system import AFTER_BITS, gate_host
 
 __all__ = ["CXLDeviceMemSystem", "dram_config_for", "MIN_ROWS", "HOST_SLOTS"]
 
@@ -201,19 +201,5 @@ class CXLDeviceMemSystem(wiring.Component):
             wiring.connect(m, wiring.flipped(getattr(self, f"errors{c}")), getattr(mem, f"errors{c}"))
 
         # the scripted GPU's polling (as CXLSystem): hmem requests wait for completions / MMIO responses
-        done = Signal(AFTER_BITS + 1)
-        with m.If(dev.events.valid):
-            m.d.sync += done.eq(done + 1)
-        mmio_done = Signal(AFTER_BITS + 1)
-        with m.If(self.mmio_rsp.valid & self.mmio_rsp.ready):
-            m.d.sync += mmio_done.eq(mmio_done + 1)
-        gate = (done >= self.hmem.payload.after) & (mmio_done >= self.hmem.payload.mmio_after)
-        m.d.comb += [
-            dev.hmem.valid.eq(self.hmem.valid & gate),
-            dev.hmem.payload.addr.eq(self.hmem.payload.addr),
-            dev.hmem.payload.write.eq(self.hmem.payload.write),
-            dev.hmem.payload.wdata.eq(self.hmem.payload.wdata),
-            dev.hmem.payload.pasid.eq(self.hmem.payload.pasid),
-            self.hmem.ready.eq(dev.hmem.ready & gate),
-        ]
+        gate_host(m, self, dev)
         return m

@@ -18,7 +18,7 @@ from hdl.cxl.csr import mmio_request_layout, MMIO_RESPONSE_LAYOUT
 from hdl.cxl.regmap import PASID_BITS
 from sim.ndp.memory import BurstMemory
 
-__all__ = ["CXLSystem", "AFTER_BITS"]
+__all__ = ["CXLSystem", "AFTER_BITS", "gate_host"]
 
 AFTER_BITS = 16
 
@@ -57,19 +57,25 @@ class CXLSystem(wiring.Component):
         wiring.connect(m, wiring.flipped(self.core_req), dev.core_req)
         wiring.connect(m, dev.mem_req, mem.i)
         wiring.connect(m, mem.o, dev.mem_rsp)
-        done = Signal(AFTER_BITS + 1)
-        with m.If(dev.events.valid):
-            m.d.sync += done.eq(done + 1)
-        mmio_done = Signal(AFTER_BITS + 1)
-        with m.If(self.mmio_rsp.valid & self.mmio_rsp.ready):
-            m.d.sync += mmio_done.eq(mmio_done + 1)
-        gate = (done >= self.hmem.payload.after) & (mmio_done >= self.hmem.payload.mmio_after)
-        m.d.comb += [
-            dev.hmem.valid.eq(self.hmem.valid & gate),
-            dev.hmem.payload.addr.eq(self.hmem.payload.addr),
-            dev.hmem.payload.write.eq(self.hmem.payload.write),
-            dev.hmem.payload.wdata.eq(self.hmem.payload.wdata),
-            dev.hmem.payload.pasid.eq(self.hmem.payload.pasid),
-            self.hmem.ready.eq(dev.hmem.ready & gate),
-        ]
+        gate_host(m, self, dev)
         return m
+
+
+def gate_host(m, top, dev):
+    """The scripted GPU's polling: ``top.hmem`` requests reach ``dev.hmem`` once ``after`` completion records
+    (``dev.events``) and ``mmio_after`` MMIO responses (``top.mmio_rsp``) have gone by (module docstring)."""
+    done = Signal(AFTER_BITS + 1)
+    with m.If(dev.events.valid):
+        m.d.sync += done.eq(done + 1)
+    mmio_done = Signal(AFTER_BITS + 1)
+    with m.If(top.mmio_rsp.valid & top.mmio_rsp.ready):
+        m.d.sync += mmio_done.eq(mmio_done + 1)
+    gate = (done >= top.hmem.payload.after) & (mmio_done >= top.hmem.payload.mmio_after)
+    m.d.comb += [
+        dev.hmem.valid.eq(top.hmem.valid & gate),
+        dev.hmem.payload.addr.eq(top.hmem.payload.addr),
+        dev.hmem.payload.write.eq(top.hmem.payload.write),
+        dev.hmem.payload.wdata.eq(top.hmem.payload.wdata),
+        dev.hmem.payload.pasid.eq(top.hmem.payload.pasid),
+        top.hmem.ready.eq(dev.hmem.ready & gate),
+    ]
