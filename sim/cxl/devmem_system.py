@@ -25,19 +25,17 @@ queue engine, arbiter) and the memory run every CK.
 from dataclasses import replace
 
 from amaranth.hdl import Module
-from amaranth.lib import wiring, stream, data
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import wiring, stream
+from amaranth.lib.wiring import Out
 
-from hdl.cxl.device import CXLDevice, LINE_BYTES, event_layout, core_req_layout
-from hdl.cxl.csr import mmio_request_layout, MMIO_RESPONSE_LAYOUT
-from hdl.cxl.regmap import PASID_BITS
+from hdl.cxl.device import CXLDevice, LINE_BYTES
 from hdl.memctl.commands import trace_layout
 from hdl.memctl.devmem import GRANULE_BYTES
 from hdl.memctl.timing import DRAMConfig, LPDDR5X_8533
 from hdl.ndp.clock import ClockEnable
 from hdl.ndp.config import CORE_CLOCK_RATIO
 from sim.dram.system import error_layout
-from .system import AFTER_BITS, gate_host
+from .system import gate_host, device_ports
 
 __all__ = ["CXLDeviceMemSystem", "dram_config_for", "MIN_ROWS", "HOST_SLOTS"]
 
@@ -109,16 +107,7 @@ class CXLDeviceMemSystem(wiring.Component):
         self.depth = depth
         self.channels = channels
         self.dram_config = dram_config
-        ports = {
-            "mmio": In(stream.Signature(mmio_request_layout(self.regmap.addr_bits))),
-            "mmio_rsp": Out(stream.Signature(MMIO_RESPONSE_LAYOUT)),
-            "hmem": In(stream.Signature(data.StructLayout({
-                "addr": self.mem_addr_bits, "write": 1, "wdata": 512, "pasid": PASID_BITS, "after": AFTER_BITS,
-                "mmio_after": AFTER_BITS}))),
-            "hmem_rsp": Out(stream.Signature(data.StructLayout({"rdata": 512, "err": 1}))),
-            "events": Out(stream.Signature(event_layout())),
-            "core_req": Out(stream.Signature(core_req_layout(self.mem_addr_bits))),
-        }
+        ports = device_ports(self.regmap, self.mem_addr_bits)
         for c in range(channels):
             ports[f"trace{c}"] = Out(stream.Signature(trace_layout(dram_config.org)))
             ports[f"errors{c}"] = Out(stream.Signature(error_layout()))

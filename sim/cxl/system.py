@@ -18,9 +18,23 @@ from hdl.cxl.csr import mmio_request_layout, MMIO_RESPONSE_LAYOUT
 from hdl.cxl.regmap import PASID_BITS
 from sim.ndp.memory import BurstMemory
 
-__all__ = ["CXLSystem", "AFTER_BITS", "gate_host"]
+__all__ = ["CXLSystem", "AFTER_BITS", "gate_host", "device_ports"]
 
 AFTER_BITS = 16
+
+
+def device_ports(regmap, mem_addr_bits) -> dict:
+    """The ports of a CXL device test top (module docstring): the device's own plus the gated ``hmem``."""
+    return {
+        "mmio": In(stream.Signature(mmio_request_layout(regmap.addr_bits))),
+        "mmio_rsp": Out(stream.Signature(MMIO_RESPONSE_LAYOUT)),
+        "hmem": In(stream.Signature(data.StructLayout({
+            "addr": mem_addr_bits, "write": 1, "wdata": 512, "pasid": PASID_BITS, "after": AFTER_BITS,
+            "mmio_after": AFTER_BITS}))),
+        "hmem_rsp": Out(stream.Signature(data.StructLayout({"rdata": 512, "err": 1}))),
+        "events": Out(stream.Signature(event_layout())),
+        "core_req": Out(stream.Signature(core_req_layout(mem_addr_bits))),
+    }
 
 
 class CXLSystem(wiring.Component):
@@ -35,16 +49,7 @@ class CXLSystem(wiring.Component):
         self.layout = self.device.layout
         self.config = config
         self.depth = depth
-        super().__init__({
-            "mmio": In(stream.Signature(mmio_request_layout(self.regmap.addr_bits))),
-            "mmio_rsp": Out(stream.Signature(MMIO_RESPONSE_LAYOUT)),
-            "hmem": In(stream.Signature(data.StructLayout({
-                "addr": self.mem_addr_bits, "write": 1, "wdata": 512, "pasid": PASID_BITS, "after": AFTER_BITS,
-                "mmio_after": AFTER_BITS}))),
-            "hmem_rsp": Out(stream.Signature(data.StructLayout({"rdata": 512, "err": 1}))),
-            "events": Out(stream.Signature(event_layout())),
-            "core_req": Out(stream.Signature(core_req_layout(self.mem_addr_bits))),
-        })
+        super().__init__(device_ports(self.regmap, self.mem_addr_bits))
 
     def elaborate(self, platform):
         m = Module()
