@@ -76,6 +76,8 @@ class NDPConfig:
     * ``device_bytes``: device memory capacity; ``base_addr + operand bytes`` beyond it is rejected.
     * ``align_bytes``: the memory line (access granule): ``base_addr`` must be a multiple of it, and a STORE
       writes whole lines (its byte size must be a multiple of it).
+    * ``gemv_pairs``: one-row TRANS jobs (GEMV) take two A beats per cycle, PE rows 0 and 1 on adjacent columns
+      (``hdl.ndp.pe_array.PEMode.TRANS_PAIR``; bit-identical results); needs ``pe_batch >= 2``.
     """
 
     name: str
@@ -97,6 +99,7 @@ class NDPConfig:
     lanes: int = 0                # 0: macs // pe_batch
     pe_batch: int = 1
     align_bytes: int = 64         # DDR4 burst of one x64 channel: 8 beats x 8 bytes (BL8, JESD79-4)
+    gemv_pairs: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -135,6 +138,10 @@ class NDPConfig:
         if self.partial_buffer_bytes % (4 * self.state_slots):
             raise ValueError(f"{who}: partial_buffer_bytes must be a multiple of state_slots x 4, got "
                              f"{self.partial_buffer_bytes}")
+        if not isinstance(self.gemv_pairs, bool):
+            raise ValueError(f"{who}: gemv_pairs must be a bool, got {self.gemv_pairs!r}")
+        if self.gemv_pairs and self.pe_batch < 2:
+            raise ValueError(f"{who}: gemv_pairs needs pe_batch >= 2 (PE rows 0 and 1), got {self.pe_batch}")
         if self.acc not in ACCUMULATORS:
             raise ValueError(f"{who}: acc must be one of {ACCUMULATORS}, got {self.acc!r}")
 
@@ -191,8 +198,9 @@ TINY = NDPConfig(
 #: The paper's NDP core. 1024 FP16 MACs x 2 FLOP x 1 GHz = 2.05 TFLOPS ([PLoRA] IV-B "2 TFLOPS"
 #: "1024 FP16 multiply-add units delivering 2048 GFLOPS at 1 GHz"). Geometry (design choice, docs/ndp_core.md):
 #: 512 lanes x 2 PE rows, so one A beat is 512 FP16 = 1 KB = one memory clock of the 64-channel LPDDR5X device
-#: (1024 B per CK, [issue11]): GEMV (batch 1) consumes a beat per core cycle, and a batch >= 2 reuses every beat
-#: twice, so GEMM of even batch runs at the MAC rate. Buffers: 3 MiB of SRAM in total ([PLoRA] "3 MB
+#: (1024 B per CK, [issue11]): GEMV (batch 1) consumes two beats per core cycle on the two PE rows (gemv_pairs),
+#: so it is bound by the memory, and a batch >= 2 reuses every beat twice, so GEMM of even batch runs at the MAC
+#: rate. Buffers: 3 MiB of SRAM in total ([PLoRA] "3 MB
 #: of SRAM (input, DRAM and output buffers)"; [issue11] "3 MB of buffers"), split (design choice): DRAM ring
 #: 1 MiB (the largest operand a 20-bit byte size describes, 2**20 - 1 bytes), input ring 512 KiB, return ring
 #: 512 KiB, kept results 512 KiB and FP32 partials 512 KiB over 4 owner slots. Batch up to 256 ([PLoRA] V-A,
@@ -218,6 +226,9 @@ PAPER = NDPConfig(
     device_bytes=512 << 30,
     align_bytes=4096,              # one NDP line of the 64-channel device memory: a 64-byte CXL.mem granule (two
                                    # 32-byte BL16 bursts) of every channel (hdl/memctl/devmem.py)
+    gemv_pairs=True,               # design choice ([issue11] item 1: GEMV at >= 95 % of the delivered bandwidth):
+                                   # one 1 KiB beat per 1 GHz cycle is 93.75 % of the memory's 1024 B per
+                                   # 1066.7 MHz CK, so a GEMV takes two beats per cycle on the two PE rows
 )
 
 NDP_PRESETS = {c.name: c for c in (TINY, PAPER)}

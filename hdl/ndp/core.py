@@ -65,16 +65,22 @@ class _RingReader(wiring.Component):
     """Streams words of a synchronous read port from ``start`` (a free-running ring position) for ``count``
     words, one per cycle, each only once ``avail`` says it has been written. ``go`` loads ``start``/``count``;
     ``o`` is the word stream (data held under backpressure); ``busy`` while words remain or one is offered.
-    ``sel`` (optional): the port's words hold ``1 << sel_bits`` items; the item ``pos & mask`` is selected."""
+    ``sel`` (optional): the port's words hold ``1 << sel_bits`` items; the item ``pos & mask`` is selected.
+    ``pairs`` (optional, ``sel_bits >= 1``): ``o`` is two items wide; with ``two`` high at ``go`` (``start`` even)
+    each word of ``o`` is the item pair ``(pos, pos + 1)`` of one port word (``count`` pairs), else one item in
+    the low half."""
 
-    def __init__(self, port, pos_bits, count_bits, item_bits, sel_bits=0):
+    def __init__(self, port, pos_bits, count_bits, item_bits, sel_bits=0, pairs=False):
+        if pairs and not sel_bits:
+            raise ValueError("_RingReader: pairs need at least two items per port word (sel_bits >= 1)")
         self.port = port
         self.pos_bits, self.sel_bits = pos_bits, sel_bits
         self.item_bits = item_bits
+        self.pairs = pairs
         super().__init__({
-            "go": In(1), "start": In(pos_bits), "count": In(count_bits),
+            "go": In(1), "start": In(pos_bits), "count": In(count_bits), "two": In(1),
             "avail": In(1), "pos": Out(pos_bits),
-            "o": Out(stream.Signature(item_bits)), "busy": Out(1),
+            "o": Out(stream.Signature(item_bits * (2 if pairs else 1))), "busy": Out(1),
         })
 
     def elaborate(self, platform):
@@ -90,16 +96,23 @@ class _RingReader(wiring.Component):
             self.port.en.eq(adv),
             self.busy.eq(self.o.valid | (rem != 0)),
         ]
-        if self.sel_bits:
+        two = Signal()
+        if self.pairs:
+            one = self.port.data.word_select(sel, self.item_bits)
+            pair = self.port.data.word_select(sel[1:], 2 * self.item_bits)
+            m.d.comb += self.o.payload.eq(Mux(two, pair, one))
+        elif self.sel_bits:
             m.d.comb += self.o.payload.eq(self.port.data.word_select(sel, self.item_bits))
         else:
             m.d.comb += self.o.payload.eq(self.port.data)
         with m.If(self.go):
             m.d.sync += [ptr.eq(self.start), rem.eq(self.count), self.o.valid.eq(0)]
+            if self.pairs:
+                m.d.sync += two.eq(self.two)
         with m.Elif(adv):
             m.d.sync += self.o.valid.eq(issue)
             with m.If(issue):
-                m.d.sync += [ptr.eq(ptr + 1), rem.eq(rem - 1)]
+                m.d.sync += [ptr.eq(ptr + 1 + two), rem.eq(rem - 1)]
                 if self.sel_bits:
                     m.d.sync += sel.eq(ptr[:self.sel_bits])
         return m
@@ -360,6 +373,11 @@ class _Core(wiring.Component):
         last_pass = g_p + rows_p >= B
         last_grp = ~is_trans | (g_c + G >= N)
         gen_lines = lines_of(gc)
+        # GEMV at two beats per cycle (config.gemv_pairs): a one-row TRANS job of an even column count
+        if cfg.gemv_pairs:
+            pair = (mode == PEMode.TRANS) & (rows_p == 1) & ~gcols[0]
+        else:
+            pair = Const(0)
         jr = Signal(job_layout)
         with m.If(has(rp_g) & ~jfull):
             m.d.comb += [jr.first.eq(~g_started), jr.x_start.eq(g_in), jr.a_start.eq(g_dr)]
@@ -378,11 +396,13 @@ class _Core(wiring.Component):
             with m.Else():
                 last = last_pass & last_grp
                 m.d.comb += [
-                    jr.kind.eq(KIND_PE), jr.mode.eq(mode), jr.rows.eq(rows_p), jr.k.eq(K),
+                    jr.kind.eq(KIND_PE), jr.mode.eq(Mux(pair, PEMode.TRANS_PAIR, mode)), jr.rows.eq(rows_p),
+                    jr.k.eq(K),
                     jr.cols.eq(Mux(is_trans, gcols, Mux(mode == PEMode.ROW, N >> lsh, 1))),
                     jr.x_start.eq(g_in + g_p * kw), jr.x_count.eq(rows_p * kw),
                     jr.a_start.eq(g_dr + Mux(is_trans, (g_c >> exact_log2(G)) * full_grp, 0)),
-                    jr.a_count.eq(beats_mm), jr.row0.eq(g_p), jr.col0.eq(g_c), jr.last.eq(last),
+                    jr.a_count.eq(Mux(pair, beats_mm >> 1, beats_mm)), jr.row0.eq(g_p), jr.col0.eq(g_c),
+                    jr.last.eq(last),
                     jr.free_in.eq(Mux(last, gc.input_beats, 0)), jr.free_lines.eq(Mux(last, gen_lines, 0)),
                 ]
             for i in range(JQ):
@@ -452,21 +472,23 @@ class _Core(wiring.Component):
             m.d.sync += [x_busy.eq(0), rp_x.eq(rp_x + 1), f_i.eq(f_i + xj.free_in)]
 
         # ============================================================== A feeder (DRAM ring -> PE / LOAD)
-        m.submodules.d_rd = d_rd = _RingReader(dbuf.read_port(), dr_pb + psh, FIELD_BITS, W, sel_bits=psh)
+        m.submodules.d_rd = d_rd = _RingReader(dbuf.read_port(), dr_pb + psh, FIELD_BITS, W, sel_bits=psh,
+                                               pairs=cfg.gemv_pairs)
         m.d.comb += d_rd.avail.eq((w_m - (d_rd.pos >> psh))[:dr_pb] != 0)
         m.submodules.load_fifo = load_fifo = SyncFIFOBuffered(width=W, depth=4)
         aj = job(rp_a)
         a_busy = Signal()
         with m.If(~a_busy & jhas(rp_a)):
             with m.If((aj.kind == KIND_PE) | (aj.kind == KIND_LOAD)):
-                m.d.comb += [d_rd.go.eq(1), d_rd.start.eq(aj.a_start), d_rd.count.eq(aj.a_count)]
+                m.d.comb += [d_rd.go.eq(1), d_rd.start.eq(aj.a_start), d_rd.count.eq(aj.a_count),
+                             d_rd.two.eq(aj.mode == PEMode.TRANS_PAIR)]
                 m.d.sync += a_busy.eq(1)
             with m.Else():
                 m.d.sync += rp_a.eq(rp_a + 1)
         with m.If(a_busy & (aj.kind == KIND_PE)):
             m.d.comb += [pe.a.valid.eq(d_rd.o.valid), pe.a.payload.eq(d_rd.o.payload), d_rd.o.ready.eq(pe.a.ready)]
         with m.If(a_busy & (aj.kind == KIND_LOAD)):
-            m.d.comb += [load_fifo.w_en.eq(d_rd.o.valid), load_fifo.w_data.eq(d_rd.o.payload),
+            m.d.comb += [load_fifo.w_en.eq(d_rd.o.valid), load_fifo.w_data.eq(d_rd.o.payload[:W]),
                          d_rd.o.ready.eq(load_fifo.w_rdy)]
         with m.If(a_busy & ~d_rd.busy):
             m.d.sync += [a_busy.eq(0), rp_a.eq(rp_a + 1), f_e.eq(f_e + aj.free_lines)]
@@ -759,8 +781,11 @@ class NDPCore(wiring.Component):
         self.kept_beats = config.kept_slot_bytes // beat
         self.partial_elems = config.partial_slot_elems
         self.decoder = DescriptorDecoder(config=config)
+        if config.gemv_pairs and self.beats_per_line < 2:
+            raise ValueError(f"config.gemv_pairs needs a memory line of >= 2 beats (mem_burst_bits >= "
+                             f"{32 * L}), got {mem_burst_bits}")
         self.pe = PEArray(lanes=L, batch=config.pe_batch, acc=config.acc, max_k=config.max_k,
-                          acc_columns=config.acc_columns)
+                          acc_columns=config.acc_columns, a_beats=2 if config.gemv_pairs else 1)
         SL = config.sfu_lanes
         self.sfu = SoftmaxUnit(lanes=SL, max_len=-(-config.max_k // SL) * SL, max_rows=self.in_cap)
         self.request_layout = data.StructLayout({

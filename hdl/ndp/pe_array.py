@@ -19,6 +19,13 @@ figures; the bit-exact golden model is ``sim/golden/pe_array.py``.
   reduces each word to one scalar (``ys``).
 * ``TRANS_HALF`` (K = lanes / 2, N even): beat t holds columns 2t (lower lanes) and 2t+1 (upper lanes) of the
   half block; the tree's last level is skipped: two scalars per word.
+* ``TRANS_PAIR`` (arrays built with ``a_beats=2`` and ``batch >= 2``; one input row, K a multiple of
+  ``lanes``, N even): the GEMV PEs at two A beats per cycle. Each ``a`` transfer carries two consecutive beats
+  of the TRANS layout, ``A[w*lanes + l, 2j]`` (low half) and ``A[w*lanes + l, 2j + 1]`` (high half); PE row 0
+  takes column 2j, PE row 1 (idle in a one-row TRANS job) column 2j + 1, both multiplying the same x block.
+  Accumulator word j holds the two columns (row 0, row 1); the drain sends word j's row 0 then row 1 through
+  the tree, so ``ys`` is in column order. Every column's sum is the TRANS one, operation for operation: the
+  results are bit-identical to TRANS, in half the A transfers (docs/ndp_pe_array.md).
 
 **Overlap.** A job flows through three stages, each with its own job registers: LOAD (x into one of two x
 banks), COMPUTE (A beats into one of two accumulator banks) and DRAIN (one bank out through ``y`` / ``ys``).
@@ -41,12 +48,13 @@ from hdl.fp.add import FPAdd
 __all__ = ["PEArray", "PEMode"]
 
 
-class PEMode(enum.Enum, shape=2):
+class PEMode(enum.Enum, shape=3):
     """Dataflow of one PE-array job (module docstring)."""
     ROW = 0
     ROW_HALF = 1
     TRANS = 2
     TRANS_HALF = 3
+    TRANS_PAIR = 4
 
 
 class PEArray(wiring.Component):
@@ -56,17 +64,21 @@ class PEArray(wiring.Component):
     Parameters (keyword only): ``lanes`` (FP16 elements per beat, a power of two >= 2), ``batch`` (PE rows),
     ``acc`` (accumulator format ``"fp16"`` or ``"fp32"``), ``max_k`` (largest K: x memory of
     ``ceil(max_k / lanes)`` words per bank), ``acc_columns`` (accumulator words per bank; ROW: nb, TRANS: N
-    of one job; at least ``2 * min_nb`` words are built for the K split).
+    of one job; at least ``2 * min_nb`` words are built for the K split), ``a_beats`` (1, or 2 for the
+    ``TRANS_PAIR`` dataflow: the ``a`` stream is two beats wide; needs ``batch >= 2``).
 
     Streams (payloads packed from the LSB):
 
     ``cmd`` (in)
         ``mode`` (:class:`PEMode`), ``rows`` = B (1..batch), ``k`` = K (1..max_k), ``cols``: ROW nb = N / lanes
-        (1..acc_columns), ROW_HALF 1, TRANS N (1..acc_columns), TRANS_HALF N (even, 2..2 acc_columns).
+        (1..acc_columns), ROW_HALF 1, TRANS N (1..acc_columns), TRANS_HALF N (even, 2..2 acc_columns),
+        TRANS_PAIR N (even, 2..2 acc_columns; rows 1).
     ``x`` (in)
         ``B * ceil(K / lanes)`` beats, row by row (lanes past K are padding, ignored).
     ``a`` (in)
-        ROW ``K * nb`` beats, ROW_HALF ``K / 2``, TRANS ``(K / lanes) * N``, TRANS_HALF ``N / 2`` (module docs).
+        ROW ``K * nb`` beats, ROW_HALF ``K / 2``, TRANS ``(K / lanes) * N``, TRANS_HALF ``N / 2``, TRANS_PAIR
+        ``(K / lanes) * N / 2`` transfers of two beats (module docs). With ``a_beats=2`` the payload is two beats
+        wide; every mode but TRANS_PAIR uses the low beat only.
     ``y`` (out)
         ROW / ROW_HALF: ``B * nb`` (ROW_HALF: ``B``) beats of ``lanes`` accumulators, row-major (ROW_HALF: the
         result in the lower ``lanes / 2`` lanes).
@@ -82,7 +94,7 @@ class PEArray(wiring.Component):
     drain_latency = loop_latency + 1
 
     def __init__(self, *, lanes: int = 4, batch: int = 1, acc: str = "fp16", max_k: int = 64,
-                 acc_columns: int = 16):
+                 acc_columns: int = 16, a_beats: int = 1):
         if lanes < 2 or lanes & (lanes - 1):
             raise ValueError(f"lanes must be a power of two >= 2, got {lanes}")
         if batch < 1:
@@ -93,6 +105,10 @@ class PEArray(wiring.Component):
             raise ValueError(f"max_k must be >= 1, got {max_k}")
         if acc_columns < 1:
             raise ValueError(f"acc_columns must be >= 1, got {acc_columns}")
+        if a_beats not in (1, 2) or (a_beats == 2 and batch < 2):
+            raise ValueError(f"a_beats must be 1, or 2 with batch >= 2 (TRANS_PAIR uses PE rows 0 and 1), got "
+                             f"a_beats={a_beats!r} with batch={batch}")
+        self.a_beats = a_beats
         self.lanes = lanes
         self.batch = batch
         self.acc = acc
@@ -109,7 +125,7 @@ class PEArray(wiring.Component):
         super().__init__({
             "cmd": In(stream.Signature(self.cmd_layout)),
             "x": In(stream.Signature(unsigned(16 * lanes))),
-            "a": In(stream.Signature(unsigned(16 * lanes))),
+            "a": In(stream.Signature(unsigned(16 * lanes * a_beats))),
             "y": Out(stream.Signature(unsigned(self.acc_width * lanes))),
             "ys": Out(stream.Signature(unsigned(self.acc_width))),
         })
@@ -127,6 +143,8 @@ class PEArray(wiring.Component):
             steps, inner = k // 2, 1
         elif mode == PEMode.TRANS:
             steps, inner = k // L, cols
+        elif mode == PEMode.TRANS_PAIR:
+            steps, inner = k // L, cols // 2
         else:
             steps, inner = 1, cols // 2
         if mode in (PEMode.ROW, PEMode.ROW_HALF):
@@ -218,8 +236,9 @@ class PEArray(wiring.Component):
         with m.If(l_derive):
             m.d.sync += l_derive.eq(0)
             mode = lj["mode"]
+            trans_k = (mode == PEMode.TRANS) | (mode == PEMode.TRANS_PAIR)
             steps = Mux(mode == PEMode.ROW, lj["k"],
-                        Mux(mode == PEMode.ROW_HALF, lj["k"] >> 1, Mux(mode == PEMode.TRANS, lj["k"] >> lsh, 1)))
+                        Mux(mode == PEMode.ROW_HALF, lj["k"] >> 1, Mux(trans_k, lj["k"] >> lsh, 1)))
             inner = Mux(mode == PEMode.ROW, l_cols,
                         Mux(mode == PEMode.ROW_HALF, 1, Mux(mode == PEMode.TRANS, l_cols, l_cols >> 1)))
             ceil_tab = Const(1, 4)
@@ -229,13 +248,15 @@ class PEArray(wiring.Component):
             split = Mux(is_row, Mux(ceil_tab > steps, steps, ceil_tab), 1)
             m.d.sync += [lj["steps"].eq(steps), lj["inner"].eq(inner), lj["S"].eq(split),
                          lj["V"].eq(split * inner)]
+        # TRANS_PAIR: PE rows 0 and 1 both multiply the job's one x row
+        l_rows_en = Mux(lj["mode"] == PEMode.TRANS_PAIR, Const((1 << NB) - 1, NB), Const(1, NB) << ld_b)
         with m.If(l_busy & ~l_loaded):
             m.d.comb += self.x.ready.eq(1)
             for bank in range(2):
                 m.d.comb += [
                     x_wr[bank].addr.eq(ld_q),
                     x_wr[bank].data.eq(self.x.payload.replicate(NB)),
-                    x_wr[bank].en.eq(Mux(self.x.valid & (l_bank == bank), Const(1, NB) << ld_b, 0)),
+                    x_wr[bank].en.eq(Mux(self.x.valid & (l_bank == bank), l_rows_en, 0)),
                 ]
             with m.If(self.x.valid):
                 with m.If(ld_q == lj["kw"] - 1):
@@ -262,7 +283,8 @@ class PEArray(wiring.Component):
         ch_valid = [Signal(name=f"ch{i}_valid") for i in range(depth)]
         ch_v = [Signal(range(max(AD, 2)), name=f"ch{i}_v") for i in range(depth)]
         ch_bank = [Signal(name=f"ch{i}_bank") for i in range(depth)]
-        c_is_trans = (cj["mode"] == PEMode.TRANS) | (cj["mode"] == PEMode.TRANS_HALF)
+        c_is_trans = (cj["mode"] == PEMode.TRANS) | (cj["mode"] == PEMode.TRANS_HALF) | \
+            (cj["mode"] == PEMode.TRANS_PAIR)
         v_now = Mux(c_is_trans, c_j, c_v)
         hazard = Signal()
         m.d.comb += hazard.eq(Cat(*[ch_valid[i] & (ch_v[i] == v_now) & (ch_bank[i] == cj["bank"])
@@ -283,7 +305,7 @@ class PEArray(wiring.Component):
                 m.d.sync += [c_busy.eq(0), c_wait.eq(d_busy)]      # (handed to DRAIN at once if it is free)
 
         # operand stage (cycle after issue)
-        s1_beat = Signal(16 * L)
+        s1_beat = Signal(16 * L * self.a_beats)
         s1_first = Signal()
         s1_idx = Signal(range(max(L, 2)))           # broadcast x lane (row modes; ROW_HALF: even index)
         s1_mode = Signal(PEMode)
@@ -317,7 +339,8 @@ class PEArray(wiring.Component):
                                         l_busy.eq(0), l_loaded.eq(0), l_bank.eq(~l_bank)]
         # write-backs still in flight to the drained bank (the read port is transparent to the last one)
         d_chain_busy = Cat(*[ch_valid[i] & (ch_bank[i] == dj["bank"]) for i in range(depth - 1)]).any()
-        d_is_trans = (dj["mode"] == PEMode.TRANS) | (dj["mode"] == PEMode.TRANS_HALF)
+        d_is_trans = (dj["mode"] == PEMode.TRANS) | (dj["mode"] == PEMode.TRANS_HALF) | \
+            (dj["mode"] == PEMode.TRANS_PAIR)
 
         # bank read ports: COMPUTE's bank while it computes, else DRAIN's
         d_addr = Signal(range(max(AD, 2)))
@@ -338,6 +361,7 @@ class PEArray(wiring.Component):
         xword = Mux(s1_bank, x_rd[1].data, x_rd[0].data)
         accword = Mux(s1_bank, acc_rd[1].data, acc_rd[0].data)
         zs = []
+        s1_pair = s1_mode == PEMode.TRANS_PAIR
         for b in range(NB):
             xw = xword[16 * L * b:16 * L * (b + 1)]
             pair = xw.word_select(s1_idx >> 1, 32)
@@ -350,13 +374,19 @@ class PEArray(wiring.Component):
                 xval = Signal(16, name=f"xval_{b}_{lane}")
                 m.d.comb += xval.eq(Mux(s1_mode == PEMode.ROW, bcast,
                                         Mux(s1_mode == PEMode.ROW_HALF, even if lane < half else odd,
-                                            Mux(s1_mode == PEMode.TRANS, aligned, folded))))
+                                            Mux(s1_mode == PEMode.TRANS_HALF, folded, aligned))))
+                a_lo = s1_beat[16 * lane:16 * (lane + 1)]
+                if self.a_beats == 2 and b == 1:        # TRANS_PAIR: row 1 takes the transfer's second beat
+                    a_val = Mux(s1_pair, s1_beat[16 * (L + lane):16 * (L + lane + 1)], a_lo)
+                else:
+                    a_val = a_lo
+                row_on = (s1_pair | (s1_rows > b)) if (self.a_beats == 2 and b < 2) else (s1_rows > b)
                 mac = FPMAC(acc=self.acc)
                 m.submodules[f"pe_{b}_{lane}"] = mac
                 m.d.comb += [
-                    mac.i.valid.eq(ch_valid[0] & (s1_rows > b)),
+                    mac.i.valid.eq(ch_valid[0] & row_on),
                     mac.i.payload.a.eq(xval),
-                    mac.i.payload.b.eq(s1_beat[16 * lane:16 * (lane + 1)]),
+                    mac.i.payload.b.eq(a_val),
                     mac.i.payload.c.eq(Mux(s1_first, 0, accw[w * lane:w * (lane + 1)])),
                     mac.o.ready.eq(1),
                 ]
@@ -472,7 +502,21 @@ class PEArray(wiring.Component):
             with m.If(t_adv):
                 m.d.sync += [t_valid.eq(rd), t_b.eq(d_b)]
             with m.If(rd):
-                next_word()
+                if self.a_beats == 2:
+                    # TRANS_PAIR: word j's row 0 (column 2j), then its row 1 (column 2j + 1): column order
+                    with m.If(dj["mode"] == PEMode.TRANS_PAIR):
+                        with m.If(d_b == 0):
+                            m.d.sync += d_b.eq(1)
+                        with m.Else():
+                            m.d.sync += d_b.eq(0)
+                            with m.If(d_j == dj["inner"] - 1):
+                                m.d.sync += d_pending.eq(0)
+                            with m.Else():
+                                m.d.sync += d_j.eq(d_j + 1)
+                    with m.Else():
+                        next_word()
+                else:
+                    next_word()
         t_rowword = d_word.word_select(t_b, w * L) if NB > 1 else d_word
         level = [t_rowword[w * lane:w * (lane + 1)] for lane in range(L)]
         valid = t_valid & trans_drain

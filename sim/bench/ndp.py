@@ -182,6 +182,11 @@ def paper_figures(model=None) -> dict:
     d, r = 14336, 128
     t = m.lora_e4_s(d, r, 1)
     gemv_bw = 2 * d * r / t
+    # what the memory system delivers on the same bytes alone: the device memory model's stream of the operand's
+    # lines (first request -> last response, refresh and row switches included), in seconds
+    mem = m.memory
+    lines = -(-2 * d * r // mem.line_bytes)
+    mem_alone_s = mem.stream(lines) * mem.ratio / m.hz
     # GEMM: E4 at batch 256 (and 4) on D = 4096, R = 128
     g256 = 2 * 256 * 4096 * 128 / m.lora_e4_s(4096, 128, 256) / peak
     g4 = 2 * 4 * 4096 * 128 / m.lora_e4_s(4096, 128, 4) / peak
@@ -192,6 +197,7 @@ def paper_figures(model=None) -> dict:
     return {"device_peak_bw_Bps": bw, "core_beat_bw_Bps": core_bw, "peak_flops": peak,
             "memory_model": m.memory.source, "calibration": m.cal.__dict__,
             "gemv_device_bw_frac": gemv_bw / bw, "gemv_shape": {"kernel": "e4", "D": d, "R": r, "batch": 1},
+            "gemv_delivered_bw_frac": mem_alone_s / t, "gemv_memory_alone_s": mem_alone_s, "gemv_s": t,
             "gemv_core_bw_frac": gemv_bw / core_bw,
             "gemm_peak_frac": g256, "gemm_peak_frac_batch4": g4,
             "gemm_shape": {"kernel": "e4", "D": 4096, "R": 128, "batch": 256},
@@ -287,18 +293,23 @@ def main(argv=None):
     print("\n5. Paper geometry (512 lanes x 2 PE rows at 1 GHz, 64 LPDDR5X-8533 channels): MODEL figures "
           "(NDPPerfModel.paper(), not RTL)")
     pf = paper_figures()
-    out.update({k: pf[k] for k in ("gemv_device_bw_frac", "gemm_peak_frac", "back_to_back_frac", "shapes")})
+    out.update({k: pf[k] for k in ("gemv_device_bw_frac", "gemv_delivered_bw_frac", "gemm_peak_frac",
+                                   "back_to_back_frac", "shapes")})
     out["paper_model"] = {k: v for k, v in pf.items() if k != "shapes"}
     out["figure_sources"] = {
         "model_rtl_max_rel_err": "RTL-measured (tiny slice, Verilator) vs the model on the same shapes",
         "gemv_device_bw_frac": "model, paper geometry (E4 D=14336 R=128 batch 1; of 64 x LPDDR5X-8533 peak)",
+        "gemv_delivered_bw_frac": "model, paper geometry (E4 D=14336 R=128 batch 1; of the device memory model's "
+                                  "bandwidth on the same bytes read alone)",
         "gemm_peak_frac": "model, paper geometry (E4 D=4096 R=128 batch 256; of 2.048 TFLOPS)",
         "back_to_back_frac": "model, paper geometry (time of 4 MiB in 512 KiB K-tiles (E4 D=16384 R=128) / "
                              "time of 32 E4 of 128 KiB (D=4096 R=16))",
         "shapes": "model, paper geometry; efficiency = max(bytes / device peak BW, FLOPs / MAC peak) / time"}
-    print(f"   GEMV (E4 D=14336 R=128 batch 1): {100 * pf['gemv_device_bw_frac']:.1f}% of the device's peak "
-          f"bandwidth ({pf['device_peak_bw_Bps'] / 1e12:.3f} TB/s), {100 * pf['gemv_core_bw_frac']:.1f}% of the "
-          f"core's one beat per cycle ({pf['core_beat_bw_Bps'] / 1e12:.3f} TB/s)")
+    print(f"   GEMV (E4 D=14336 R=128 batch 1): {100 * pf['gemv_delivered_bw_frac']:.1f}% of the bandwidth the "
+          f"memory system delivers on the same reads alone ({'meets' if pf['gemv_delivered_bw_frac'] >= 0.95 else 'MISSES'} "
+          f"the 95% target); {100 * pf['gemv_device_bw_frac']:.1f}% of the device's peak "
+          f"({pf['device_peak_bw_Bps'] / 1e12:.3f} TB/s); {100 * pf['gemv_core_bw_frac']:.1f}% of one beat per core "
+          f"cycle ({pf['core_beat_bw_Bps'] / 1e12:.3f} TB/s; the GEMV PEs take two)")
     print(f"   GEMM (E4 D=4096 R=128): batch 256 {100 * pf['gemm_peak_frac']:.1f}%, batch 4 "
           f"{100 * pf['gemm_peak_frac_batch4']:.1f}% of {pf['peak_flops'] / 1e12:.3f} TFLOPS")
     print(f"   back to back: 32 E4 (R=16, D=4096) reach {100 * pf['back_to_back_frac']:.1f}% of the bandwidth of the "

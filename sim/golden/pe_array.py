@@ -13,6 +13,8 @@ with :func:`sim.golden.fp16.mac` semantics (product rounded to the accumulator f
 * **trans** (the GEMV PEs: lane = contraction index; A stored k-major in blocks of ``lanes`` rows): lane ``l``
   accumulates ``k = l, l + lanes, ...`` (``S = lanes`` phases, or ``S = K`` when ``K = lanes / 2``), and the
   lanes are reduced by a pairwise tree (level ``j`` adds neighbours ``(2i, 2i+1)`` of level ``j - 1``).
+* **trans, pair** (one input row, N even: the GEMV PEs at two A beats per cycle, PE rows 0 and 1 on columns 2j
+  and 2j + 1): every column's operations are the trans ones, so the result is the trans result.
 
 Vectorized over (b, k, n) with numpy's IEEE float16/float32 operations (each sequential sum is one
 ``np.add.accumulate``), so it is bit-exact to the RTL whatever the data (NaNs are canonical, signed zeros follow
@@ -46,7 +48,7 @@ def _acc_dtype(acc):
 
 
 #: The PE array's dataflows (``hdl.ndp.pe_array.PEMode`` names).
-MODES = ("row", "row_half", "trans", "trans_half")
+MODES = ("row", "row_half", "trans", "trans_half", "trans_pair")
 
 
 def mode_of(k: int, n: int, lanes: int, trans: bool) -> str:
@@ -129,6 +131,11 @@ def gemm_mode(x_bits, a_bits, *, acc: str = "fp16", lanes: int, mode: str) -> np
         raise ValueError(f"lanes must be a power of two >= 1, got {lanes!r}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "trans_pair":
+        if x.shape[0] != 1 or N % 2 or mode_of(K, N, lanes, True) != "trans":
+            raise ValueError(f"trans_pair needs one input row (got {x.shape[0]}), N even (got {N}) and K a "
+                             f"multiple of lanes (K={K}, lanes={lanes})")
+        mode = "trans"
     if mode_of(K, N, lanes, mode.startswith("trans")) != mode:
         raise ValueError(f"shape (K={K}, N={N}) on {lanes} lanes runs as {mode_of(K, N, lanes, mode.startswith('trans'))!r}, "
                          f"not {mode!r}")

@@ -10,7 +10,8 @@ descriptor by descriptor, in program order:
   memory's asymptotic line rate;
 * **PE array** (hdl/ndp/pe_array.py, docs/ndp_pe_array.md): per pass of at most ``pe_batch`` rows, the A beats
   of the dataflow (GEMV PEs ``TRANS``: ``(K / lanes) N`` beats; GEMM PEs ``ROW``: ``K N / lanes`` beats, with the
-  K-split stall for ``N / lanes < 8``; ``PEArray.job``), one beat per cycle, never ahead of the memory; the
+  K-split stall for ``N / lanes < 8``; ``PEArray.job``), one beat per cycle (``TRANS_PAIR``, a one-row TRANS
+  job of even N on a ``gemv_pairs`` core: two beats per cycle), never ahead of the memory; the
   drain of pass j (``TRANS``: ``rows N`` scalars through the adder tree; ``ROW``: ``rows nb`` beats through the
   phase reduction) overlaps pass j + 1; SOFTMAX takes ``SoftmaxUnit.cycles(R, L / sfu_lanes)``;
 * **input**: the GPU's x (or a CHAIN's copy of the kept result, which waits for the previous descriptor's
@@ -291,18 +292,21 @@ class NDPPerfModel:
                 else:
                     groups = [cols]
                 for g in groups:
-                    j = pe.job(mode, rows, K, g)
-                    beats, v = j["beats"], j["V"]
+                    # GEMV PEs at two beats per cycle (hdl/ndp/core.py: a one-row TRANS job, even columns)
+                    pair = cfg.gemv_pairs and mode == PEMode.TRANS and rows == 1 and g % 2 == 0
+                    j = pe.job(PEMode.TRANS_PAIR if pair else mode, rows, K, g)
+                    beats, v = j["beats"], j["V"]          # A transfers (TRANS_PAIR: two beats each)
                     comp = beats + max(0, pe.min_nb - v) * ((beats - 1) // v) if v < pe.min_nb else beats
                     if mode in (PEMode.TRANS, PEMode.TRANS_HALF):
-                        drain = rows * (g if mode == PEMode.TRANS else g) + pe.tree_latency
+                        drain = rows * g + pe.tree_latency      # one scalar per cycle (TRANS_PAIR: rows 1)
                     elif j["S"] == 1 and mode == PEMode.ROW:
                         drain = rows * j["words"] + pe.drain_latency      # PEArray.cycles, nb >= 8
                     else:
                         drain = rows * j["words"] * pe.reduce_cycles(j["S"], mode == PEMode.ROW_HALF) \
                             + pe.loop_latency + 1
-                    passes.append([comp, drain, j["beats"] if r0 == 0 else None])
-                    beats_first += j["beats"] if r0 == 0 else 0
+                    a_beats = j["beats"] * (2 if pair else 1)
+                    passes.append([comp, drain, a_beats if r0 == 0 else None])
+                    beats_first += a_beats if r0 == 0 else 0
             # the first row pass sweeps the operand once, column group after column group (the k-major layout
             # stores the groups one after the other): job j needs the lines up to its share of the operand
             acc = 0
@@ -667,11 +671,12 @@ def rtl_cycles(program, config, dut, backend):
 
 
 def rtl_config():
-    """(config, memory model) of tests/hdl/ndp/test_core.py's DUT: the tiny core (``tiny-test``: 32 KiB device)
-    on the 512-bit burst memory, latency 8."""
+    """(config, memory model) of tests/hdl/ndp/test_core.py's DUT: the tiny core (``tiny-test``: 32 KiB device,
+    GEMVs at two beats per cycle like the paper geometry) on the 512-bit burst memory, latency 8."""
     from hdl.ndp.config import TINY as T
     depth, bits = 512, 512
-    return replace(T, name="tiny-test", device_bytes=depth * bits // 8), BurstMemoryModel(bits // 8, 8)
+    return (replace(T, name="tiny-test", device_bytes=depth * bits // 8, gemv_pairs=True),
+            BurstMemoryModel(bits // 8, 8))
 
 
 _DUT = []

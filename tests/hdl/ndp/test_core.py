@@ -26,7 +26,9 @@ from sim.dram.trace import decode_trace
 BURST_BITS = 512
 DEPTH = 512                                  # bursts of the test memory: 32 KiB
 MEM_BYTES = DEPTH * BURST_BITS // 8
-CFG = replace(TINY, name="tiny-test", device_bytes=MEM_BYTES)
+# the GEMVs at two beats per cycle (gemv_pairs), as on the paper geometry and its slices (hdl/ndp/config.py);
+# the CXL device tests run TINY's one-beat TRANS dataflow
+CFG = replace(TINY, name="tiny-test", device_bytes=MEM_BYTES, gemv_pairs=True)
 _DUTS = {}
 
 
@@ -178,7 +180,7 @@ def test_lora_and_attention_kernels():
 def test_back_to_back_descriptors_overlap():
     """Small TRANS GEMVs back to back (one LoRA E4 per adapter) keep the PE array busy: the operand reads of
     the next descriptor run while the previous computes, drains and returns. 16 of them cost at most 10 %
-    more cycles than their A beats at one beat per cycle, plus one descriptor's latency."""
+    more cycles than their A beats at two beats per cycle (gemv_pairs), plus one descriptor's latency."""
     backend = get_backend("verilator")
     rng = np.random.default_rng(6)
     G = CFG.acc_columns
@@ -194,7 +196,7 @@ def test_back_to_back_descriptors_overlap():
     steady = (run.cycles - one.cycles) / (n - 1)
     print(f"\nE4-like TRANS GEMV (K=64, N=16, 128 beats): alone {first} cycles, back to back {steady:.1f} "
           f"cycles each ({128 / steady:.3f} beats/cycle)")
-    assert steady <= 1.10 * 128
+    assert steady <= 1.10 * 128 / 2
 
 
 def test_rejected_descriptors_touch_no_memory():

@@ -74,7 +74,13 @@ def stimulus(pe, jobs, rng):
         cmds.append(pe.cmd_layout.const({"mode": PEMode[mode.upper()], "rows": b, "k": k, "cols": cols})
                     .as_value().value)
         xs += lane_words(xp, L)
-        as_ += a_beats(mode, a, L, n)
+        beats = a_beats(mode, a, L, n)
+        if pe.a_beats == 2:
+            if mode == "trans_pair":        # two consecutive beats per transfer, the first in the low half
+                beats = [lo | (hi << (16 * L)) for lo, hi in zip(beats[0::2], beats[1::2])]
+            else:                           # one beat per transfer; the high half is noise the array ignores
+                beats = [bt | (int(rng.integers(0, 1 << 62)) << (16 * L)) for bt in beats]
+        as_ += beats
         y = gemm_mode(x, a, acc=pe.acc, lanes=L, mode=mode)
         if mode == "row":
             wy.append(y.ravel())
@@ -117,6 +123,42 @@ def test_pe_array_matches_golden(backend, acc):
         run, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(7 if acc == "fp16" else 8), tr)
         assert np.array_equal(gy, wy) and np.array_equal(gs, ws), f"mismatch (valid {vp}, ready {rp})"
         assert run.cycles > full.cycles
+
+
+PAIR_JOBS = {  # TRANS_PAIR among the other dataflows (noise in the unused half), hazard stalls (N / 2 < 8)
+    "amaranth": [("trans_pair", 1, 8, 4), ("row", 2, 5, 8), ("trans_pair", 1, 12, 2), ("trans", 2, 8, 3),
+                 ("trans_pair", 1, 4, 6), ("trans_half", 1, 2, 4), ("trans", 1, 4, 3)],
+    "verilator": [("trans_pair", 1, 64, 16), ("row", 2, 40, 64), ("trans_pair", 1, 8, 2), ("trans", 1, 16, 12),
+                  ("trans_pair", 1, 256, 16), ("row_half", 2, 20, 4), ("trans_pair", 1, 24, 10),
+                  ("trans", 2, 16, 12)],
+}
+
+
+def test_trans_pair_matches_golden_at_two_beats_per_cycle(backend):
+    """``a_beats=2``: TRANS_PAIR jobs (PE rows 0 and 1 on columns 2j and 2j + 1) give the TRANS result bit for
+    bit between jobs of every other dataflow, under random gaps and backpressure; a stream of TRANS_PAIR jobs
+    takes one two-beat transfer per cycle (half the cycles of the same jobs in TRANS)."""
+    pe = PEArray(acc="fp32", a_beats=2, **CONFIGS[backend.name])
+    jobs = PAIR_JOBS[backend.name]
+    full, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(11))
+    assert np.array_equal(gy, wy) and np.array_equal(gs, ws), \
+        f"{int((gy != wy).sum())} y / {int((gs != ws).sum())} ys mismatches"
+    tr = Traffic.random(stream_ports(pe), seed=5, valid_prob=0.8, ready_prob=0.6)
+    run, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(11), tr)
+    assert np.array_equal(gy, wy) and np.array_equal(gs, ws), "mismatch under random traffic"
+    L = pe.lanes
+    stream_of = lambda mode: [(mode, 1, 4 * L, 16)] * 6          # noqa: E731
+    runs = {}
+    for mode in ("trans_pair", "trans"):
+        run, _, _, gs, ws = run_jobs(backend, pe, stream_of(mode), np.random.default_rng(2))
+        single, *_ = run_jobs(backend, pe, stream_of(mode)[:1], np.random.default_rng(2))
+        assert np.array_equal(gs, ws)
+        runs[mode] = run.cycles - single.cycles               # the five later jobs
+    transfers = 4 * 16 // 2
+    assert runs["trans_pair"] <= 5 * (transfers + 2), runs
+    assert runs["trans"] >= 5 * 2 * transfers, runs
+    with pytest.raises(ValueError, match="a_beats"):
+        PEArray(lanes=4, batch=1, a_beats=2)
 
 
 def test_row_cycle_formula_and_overlap(backend):
