@@ -16,9 +16,11 @@ every channel's DRAM command trace is checked against the timing set (sim/dram/c
 The model (``sim.perf.ndp.NDPPerfModel`` on ``DeviceMemoryModel(channels)``) gives core cycles; the RTL counts
 CK cycles, so the model's figure is converted with ``CORE_CLOCK_RATIO`` (CK = core x 16 / 15).
 
-``python -m sim.bench.ndp_device [--backend verilator|amaranth] [--kernel e4|attention|e3|e2|all] [--channels 2]
-[--timing-only] [--no-split]`` (``--timing-only``: the full LPDDR5X-8533 die, no data, the kernel alone from an
-idle device)
+``python -m sim.bench.ndp_device [--backend verilator|amaranth] [--kernel e4|attention|e3|e2|gemv|all]
+[--channels 2] [--timing-only] [--no-split] [--preload]`` (``--timing-only``: the full LPDDR5X-8533 die, no data,
+the kernel alone from an idle device; ``--preload``: the operands in the DRAM models' initial contents, the kernel
+alone, bit-exact: what Amaranth's simulator can run, e.g. ``--channels 1 --kernel e4 --preload --backend
+amaranth``)
 prints the figures and writes ``build/bench/ndp_device.json``. Verilator: a cold build of the 2-channel system
 takes several minutes of CPU; each run seconds. Amaranth's simulator runs this design at tens of cycles per
 second: the E4 (~9 k cycles with its STOREs) takes minutes, the 4K attention (~150 k cycles) hours.
@@ -87,10 +89,30 @@ def kernel_program(case: str, cfg, seed: int = 0):
     raise ValueError(f"unknown case {case!r}; allowed: {', '.join(CASES)}")
 
 
-def _system(cfg, channels, dram_config, storage):
+def _system(cfg, channels, dram_config, storage, device_init=None):
     from sim.ndp.system import NDPDeviceSystem
     return NDPDeviceSystem(config=cfg, channels=channels, dram_config=dram_config,
-                           device_kwargs=None if storage else {"storage": False})
+                           device_kwargs=None if storage else {"storage": False}, device_init=device_init)
+
+
+def device_init(image: bytes, channels: int, dram_config) -> list:
+    """The DRAM models' initial contents (``NDPDeviceSystem(device_init=...)``: one ``{flat burst address: int}``
+    per channel) holding the device bytes ``image`` from address 0: each burst placed where the device memory's
+    interleave (``DeviceMemory.locate``) and the controller's address map put it; all-zero bursts left out."""
+    from hdl.memctl.devmem import DeviceMemory
+    from sim.dram.device import flat_burst_address
+    dm = DeviceMemory(config=dram_config, channels=channels)
+    dm._MustUse__silence = True
+    org, bb = dram_config.org, dram_config.org.burst_bytes
+    inits = [{} for _ in range(channels)]
+    for a in range(0, len(image) - len(image) % bb, bb):
+        v = int.from_bytes(image[a:a + bb], "little")
+        if v:
+            c, burst, off = dm.locate(a)
+            assert off == 0
+            d = dm.amap.decode_py(burst)
+            inits[c][flat_burst_address(org, d["rank"], d["bg"], d["bank"], d["row"], d["col"])] = v
+    return inits
 
 
 def _backend(name):
@@ -111,19 +133,30 @@ def _violations(run, channels, config):
 
 
 def run(case: str, *, channels: int = 2, backend: str = "verilator", seed: int = 0, timing_only: bool = False,
-        dut=None, split: bool = True) -> dict:
+        dut=None, split: bool = True, preload: bool = False) -> dict:
     """Run ``case`` on the slice; returns the figures (RTL CK cycles of the whole program and of the STOREs
     alone, the kernel's as their difference, the model's, bit-exactness, DRAM timing violations). ``split``:
     also run the STOREs alone for the kernel's own cycles (off: the whole program only, e.g. on Amaranth's
-    simulator)."""
+    simulator). ``preload``: the operands are the DRAM models' initial contents (:func:`device_init`, written by
+    the golden core's STOREs) and only the kernel runs, from an idle device: the bit-exact check at a kernel's
+    own length (for Amaranth's simulator); ``dut`` must then be None (the design holds the data)."""
     from sim.golden.ndp_core import GoldenCore, beats, x_beats
     from sim.perf.ndp import NDPPerfModel, DeviceMemoryModel
     dram = LPDDR5X_8533 if timing_only else data_config()
     cfg = slice_preset(channels) if timing_only else slice_config(channels)
     stores, kernel = kernel_program(case, cfg, seed)
-    if timing_only:
-        stores = []             # no data: the kernel alone, from an idle device
-    dut = dut if dut is not None else _system(cfg, channels, dram, storage=not timing_only)
+    image = None
+    if preload and not timing_only:
+        if dut is not None:
+            raise ValueError("preload builds its own design (the data is in it): pass dut=None")
+        g0 = GoldenCore(cfg, cfg.device_bytes)
+        g0.run(stores)
+        used = max(d.base_addr + d.input_bytes for d, _ in stores)
+        image = bytes(g0.memory[:used])
+    if timing_only or preload:
+        stores = []             # the kernel alone, from an idle device (timing only: no data)
+    dut = dut if dut is not None else _system(cfg, channels, dram, storage=not timing_only,
+                                              device_init=device_init(image, channels, dram) if image else None)
     be = _backend(backend)
     out = {"case": case, "channels": channels, "lanes": cfg.lanes, "backend": backend,
            "dram": dram.name, "descriptors": len(kernel)}
@@ -140,6 +173,8 @@ def run(case: str, *, channels: int = 2, backend: str = "verilator", seed: int =
             raise RuntimeError(f"{case}: descriptors failed on the RTL: statuses {status}")
         if check:
             golden = GoldenCore(cfg, cfg.device_bytes)
+            if image:
+                golden.memory[:len(image)] = image
             cpl = golden.run(program)
             y = [w for c in cpl for w in beats(c.result, cfg.lanes)]
             out["bitexact"] = (r.outputs["y"] == y
@@ -152,6 +187,7 @@ def run(case: str, *, channels: int = 2, backend: str = "verilator", seed: int =
         out["timing_violations"] += _violations(r, channels, dram)
         return r.cycles, wall
 
+    out["preload"] = bool(image)
     whole, wall_w = sim(stores + kernel, check=not timing_only)
     model = NDPPerfModel(slice_preset(channels), DeviceMemoryModel(channels))
     ck_per_core = CORE_CLOCK_RATIO[1] / CORE_CLOCK_RATIO[0]
@@ -191,15 +227,20 @@ def main(argv=None) -> int:
                     help="the full LPDDR5X-8533 die without data (cycles only; no golden comparison)")
     ap.add_argument("--no-split", action="store_true",
                     help="run the whole program only (no STOREs-alone run for the kernel's own cycles)")
+    ap.add_argument("--preload", action="store_true",
+                    help="operands in the DRAM models' initial contents, the kernel alone (bit-exact check at the "
+                         "kernel's length: the practical run on Amaranth's simulator)")
     ap.add_argument("--out", default="build/bench/ndp_device.json")
     a = ap.parse_args(argv)
     cases = list(CASES) if a.kernel == "all" else [a.kernel]
     res = []
     dram = LPDDR5X_8533 if a.timing_only else data_config()
     cfg = slice_preset(a.channels) if a.timing_only else slice_config(a.channels)
-    dut = _system(cfg, a.channels, dram, storage=not a.timing_only)      # one build for every case
+    # one build for every case (preload: one per case, the data is in the design)
+    dut = None if a.preload and not a.timing_only else _system(cfg, a.channels, dram, storage=not a.timing_only)
     for c in cases:
-        r = run(c, channels=a.channels, backend=a.backend, timing_only=a.timing_only, dut=dut, split=not a.no_split)
+        r = run(c, channels=a.channels, backend=a.backend, timing_only=a.timing_only, dut=dut, split=not a.no_split,
+                preload=a.preload)
         res.append(r)
         kern = (f"kernel {r['rtl_cycles_kernel']} CK (model {r['model_cycles_kernel']:.0f}, "
                 f"{100 * r['model_rel_err_kernel']:+.2f} %), " if "rtl_cycles_kernel" in r else "")
@@ -214,7 +255,8 @@ def main(argv=None) -> int:
     p.parent.mkdir(parents=True, exist_ok=True)
     old = json.loads(p.read_text()) if p.exists() else {}
     for r in res:
-        old[f"{r['case']}_slice{r['channels']}_{r['backend']}{'_timing' if a.timing_only else ''}"] = r
+        old[f"{r['case']}_slice{r['channels']}_{r['backend']}{'_timing' if a.timing_only else ''}"
+            f"{'_preload' if r.get('preload') else ''}"] = r
     p.write_text(json.dumps(old, indent=1) + "\n")
     print(f"wrote {p}")
     return 0 if all(r.get("bitexact", True) and not r["timing_violations"] and not r["device_errors"]
