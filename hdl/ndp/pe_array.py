@@ -200,6 +200,18 @@ class PEArray(wiring.Component):
         def copy(dst, src):
             return [dst[f].eq(src[f]) for f in dst]
 
+        def count2(lo, lo_last, hi, hi_last, done):
+            """Two nested counters, one step: ``lo`` wraps to 0 after ``lo_last`` and steps ``hi``; after both
+            are last, the statement ``done``."""
+            with m.If(lo_last):
+                m.d.sync += lo.eq(0)
+                with m.If(hi_last):
+                    m.d.sync += done
+                with m.Else():
+                    m.d.sync += hi.eq(hi + 1)
+            with m.Else():
+                m.d.sync += lo.eq(lo + 1)
+
         # ---- memories: two x banks, two accumulator banks
         xmems, x_wr, x_rd, accs, acc_wr, acc_rd = [], [], [], [], [], []
         for bank in range(2):
@@ -259,14 +271,7 @@ class PEArray(wiring.Component):
                     x_wr[bank].en.eq(Mux(self.x.valid & (l_bank == bank), l_rows_en, 0)),
                 ]
             with m.If(self.x.valid):
-                with m.If(ld_q == lj["kw"] - 1):
-                    m.d.sync += ld_q.eq(0)
-                    with m.If(ld_b == lj["rows"] - 1):
-                        m.d.sync += l_loaded.eq(1)
-                    with m.Else():
-                        m.d.sync += ld_b.eq(ld_b + 1)
-                with m.Else():
-                    m.d.sync += ld_q.eq(ld_q + 1)
+                count2(ld_q, ld_q == lj["kw"] - 1, ld_b, ld_b == lj["rows"] - 1, l_loaded.eq(1))
 
         # ======================================================================================== COMPUTE
         cj = job_regs("c")
@@ -415,14 +420,7 @@ class PEArray(wiring.Component):
         d_last = (d_j == dj["inner"] - 1) & (d_b == dj["rows"] - 1)
 
         def next_word():
-            with m.If(d_j == dj["inner"] - 1):
-                m.d.sync += d_j.eq(0)
-                with m.If(d_b == dj["rows"] - 1):
-                    m.d.sync += d_pending.eq(0)
-                with m.Else():
-                    m.d.sync += d_b.eq(d_b + 1)
-            with m.Else():
-                m.d.sync += d_j.eq(d_j + 1)
+            count2(d_j, d_j == dj["inner"] - 1, d_b, d_b == dj["rows"] - 1, d_pending.eq(0))
 
         with m.If(direct):
             rd = Signal()
@@ -505,14 +503,7 @@ class PEArray(wiring.Component):
                 if self.a_beats == 2:
                     # TRANS_PAIR: word j's row 0 (column 2j), then its row 1 (column 2j + 1): column order
                     with m.If(dj["mode"] == PEMode.TRANS_PAIR):
-                        with m.If(d_b == 0):
-                            m.d.sync += d_b.eq(1)
-                        with m.Else():
-                            m.d.sync += d_b.eq(0)
-                            with m.If(d_j == dj["inner"] - 1):
-                                m.d.sync += d_pending.eq(0)
-                            with m.Else():
-                                m.d.sync += d_j.eq(d_j + 1)
+                        count2(d_b, d_b == 1, d_j, d_j == dj["inner"] - 1, d_pending.eq(0))
                     with m.Else():
                         next_word()
                 else:
