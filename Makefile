@@ -8,7 +8,7 @@ SYNTH_STAMP := $(VENV)/.installed-synth
 # pytest workers: the machine (and CI) has 2 cores.
 JOBS   ?= 2
 
-.PHONY: demo test verilog lint cocotb synth synth-fast ports calibrate fp-report bench-fp bench-dram bench-ndp bench-ndp-device bench-cxl-devmem bench-pim bench-host bench-e2e fuzz clean
+.PHONY: demo test verilog lint cocotb synth synth-fast synth-paper ports calibrate fp-report bench-fp bench-dram bench-ndp bench-ndp-device bench-cxl-devmem bench-pim bench-host bench-e2e fuzz clean
 
 # Bytecode: pip compiles every installed file on one core (43 s of the 72 s install, measured); the packages'
 # own test folders are never imported, so the rest is compiled on all cores instead (22 s less). Without it,
@@ -54,6 +54,13 @@ synth: $(SYNTH_STAMP)
 # Word-level cell counts in seconds (proc; flatten; stat), with progress.
 synth-fast: $(SYNTH_STAMP)
 	$(NDPIM) synth --mode fast
+
+# The paper-geometry NDP core and its 64-channel device memory, per distinct module x instance count, SRAMs as
+# macros (sim/synth/hier.py; docs/ndp_core.md "Synthesis at the paper geometry"): build/bench/ndp_synth.json.
+# The PE array's own glue is elaborated for its counts and memories only: its RTLIL conversion at 512 lanes
+# exceeds the memory of the machine (docs/ndp_core.md).
+synth-paper: $(SYNTH_STAMP)
+	$(NDPIM) synth --top ndp_core --preset paper --mode hier --counts-only PEArray --json build/bench/ndp_synth.json
 
 # The generated page of every top's port bit layouts.
 ports: $(STAMP)

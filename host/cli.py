@@ -47,7 +47,15 @@ def cmd_verilog(args):
             spec, cfg = configure(args.top[0], args.preset, parse_sets(args.set))
         except ValueError as exc:
             raise SystemExit(f"ndpim verilog: {exc}") from None
-        path = _cached_verilog(spec.name, cfg, lambda: spec.build(cfg), out)
+        if args.hier:       # every distinct module once (sim/synth/hier.py): the paper core's flat Verilog is huge
+            from sim.synth.hier import hier_verilog
+            say = (lambda s: print(s, file=sys.stderr, flush=True))
+            skip = tuple(args.counts_only or ())
+            path = _cached_verilog(spec.name, ("hier", skip, cfg), lambda: None, out,
+                                   text=lambda: hier_verilog(spec.name, spec.build(cfg), progress=say,
+                                                             counts_only=skip))
+        else:
+            path = _cached_verilog(spec.name, cfg, lambda: spec.build(cfg), out)
         print(path)
         return 0
     from host.topcfg import get_spec
@@ -57,7 +65,7 @@ def cmd_verilog(args):
     return 0
 
 
-def _cached_verilog(name, config, make, out_dir) -> Path:
+def _cached_verilog(name, config, make, out_dir, text=None) -> Path:
     """``out_dir/<name>.v``, from ``build/verilog-cache/`` when the same design (a hash of the sources of hdl/ and
     sim/ and of ``config``) was generated before."""
     import shutil
@@ -70,7 +78,7 @@ def _cached_verilog(name, config, make, out_dir) -> Path:
     if not cache.exists():
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(".tmp")
-        tmp.write_text(verilog_text(make(), name))
+        tmp.write_text(text() if text else verilog_text(make(), name))
         tmp.replace(cache)
     shutil.copyfile(cache, path)
     return path
@@ -86,6 +94,19 @@ def cmd_ports(args):
 
 def cmd_lint(args):
     from sim.backends.verilog import lint
+    if args.each_module:            # every module of one file as its own top (a --hier file with stubs)
+        import re
+        path = Path(args.each_module)
+        text = path.read_text()
+        mods = [m for m in re.findall(r"^module\s+\\?(\S+?)\s*\(", text, re.M)
+                if not re.search(r"\(\*\s*blackbox\s*\*\)\s*module\s+\\?" + re.escape(m) + r"\b", text)]
+        problems = []
+        for m in mods:
+            problems += lint([path], top=m)
+        for problem in problems:
+            print(problem)
+        print(f"lint: {path}, {len(mods)} modules, {len(problems)} problems")
+        return 1 if problems else 0
     paths = sorted(Path(args.dir).glob("*.v"))
     if not paths:
         raise SystemExit(f"ndpim lint: no .v files in {args.dir} (run `ndpim verilog --out {args.dir}` first)")
@@ -97,6 +118,10 @@ def cmd_lint(args):
 
 
 def cmd_synth(args):
+    if args.mode == "hier":
+        return _synth_hier(args)
+    if args.preset or args.set:
+        raise SystemExit("ndpim synth: --preset / --set need --mode hier")
     from sim.synth.yosys import synth_stats
     print(f"{'top':<22}{'cells':>8}{'flops':>8}   largest cell groups"
           + ("   (fast: word-level cells, registers per word)" if args.mode == "fast" else ""))
@@ -105,6 +130,45 @@ def cmd_synth(args):
         top = sorted(stats["by_type"].items(), key=lambda kv: -kv[1])[:4]
         groups = ", ".join(f"{k}:{v}" for k, v in top)
         print(f"{name:<22}{stats['cells']:>8}{stats['flops']:>8}   {groups}", flush=True)
+
+
+def _synth_hier(args):
+    """--mode hier: per distinct module x instance count (sim/synth/hier.py); figures to --json."""
+    import json
+    from host.topcfg import configure, parse_sets, describe
+    from sim.synth.hier import hier_cells, format_report
+    names = args.top or ["ndp_core"]
+    if (args.preset or args.set) and len(names) != 1:
+        raise SystemExit("ndpim synth: --preset / --set need exactly one --top")
+    out = {}
+    for name in names:
+        try:
+            spec, cfg = configure(name, args.preset, parse_sets(args.set))
+        except ValueError as exc:
+            raise SystemExit(f"ndpim synth: {exc}") from None
+        say = (lambda s: print(s, file=sys.stderr, flush=True))
+        res = {"top": name, "preset": args.preset or spec.default, "config": describe(cfg)}
+        res["core"] = hier_cells(name, spec.build(cfg), progress=say, checkpoint=args.json and f"{args.json}.partial",
+                                 counts_only=tuple(args.counts_only or ()))
+        res["counts_only"] = list(args.counts_only or ())
+        parts = [res["core"]]
+        channels = getattr(cfg, "channels", None)
+        if channels and not args.no_devmem:     # the device memory the core's line port is sized for
+            from hdl.memctl.devmem import DeviceMemory
+            dm = DeviceMemory(config=cfg.dram, channels=channels, ndp_tag_width=cfg.tag_width)
+            res["devmem"] = hier_cells("devmem", dm, progress=say,
+                                       checkpoint=args.json and f"{args.json}.devmem.partial")
+            parts.append(res["devmem"])
+        res["total"] = {k: sum(p["total"][k] for p in parts) for k in parts[0]["total"]}
+        res["seconds"] = sum(p["seconds"] for p in parts)
+        print(format_report(res), flush=True)
+        out[name] = res
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out if len(out) > 1 else next(iter(out.values())), indent=1) + "\n")
+        print(path)
+    return 0
 
 
 def cmd_fp_report(args):
@@ -235,6 +299,12 @@ def main(argv=None):
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="override a configuration field (repeatable; dotted paths for nested configurations)")
     p.add_argument("--list", action="store_true", help="list the tops with their presets and configurations")
+    p.add_argument("--hier", action="store_true",
+                   help="with --preset/--set: write every distinct module once (FP units, PE array, SFU, decoder "
+                        "as modules instantiated N times; sim/synth/hier.py) instead of Amaranth's per-instance "
+                        "hierarchy -- what makes the paper-geometry core small enough to generate and lint")
+    p.add_argument("--counts-only", action="append", metavar="CLASS",
+                   help="with --hier: modules of this class are written as black-box stubs (repeatable)")
     p.set_defaults(func=cmd_verilog)
 
     p = sub.add_parser("ports", help="write the page of every top's port bit layouts (docs/ports.md)")
@@ -244,13 +314,25 @@ def main(argv=None):
 
     p = sub.add_parser("lint", help="verilator --lint-only on every .v in a directory")
     p.add_argument("dir", nargs="?", default="build/verilog")
+    p.add_argument("--each-module", metavar="FILE",
+                   help="lint every (non-stub) module of FILE as its own top, e.g. a `verilog --hier` file")
     p.set_defaults(func=cmd_lint)
 
     p = sub.add_parser("synth", help="Yosys cell counts per top, with progress (needs the synth extra)")
     p.add_argument("--top", action="append", help="only this top (repeatable)")
-    p.add_argument("--mode", choices=["full", "fast"], default="full",
+    p.add_argument("--mode", choices=["full", "fast", "hier"], default="full",
                    help="full: synth -flatten to generic gates (minutes for the big tops); fast: proc; flatten; "
-                        "stat (word-level cells, seconds)")
+                        "stat (word-level cells, seconds); hier: per distinct module x instance count, memories "
+                        "kept as SRAM macros (sim/synth/hier.py; with --preset / --set; ndp_core's paper preset "
+                        "adds its 64-channel device memory)")
+    p.add_argument("--preset", help="--mode hier: configuration preset of the top (ndpim verilog --list)")
+    p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="--mode hier: override a field")
+    p.add_argument("--no-devmem", action="store_true", help="--mode hier: the core only, not its device memory")
+    p.add_argument("--counts-only", action="append", metavar="CLASS",
+                   help="--mode hier: modules of this class (e.g. PEArray, NDPCore: the single-instance fabrics that "
+                        "are too large to convert at the paper geometry) are elaborated for their instance counts "
+                        "and memories but not synthesized (repeatable)")
+    p.add_argument("--json", help="--mode hier: write the figures here (e.g. build/bench/ndp_synth.json)")
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("fp-report", help="bit-exactness of every FP unit, and the exp error table")

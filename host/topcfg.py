@@ -47,6 +47,8 @@ def catalogue() -> dict:
     from hdl.memctl.controller import MemoryController
     from hdl.memctl.timing import DDR4_3200, LPDDR5X_8533
     from hdl.memctl.addrmap import AddressMap
+    from hdl.memctl.devmem import GRANULE_BYTES
+    from amaranth.utils import exact_log2
     from hdl.ndp.config import TINY as NDP_TINY, PAPER as NDP_PAPER
     from hdl.ndp.decoder import DescriptorDecoder
     from hdl.ndp.pe_array import PEArray
@@ -65,6 +67,19 @@ def catalogue() -> dict:
     from hdl.pim.rank_pu import RankPU, PIMSequencer
 
     fmts = {"fp16": FP16, "fp32": FP32}
+
+    def _ndp_core(c):
+        if not hasattr(c, "channels"):          # on a memory controller's bursts
+            return NDPCore(config=c.ndp, mem_burst_bits=c.dram.org.burst_bits, mem_addr_bits=addr(c.dram),
+                           mem_tag_width=c.tag_width)
+        # on the device memory's NDP port (hdl/memctl/devmem.py DeviceMemory: line_bits, ndp_addr_bits)
+        line_bytes = GRANULE_BYTES * c.channels
+        if line_bytes != c.ndp.align_bytes:
+            raise ValueError(f"the line of {c.channels} channels ({line_bytes} B) must equal ndp.align_bytes "
+                             f"({c.ndp.align_bytes} B)")
+        sub_bits = exact_log2(GRANULE_BYTES // c.dram.org.burst_bytes)
+        return NDPCore(config=c.ndp, mem_burst_bits=8 * line_bytes, mem_addr_bits=addr(c.dram) - sub_bits,
+                       mem_tag_width=c.tag_width)
     addr = lambda dram: AddressMap(dram.org).addr_bits  # noqa: E731
     specs = [
         TopSpec("fp16_mul", "FP16 multiplier", {"default": _params("FPMulParams", fmt="fp16", out_fmt="fp16")},
@@ -89,15 +104,20 @@ def catalogue() -> dict:
         TopSpec("ndp_decoder", "NDP descriptor decoder (instruction buffer + checks)",
                 {"paper": NDP_PAPER, "tiny": NDP_TINY}, "paper", lambda c: DescriptorDecoder(config=c)),
         TopSpec("ndp_pe_array", "NDP GEMV/GEMM PE array of FPMACs",
-                {"default": _params("PEArrayParams", lanes=4, batch=4, acc="fp32", max_k=4096, max_n=4096)},
-                "default", lambda c: PEArray(lanes=c.lanes, batch=c.batch, acc=c.acc, max_k=c.max_k, max_n=c.max_n)),
+                {"default": _params("PEArrayParams", lanes=4, batch=4, acc="fp32", max_k=4096, acc_columns=16)},
+                "default", lambda c: PEArray(lanes=c.lanes, batch=c.batch, acc=c.acc, max_k=c.max_k,
+                                  acc_columns=c.acc_columns)),
         TopSpec("ndp_softmax", "NDP softmax SFU",
                 {"default": _params("SoftmaxParams", lanes=8, max_len=1024, max_rows=128)}, "default",
                 lambda c: SoftmaxUnit(lanes=c.lanes, max_len=c.max_len, max_rows=c.max_rows)),
         TopSpec("ndp_core", "NDP core (decoder, control, buffers, PE array, SFU) on a memory controller's bursts",
-                {"tiny": _params("NDPCoreParams", ndp=NDP_TINY, dram=DDR4_3200, tag_width=8)}, "tiny",
-                lambda c: NDPCore(config=c.ndp, mem_burst_bits=c.dram.org.burst_bits, mem_addr_bits=addr(c.dram),
-                                  mem_tag_width=c.tag_width)),
+                {"tiny": _params("NDPCoreParams", ndp=NDP_TINY, dram=DDR4_3200, tag_width=8),
+                 # the paper core on the 64-channel LPDDR5X device memory's wide port (sim/ndp/system.py
+                 # NDPDeviceSystem): one line = a 64-byte granule of every channel = PAPER.align_bytes (4096 B),
+                 # line addresses of the 512 GiB device (27 bits), the device memory's default 8-bit NDP tag
+                 "paper": _params("NDPCoreDevmemParams", ndp=NDP_PAPER, dram=LPDDR5X_8533, channels=64,
+                                  tag_width=8)}, "tiny",
+                _ndp_core),
         TopSpec("cxl_csr", "CXL.io register bank of the device's requester queues",
                 {"tiny": _params("CSRParams", num_queues=4, ndp=NDP_TINY)}, "tiny",
                 lambda c: CSRBank(RegisterMap(num_queues=c.num_queues), layout=QueueLayout.for_config(c.ndp))),

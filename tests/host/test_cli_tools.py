@@ -10,7 +10,7 @@ def test_every_top_is_catalogued_with_a_buildable_default():
     from hdl.tops import TOPS
     cat = catalogue()
     assert set(TOPS) <= set(cat)
-    for name in ("ndp_decoder", "pim_bank_pu", "memctl_ddr4_3200", "fp16_mul"):
+    for name in ("ndp_decoder", "ndp_pe_array", "pim_bank_pu", "memctl_ddr4_3200", "fp16_mul"):
         spec = cat[name]
         comp = spec.build(spec.config())
         assert comp.signature.members
