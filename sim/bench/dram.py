@@ -79,6 +79,9 @@ def _rate(run):
 
 
 def main(argv=None):
+    import argparse
+    argparse.ArgumentParser(prog="ndpim bench dram", description=__doc__.splitlines()[0]).parse_args(
+        list(argv or []))
     import json
     from pathlib import Path
     from sim.perf.dram import DRAMPerfModel

@@ -206,8 +206,11 @@ def paper_figures(model=None) -> dict:
 
 
 def main(argv=None):
-    argv = list(argv or [])
-    quick = "--quick" in argv
+    import argparse
+    ap = argparse.ArgumentParser(prog="ndpim bench ndp", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="section 0 (model vs RTL on the burst memory) and the paper-geometry model figures only")
+    quick = ap.parse_args(list(argv or [])).quick
     t0 = time.time()
     out = {"rtl": {"source": "RTL-measured, Verilator, tiny slice (8 lanes x 2 PE rows): section 0 on the 512-bit "
                              "burst memory (tests/hdl/ndp/test_core.py's DUT), sections 1-3 on the DDR4-3200 tiny "

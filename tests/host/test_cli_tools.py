@@ -65,6 +65,17 @@ def test_bench_and_fuzz_modules_exist():
         main(["bench", "nope"])
 
 
+@pytest.mark.parametrize("name", sorted(BENCHES) + ["fuzz"])
+def test_bench_help_prints_usage_and_runs_nothing(name, capsys):
+    """`ndpim bench NAME --help` (and `ndpim fuzz --help`) prints the bench's usage and exits 0 instead of starting
+    the bench (two of them ignored their arguments and ran); an unknown option is refused."""
+    argv = ["fuzz", "--help"] if name == "fuzz" else ["bench", name, "--help"]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
 def test_status_explanations_name_the_limit():
     from dataclasses import replace
     from hdl.ndp.config import TINY
