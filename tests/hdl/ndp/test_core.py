@@ -245,5 +245,9 @@ def test_bad_construction():
         NDPCore(config=replace(CFG, input_buffer_bytes=3 * 1024), mem_burst_bits=512, mem_addr_bits=20)
     with pytest.raises(ValueError, match="NDPConfig"):
         NDPCore(config="tiny", mem_burst_bits=512, mem_addr_bits=20)
+    with pytest.raises(ValueError, match="gemv_pairs needs a memory line of >= 2 beats"):
+        NDPCore(config=CFG, mem_burst_bits=128, mem_addr_bits=20)       # one 8-lane beat per line
+    with pytest.raises(ValueError, match="gemv_pairs needs pe_batch >= 2"):
+        replace(CFG, macs=8, pe_batch=1, lanes=8)
     with pytest.raises(ValueError, match="in-order"):
         NDPMemorySystem(config=CFG, dram_config=DDR4_3200_TINY, policy="fr-fcfs")
