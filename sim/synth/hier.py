@@ -152,7 +152,8 @@ def _black_boxes(reg):
 
     def patched_rst(self, fragment):
         if isinstance(fragment, Instance) and fragment.type in reg.all_names():
-            raise NotImplementedError(f"a ResetInserter above the unit {fragment.type}: not supported")
+            raise ValueError(f"hierarchical synthesis: the unit {fragment.type} sits under a ResetInserter, which a "
+                             f"black box cannot carry; synthesize this design flat (--mode full / fast)")
         return orig_rst(self, fragment)
 
     Fragment.get = staticmethod(patched_get)

@@ -88,3 +88,22 @@ def test_paper_core_preset_matches_the_device_memory_port():
                                                                                [("channels", "32")])[1])
     for c in [core, dm] + dm.chans + [ch.controller for ch in dm.chans]:
         c._MustUse__silence = True
+
+
+def test_a_reset_inserter_above_a_unit_is_refused_by_name():
+    """A unit under a ResetInserter cannot become a black box: a clear error, not a wrong count."""
+    from amaranth.hdl import Module, ResetInserter, Signal
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In
+    from hdl.fp.add import FPAdd
+    from sim.synth.hier import elaborate_distinct
+
+    class Top(wiring.Component):
+        clr: In(1)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.add = ResetInserter({"sync": self.clr})(FPAdd())
+            return m
+    with pytest.raises(ValueError, match="FPAdd.*ResetInserter.*flat"):
+        elaborate_distinct("top", Top())
