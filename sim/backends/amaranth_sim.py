@@ -2,12 +2,26 @@
 
 import time
 
-from amaranth.hdl import Value
+from amaranth.hdl import Instance, Value
 from amaranth.sim import Simulator
 
 from .base import Backend, StreamRun, SimulationTimeout
 
 __all__ = ["AmaranthBackend"]
+
+
+def _refuse_black_boxes(sim, component):
+    """Amaranth's simulator runs an :class:`Instance` (a separately generated Verilog module, e.g. the
+    hierarchical builds' channel and DRAM-model instances) as an empty fragment: its outputs stay 0 and the design
+    hangs or computes garbage with no error. Refuse such a design with the instances' names instead.
+    (``Simulator._design`` is the prepared design of amaranth 0.5, the version pyproject.toml pins.)"""
+    boxes = sorted({f"{'.'.join(info.name)} ({frag.type})"
+                    for frag, info in sim._design.fragments.items() if isinstance(frag, Instance)})
+    if boxes:
+        more = f" and {len(boxes) - 4} more" if len(boxes) > 4 else ""
+        raise ValueError(f"{type(component).__name__} holds black-box instances that Amaranth's simulator cannot "
+                         f"run: {', '.join(boxes[:4])}{more}; build the design flat (for a hierarchical build, "
+                         f"hierarchical=False) or use the verilator backend")
 
 
 class AmaranthBackend(Backend):
@@ -59,6 +73,7 @@ class AmaranthBackend(Backend):
                 t += 1
 
         sim = Simulator(component)
+        _refuse_black_boxes(sim, component)
         sim.add_clock(1e-9)
         sim.add_testbench(testbench)
         start, cpu0 = time.perf_counter(), time.process_time()

@@ -89,10 +89,13 @@ def kernel_program(case: str, cfg, seed: int = 0):
     raise ValueError(f"unknown case {case!r}; allowed: {', '.join(CASES)}")
 
 
-def _system(cfg, channels, dram_config, storage, device_init=None):
+def _system(cfg, channels, dram_config, storage, device_init=None, hierarchical=True):
+    """The design; ``hierarchical``: the channels and DRAM models as instances of one generated module each (the
+    Verilator build); Amaranth's simulator needs the flat design (it cannot run an instance)."""
     from sim.ndp.system import NDPDeviceSystem
     return NDPDeviceSystem(config=cfg, channels=channels, dram_config=dram_config,
-                           device_kwargs=None if storage else {"storage": False}, device_init=device_init)
+                           device_kwargs=None if storage else {"storage": False}, device_init=device_init,
+                           hierarchical=hierarchical)
 
 
 def device_init(image: bytes, channels: int, dram_config) -> list:
@@ -156,7 +159,8 @@ def run(case: str, *, channels: int = 2, backend: str = "verilator", seed: int =
     if timing_only or preload:
         stores = []             # the kernel alone, from an idle device (timing only: no data)
     dut = dut if dut is not None else _system(cfg, channels, dram, storage=not timing_only,
-                                              device_init=device_init(image, channels, dram) if image else None)
+                                              device_init=device_init(image, channels, dram) if image else None,
+                                              hierarchical=backend == "verilator")
     be = _backend(backend)
     out = {"case": case, "channels": channels, "lanes": cfg.lanes, "backend": backend,
            "dram": dram.name, "descriptors": len(kernel)}
@@ -237,7 +241,8 @@ def main(argv=None) -> int:
     dram = LPDDR5X_8533 if a.timing_only else data_config()
     cfg = slice_preset(a.channels) if a.timing_only else slice_config(a.channels)
     # one build for every case (preload: one per case, the data is in the design)
-    dut = None if a.preload and not a.timing_only else _system(cfg, a.channels, dram, storage=not a.timing_only)
+    dut = None if a.preload and not a.timing_only else _system(cfg, a.channels, dram, storage=not a.timing_only,
+                                                                hierarchical=a.backend == "verilator")
     for c in cases:
         r = run(c, channels=a.channels, backend=a.backend, timing_only=a.timing_only, dut=dut, split=not a.no_split,
                 preload=a.preload)

@@ -3,7 +3,7 @@
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import ClockSignal, Instance, Module, Signal
 from amaranth.lib import wiring, stream
 from amaranth.lib.wiring import In, Out
 
@@ -105,6 +105,36 @@ def test_hang_times_out(backend):
     with pytest.raises(SimulationTimeout, match=r"^Hang: no completion after 50 cycles; "
                                                 r"outputs collected \{'o': 0\} of \{'o': 3\}$"):
         backend.run_streams(Hang(), {"i": [1, 2, 3]}, {"o": 3}, max_cycles=50)
+
+
+class BlackBox(wiring.Component):
+    """Test-only: a pass-through whose work is done by an instance of a separately generated module (as the
+    hierarchical builds instantiate their channels)."""
+
+    def __init__(self):
+        super().__init__({"i": In(stream.Signature(8)), "o": Out(stream.Signature(8))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.box = Instance("box_module", i_clk=ClockSignal(), i_d=self.i.payload, o_q=self.o.payload,
+                                    i_v=self.i.valid, o_v=self.o.valid)
+        m.d.comb += self.i.ready.eq(self.o.ready)
+        return m
+
+
+def test_amaranth_refuses_a_black_box_instance():
+    """Amaranth's simulator would run the instance as nothing (outputs 0, a silent hang): the backend names it."""
+    with pytest.raises(ValueError, match=r"BlackBox holds black-box instances that Amaranth's simulator cannot run: "
+                                         r"top\.box \(box_module\); build the design flat"):
+        get_backend("amaranth").run_streams(BlackBox(), {"i": [1]}, {"o": 1}, max_cycles=20)
+    with pytest.raises(SimulationTimeout):       # without the check: no error, just no output
+        from sim.backends import amaranth_sim
+        orig = amaranth_sim._refuse_black_boxes
+        amaranth_sim._refuse_black_boxes = lambda sim, c: None
+        try:
+            get_backend("amaranth").run_streams(BlackBox(), {"i": [1]}, {"o": 1}, max_cycles=20)
+        finally:
+            amaranth_sim._refuse_black_boxes = orig
 
 
 def test_bad_arguments(backend):
