@@ -68,7 +68,8 @@ class _RingReader(wiring.Component):
     ``sel`` (optional): the port's words hold ``1 << sel_bits`` items; the item ``pos & mask`` is selected.
     ``pairs`` (optional, ``sel_bits >= 1``): ``o`` is two items wide; with ``two`` high at ``go`` (``start`` even)
     each word of ``o`` is the item pair ``(pos, pos + 1)`` of one port word (``count`` pairs), else one item in
-    the low half."""
+    the low half. ``last``: no word is left to issue (the offered word, if any, is the last one); ``go`` may come
+    in the cycle the last word is taken (the next run's first word is then offered two cycles later)."""
 
     def __init__(self, port, pos_bits, count_bits, item_bits, sel_bits=0, pairs=False):
         if pairs and not sel_bits:
@@ -80,7 +81,7 @@ class _RingReader(wiring.Component):
         super().__init__({
             "go": In(1), "start": In(pos_bits), "count": In(count_bits), "two": In(1),
             "avail": In(1), "pos": Out(pos_bits),
-            "o": Out(stream.Signature(item_bits * (2 if pairs else 1))), "busy": Out(1),
+            "o": Out(stream.Signature(item_bits * (2 if pairs else 1))), "busy": Out(1), "last": Out(1),
         })
 
     def elaborate(self, platform):
@@ -95,6 +96,7 @@ class _RingReader(wiring.Component):
             self.port.addr.eq(word_idx[:len(self.port.addr)]),
             self.port.en.eq(adv),
             self.busy.eq(self.o.valid | (rem != 0)),
+            self.last.eq(rem == 0),
         ]
         two = Signal()
         if self.pairs:
@@ -490,8 +492,19 @@ class _Core(wiring.Component):
         with m.If(a_busy & (aj.kind == KIND_LOAD)):
             m.d.comb += [load_fifo.w_en.eq(d_rd.o.valid), load_fifo.w_data.eq(d_rd.o.payload[:W]),
                          d_rd.o.ready.eq(load_fifo.w_rdy)]
-        with m.If(a_busy & ~d_rd.busy):
-            m.d.sync += [a_busy.eq(0), rp_a.eq(rp_a + 1), f_e.eq(f_e + aj.free_lines)]
+        # a job ends in the cycle its last word is taken (or once the reader is idle: a job of no words); the
+        # next job's reader starts in that same cycle when it is already in the ring and reads the DRAM ring, so
+        # back-to-back jobs (passes, K-tiles, descriptors) lose one cycle on the A stream instead of three
+        a_end = a_busy & (~d_rd.busy | (d_rd.o.valid & d_rd.o.ready & d_rd.last))
+        rp_a1 = (rp_a + 1)[:jb]
+        nj = job(rp_a1)
+        with m.If(a_end):
+            m.d.sync += [rp_a.eq(rp_a1), f_e.eq(f_e + aj.free_lines)]
+            with m.If(jhas(rp_a1) & ((nj.kind == KIND_PE) | (nj.kind == KIND_LOAD))):
+                m.d.comb += [d_rd.go.eq(1), d_rd.start.eq(nj.a_start), d_rd.count.eq(nj.a_count),
+                             d_rd.two.eq(nj.mode == PEMode.TRANS_PAIR)]
+            with m.Else():
+                m.d.sync += a_busy.eq(0)
 
         # ============================================================== output writer
         a_r = Signal(ret_pb)                   # return ring beats allocated
