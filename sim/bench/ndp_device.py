@@ -19,11 +19,11 @@ CK cycles, so the model's figure is converted with ``CORE_CLOCK_RATIO`` (CK = co
 ``python -m sim.bench.ndp_device [--backend verilator|amaranth] [--kernel e4|attention|e3|e2|gemv|all]
 [--channels 2] [--timing-only] [--no-split] [--preload]`` (``--timing-only``: the full LPDDR5X-8533 die, no data,
 the kernel alone from an idle device; ``--preload``: the operands in the DRAM models' initial contents, the kernel
-alone, bit-exact: the shortest run, e.g. ``--channels 1 --kernel e4 --preload``; with ``--backend amaranth``
-it did not finish in 85 min of CPU)
+alone, bit-exact: the shortest run, e.g. ``--channels 1 --kernel e4 --preload``, on Amaranth's simulator 56 s;
+``--channels 1 --kernel attention --preload`` ~20 min there)
 prints the figures and writes ``build/bench/ndp_device.json``. Verilator: a cold build of the 2-channel system
-takes several minutes of CPU; each run seconds. Amaranth's simulator runs this design at tens of cycles per
-second: the E4 (~9 k cycles with its STOREs) takes minutes, the 4K attention (~150 k cycles) hours.
+takes a few minutes of CPU; each run seconds. Amaranth's simulator (the flat design: it cannot run the hierarchical
+build's module instances) runs the one-channel slice at ~110-130 cycles per second.
 """
 
 import argparse
@@ -142,7 +142,7 @@ def run(case: str, *, channels: int = 2, backend: str = "verilator", seed: int =
     also run the STOREs alone for the kernel's own cycles (off: the whole program only, e.g. on Amaranth's
     simulator). ``preload``: the operands are the DRAM models' initial contents (:func:`device_init`, written by
     the golden core's STOREs) and only the kernel runs, from an idle device: the bit-exact check at a kernel's
-    own length (the shortest run; Amaranth's simulator still did not finish it, docs/ndp_perf.md); ``dut`` must then be None (the design holds the data)."""
+    own length (the shortest run, e.g. for Amaranth's simulator); ``dut`` must then be None (the design holds the data)."""
     from sim.golden.ndp_core import GoldenCore, beats, x_beats
     from sim.perf.ndp import NDPPerfModel, DeviceMemoryModel
     dram = LPDDR5X_8533 if timing_only else data_config()
@@ -233,7 +233,8 @@ def main(argv=None) -> int:
                     help="run the whole program only (no STOREs-alone run for the kernel's own cycles)")
     ap.add_argument("--preload", action="store_true",
                     help="operands in the DRAM models' initial contents, the kernel alone (bit-exact check at the "
-                         "kernel's length; on Amaranth's simulator even the 1-channel E4 did not finish in 85 min of CPU)")
+                         "kernel's length; the shortest run: --channels 1 --kernel e4 --preload takes ~1 min on Amaranth's "
+                         "simulator, the 4K-token attention ~20 min)")
     ap.add_argument("--out", default="build/bench/ndp_device.json")
     a = ap.parse_args(argv)
     cases = list(CASES) if a.kernel == "all" else [a.kernel]
