@@ -50,19 +50,21 @@ def calibration_path(memory: str = "burst", channels: int = 2) -> Path:
 CLASSES = ("LOAD", "STORE", "GEMV", "GEMV_T", "GEMM", "GEMM_T", "SOFTMAX")
 #: feature names of :func:`features` (the same vector for every class; unused ones are 0)
 FEATURES = ("one", "op_beats", "pass_beats", "in_beats", "in_lines", "out_beats", "out_lines", "sm_nb", "sm_rows_nb",
-            "acc_elems", "part_elems", "out_tail")
+            "acc_elems", "part_elems", "out_tail", "drain_excess")
 
 
 #: the features each class's service is fitted on (design choice: what the class's dataflow streams -- the
 #: operand beats, once per PE pass for GEMM, the staged input, the returned beats, the softmax's beats and rows;
-#: a full least-squares fit on every feature over-fits the calibration waves and mispredicts others by ~40 %)
+#: for the TRANS classes, the cycles by which a PE job's drain outlasts the next job's operand beats (a short job,
+#: e.g. the context GEMV of an 8-token share, waits for the previous drain: not linear in the sizes); a full
+#: least-squares fit on every feature over-fits the calibration waves and mispredicts others by ~40 %)
 CLASS_FEATURES = {
     "LOAD": ("one", "op_beats", "out_beats"),
     "STORE": ("one", "in_beats", "in_lines"),
     "GEMV": ("one", "op_beats", "out_beats"),
-    "GEMV_T": ("one", "op_beats", "in_beats", "out_beats"),
+    "GEMV_T": ("one", "op_beats", "in_beats", "out_beats", "drain_excess"),
     "GEMM": ("one", "op_beats", "pass_beats", "in_beats", "out_beats"),
-    "GEMM_T": ("one", "op_beats", "pass_beats", "in_beats", "out_beats"),
+    "GEMM_T": ("one", "op_beats", "pass_beats", "in_beats", "out_beats", "drain_excess"),
     "SOFTMAX": ("one", "out_beats", "sm_nb", "sm_rows_nb"),
 }
 
@@ -77,6 +79,27 @@ def op_class(desc) -> str:
 
 def _returned(desc) -> int:
     return desc.returned_elems()
+
+
+def _drain_excess(desc, config) -> float:
+    """Sum over a TRANS descriptor's PE jobs of max(0, drain of job j - 1 - A beats of job j): the RTL's drain of
+    one job overlaps the next job's compute and stalls it when longer (the jobs and their drain cycles of
+    :meth:`sim.perf.ndp.NDPPerfModel.shape`, the RTL's own cycle formulas)."""
+    m = _shape_model(config)
+    ps = m.shape(desc)["pass"]
+    return float(sum(max(0.0, ps[j - 1][1] - ps[j][0]) for j in range(1, len(ps))))
+
+
+_SHAPE_MODELS = {}
+
+
+def _shape_model(config):
+    """An NDP model of ``config`` for its job shapes only (the memory model does not enter ``shape``'s passes)."""
+    from sim.perf.ndp import NDPPerfModel, BurstMemoryModel
+    m = _SHAPE_MODELS.get(config)
+    if m is None:
+        m = _SHAPE_MODELS[config] = NDPPerfModel(config, BurstMemoryModel(2 * config.lanes * 4))
+    return m
 
 
 def features(desc, config) -> np.ndarray:
@@ -94,7 +117,8 @@ def features(desc, config) -> np.ndarray:
     res = desc.output_elems() if cls in ("GEMV", "GEMV_T", "GEMM", "GEMM_T") else 0
     return np.array([1.0, op_beats, op_beats * (passes - 1), in_beats, in_lines, ceil(out / lanes),
                      ceil(2 * out / 64), nb, rows * nb, res if desc.acc else 0, res if desc.partial else 0,
-                     1.0 if (2 * out) % 64 else 0.0],
+                     1.0 if (2 * out) % 64 else 0.0,
+                     _drain_excess(desc, config) if cls in ("GEMV_T", "GEMM_T") else 0.0],
                     np.float64)
 
 
