@@ -26,6 +26,7 @@ heads (:func:`sim.perf.pim.calibrate`), runs of heads by :func:`host.e2e.pim.run
 """
 
 import json
+from functools import lru_cache
 from math import ceil, log2
 from pathlib import Path
 
@@ -90,16 +91,11 @@ def _drain_excess(desc, config) -> float:
     return float(sum(max(0.0, ps[j - 1][1] - ps[j][0]) for j in range(1, len(ps))))
 
 
-_SHAPE_MODELS = {}
-
-
+@lru_cache(maxsize=None)
 def _shape_model(config):
     """An NDP model of ``config`` for its job shapes only (the memory model does not enter ``shape``'s passes)."""
     from sim.perf.ndp import NDPPerfModel, BurstMemoryModel
-    m = _SHAPE_MODELS.get(config)
-    if m is None:
-        m = _SHAPE_MODELS[config] = NDPPerfModel(config, BurstMemoryModel(2 * config.lanes * 4))
-    return m
+    return NDPPerfModel(config, BurstMemoryModel(2 * config.lanes * 4))
 
 
 def features(desc, config) -> np.ndarray:
