@@ -16,9 +16,10 @@ import numpy as np
 
 from .model import TINY_LLAMA, make_adapters
 from .ndp import NDPDevices, NDPJob, WaveScript, plan_runs
-from .perf import fit, NDPTiming, calibration_path, op_class
+from .perf import fit, NDPTiming, RankRefresh, calibration_path, op_class
 
-__all__ = ["calibration_waves", "measure_ndp", "calibrate_ndp", "calibrate_pim", "wave_errors"]
+__all__ = ["calibration_waves", "measure_ndp", "calibrate_ndp", "calibrate_pim", "wave_errors", "rank_bits",
+           "refresh_params"]
 
 
 def _bits(rng, shape, scale=1.0):
@@ -73,36 +74,64 @@ def wave_errors(timing: NDPTiming, measured) -> np.ndarray:
     return np.array(err)
 
 
+def rank_bits(memory) -> list:
+    """Address bits of a device byte address that select its rank, rank bit 0 first (``memory``: the device's
+    :class:`hdl.memctl.devmem.DeviceMemory`): probed one address bit at a time through the memory's own mapping
+    (:meth:`DeviceMemory.locate`, the controllers' address map), which is a bit permutation."""
+    amap, R = memory.amap, memory.config.org.ranks
+    off = amap.offsets["rank"]
+    out = [None] * (R.bit_length() - 1)
+    for p in range(memory.bytes.bit_length() - 1):
+        _, burst, _ = memory.locate(1 << p)
+        r = (burst >> off) & (R - 1)
+        if r:
+            if r & (r - 1) or out[r.bit_length() - 1] is not None:
+                raise ValueError(f"address bit {p} maps to rank {r}: not a bit permutation")
+            out[r.bit_length() - 1] = p
+    if None in out:
+        raise ValueError(f"no address bit selects rank bits {out}")
+    return out
+
+
+def refresh_params(dev, first_issue) -> dict:
+    """:class:`host.e2e.perf.RankRefresh`'s parameters for the device of ``dev`` (LPDDR5X memory), from its timing
+    set and its controllers' refresh rules (hdl/memctl/controller.py: rank ``r``'s tREFI timer starts at
+    ``tREFI - 1 + r * (tREFI // ranks)``; its tick makes the refresh owed in the next cycle, the scheduler takes it
+    in the one after and the PREA is on the bus one cycle later: 3 cycles), plus the runs' fitted first issue."""
+    inner = dev.system().inner
+    tm, org = inner.dram_config.timing, inner.dram_config.org
+    return {"model": "rank", "interval": int(tm.tREFI), "cycles": int(tm.tRFC), "prea": int(tm.tRPab or tm.tRP),
+            "ranks": int(org.ranks), "stagger": int(tm.tREFI) // int(org.ranks), "owed": int(tm.tREFI) - 1 + 3,
+            "rank_bits": rank_bits(inner.memory.memory), "first_issue": first_issue}
+
+
 def _fit_refresh(dev, measured) -> dict:
-    """The service fit with the DRAM's all-bank refreshes taken out (LPDDR5X memory): the refresh interval and
-    length are the timing set's (tREFI, tRFC, in the memory's cycles = the run's cycles); the runs' first issue
-    after reset is fitted linear in their preload lines; the refreshes' phase is the one whose service fit
-    predicts the runs best. Returns :func:`fit`'s coefficients plus ``refresh``."""
-    timing = dev.system().inner.dram_config.timing
-    iv, rc = int(timing.tREFI), int(timing.tRFC)
+    """The service fit with the DRAM's refreshes taken out (LPDDR5X memory): the runs' first issue after reset is
+    fitted linear in their preload lines; each descriptor's refresh stall (:class:`host.e2e.perf.RankRefresh` on
+    its measured start and completion) is subtracted before the least-squares fit of the services; the gaps
+    between a completion and the next start are the medians per (previous class, class) with >= 3 runs'
+    points, else per class (the gap includes the next header's fetch from the DRAM, whose row and refresh state
+    the linear model cannot see: medians keep a refresh in the gap from pulling the fit). Returns :func:`fit`'s
+    coefficients plus ``refresh``, ``gap_pair`` and ``gap_class``."""
     X = np.array([[1.0, s.pre_lines] for s, _, _ in measured])
     y = np.array([float(s.first_issue) for s, _, _ in measured])
-    ab = np.linalg.lstsq(X, y, rcond=None)[0].tolist()
-    best = None
-    for phase in range(0, iv, 32):
-        ref = {"interval": iv, "cycles": rc, "phase": phase, "first_issue": ab}
-        adj = []
-        for s, rr, _ in measured:
-            for desc, issue, start, done, prev in rr:
-                stall = 0
-                if op_class(desc) != "SOFTMAX":
-                    a, e = start + s.first_issue, done + s.first_issue
-                    k = int((a - phase) // iv) + 1
-                    while k * iv + phase <= e:
-                        stall += rc
-                        k += 1
-                adj.append((desc, issue, start, done - stall, prev))
-        coef = fit(adj, dev.config)
-        coef["refresh"] = ref
-        err = np.abs(wave_errors(NDPTiming(dev.config, coef), measured)).max()
-        if best is None or err < best[0]:
-            best = (err, coef)
-    return best[1]
+    ref = refresh_params(dev, np.linalg.lstsq(X, y, rcond=None)[0].tolist())
+    adj, pairs, classes = [], {}, {}
+    for s, rr, _ in measured:
+        model = RankRefresh(ref, s.first_issue)
+        pc = None
+        for desc, issue, start, done, prev in rr:
+            _, stall = model.stall(desc, start, done)
+            adj.append((desc, issue, start, done - stall, prev))
+            if prev is not None and issue < prev:
+                pairs.setdefault(f"{pc}>{op_class(desc)}", []).append(start - prev)
+                classes.setdefault(op_class(desc), []).append(start - prev)
+            pc = op_class(desc)
+    coef = fit(adj, dev.config)
+    coef["refresh"] = ref
+    coef["gap_pair"] = {k: float(np.median(v)) for k, v in sorted(pairs.items()) if len(v) >= 3}
+    coef["gap_class"] = {k: float(np.median(v)) for k, v in sorted(classes.items())}
+    return coef
 
 
 def calibrate_ndp(seed: int = 0, n: int = 24, engine: str = "verilator", path=None, log=print, *,

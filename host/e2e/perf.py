@@ -7,14 +7,17 @@
   ``k`` is *issued* when its valid word is written;
 * the queue engine takes one descriptor at a time: descriptor ``k`` starts ``lat(k)`` cycles after its issue
   (header fetch, window check, staging its input lines) or ``gap(k)`` cycles after the previous completion,
-  whichever is later; it completes ``service(k)`` cycles after its start.
+  whichever is later; it completes ``service(k)`` cycles after its start;
+* on the LPDDR5X device memory, the DRAM's refreshes (:class:`RankRefresh`: per rank, when the controller takes
+  them) stall the descriptors whose operand reads meet a refreshing rank, and ``gap(k)`` is the calibration's
+  median per (previous class, class).
 
-``service``, ``lat`` and ``gap`` are linear in the descriptor's sizes (:func:`features`: operand beats times PE
-passes, input / output beats and lines, softmax terms), one coefficient set per operation class (LOAD, STORE,
-GEMV and GEMM in the row dataflow, GEMV_T and GEMM_T in the TRANS (GEMV-PE) dataflow, SOFTMAX) over the features
-of :data:`CLASS_FEATURES`; the coefficients are fitted by least squares on the per-descriptor cycle stamps of RTL runs
-(:func:`fit`, ``ndpim e2e calibrate``: data/e2e_ndp_calibration.json) -- measured, never typed in. A wave's
-cycles are its last completion minus its first issue, plus one, as on the RTL.
+``service``, ``lat`` and (on the burst memory) ``gap`` are linear in the descriptor's sizes (:func:`features`:
+operand beats times PE passes, input / output beats and lines, softmax terms), one coefficient set per operation
+class (LOAD, STORE, GEMV and GEMM in the row dataflow, GEMV_T and GEMM_T in the TRANS (GEMV-PE) dataflow, SOFTMAX)
+over the features of :data:`CLASS_FEATURES`; the coefficients are fitted by least squares on the per-descriptor
+cycle stamps of RTL runs (:func:`fit`, ``ndpim e2e calibrate``: data/e2e_ndp_calibration*.json) -- measured, never
+typed in. A wave's cycles are its last completion minus its first issue, plus one, as on the RTL.
 
 :class:`NDPTiming` also answers the PLoRA host's device-timing interface (``load_s``, ``lora_e3_s``,
 ``lora_e4_s``, ``attention_s``, ``descriptor_overhead_s``: :mod:`host.plora.ndp_model`) for the e2e device, by
@@ -34,8 +37,8 @@ import numpy as np
 
 from hdl.ndp.descriptor import DescType, DescOp
 
-__all__ = ["features", "op_class", "NDPTiming", "fit", "CALIBRATION", "calibration_path", "load_calibration",
-           "CLASSES", "CLASS_FEATURES"]
+__all__ = ["features", "op_class", "NDPTiming", "RankRefresh", "rank_of", "fit", "CALIBRATION", "calibration_path",
+           "load_calibration", "CLASSES", "CLASS_FEATURES"]
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "data" / "e2e_ndp_calibration.json"
 
@@ -161,6 +164,75 @@ def load_calibration(path=None, *, memory: str = "burst", channels: int = 2) -> 
     return json.loads(p.read_text())
 
 
+def rank_of(addr: int, rank_bits) -> int:
+    """Rank of device byte address ``addr``: bit ``j`` of the rank is address bit ``rank_bits[j]`` (the device's
+    channel interleave and its controllers' address map are bit permutations:
+    :func:`host.e2e.calibrate.rank_bits`)."""
+    return sum(((addr >> p) & 1) << j for j, p in enumerate(rank_bits))
+
+
+class RankRefresh:
+    """All-bank refreshes of each rank of the device's channels, as the memory controller schedules them
+    (hdl/memctl/controller.py): rank ``r`` owes a refresh at ``owed + r * stagger + k * interval`` cycles after reset
+    (the controller's staggered tREFI timers and the cycles from its tick to the PREA on the bus) and takes it as
+    soon as it has no queued request for that rank: at once when the rank is idle, else when the requests to it
+    end. The rank is then blocked for ``prea + cycles`` (tRPab, then tRFC). A descriptor's operand reads are
+    spread evenly over its service, rank by rank in address order (:func:`rank_of`); reads to a blocked rank
+    wait for it, which delays the rest of the descriptor. The channels' controllers refresh in step (one reset).
+    ``params``: the calibration's ``refresh`` entry; ``first_abs``: the run's first issue, cycles after reset."""
+
+    def __init__(self, params, first_abs):
+        self.p = params
+        self.ranks = int(params["ranks"])
+        self.next_k = [0] * self.ranks
+        self.first = float(first_abs)
+        self.blocked = [-1e18] * self.ranks
+        self.last = [-1e18] * self.ranks
+
+    def _owed(self, r, k) -> float:
+        p = self.p
+        return p["owed"] + r * p["stagger"] + k * p["interval"] - self.first
+
+    def windows(self, desc, s, e) -> list:
+        """``[(rank, from, to)]``: the descriptor's operand reads in time, one window per rank region."""
+        if op_class(desc) in ("SOFTMAX", "STORE") or not desc.has_operand or desc.operand_bytes <= 0:
+            return []
+        lo, n, bits = desc.base_addr, desc.operand_bytes, self.p["rank_bits"]
+        if not bits:
+            return [(0, s, e)]
+        step = 1 << min(bits)
+        out, a = [], lo
+        while a < lo + n:
+            b = min(lo + n, (a // step + 1) * step)
+            r = rank_of(a, bits)
+            t0, t1 = s + (a - lo) / n * (e - s), s + (b - lo) / n * (e - s)
+            if out and out[-1][0] == r:
+                out[-1] = (r, out[-1][1], t1)
+            else:
+                out.append((r, t0, t1))
+            a = b
+        return out
+
+    def stall(self, desc, s, e) -> tuple:
+        """``(done, stalled cycles)`` of a descriptor that runs ``[s, e]`` without refresh (run-relative cycles)."""
+        block = self.p["prea"] + self.p["cycles"]
+        tot = 0.0
+        for r, a, b in self.windows(desc, s, e):
+            a, b = a + tot, b + tot
+            while self._owed(r, self.next_k[r]) <= a:          # owed before these reads: taken when the rank idled
+                fire = max(self._owed(r, self.next_k[r]), self.last[r])
+                self.blocked[r] = max(self.blocked[r], fire + block)
+                self.next_k[r] += 1
+            if a < self.blocked[r]:
+                d = self.blocked[r] - a
+                tot, a, b = tot + d, a + d, b + d
+            while self._owed(r, self.next_k[r]) <= b:          # owed during them: taken when they end
+                self.blocked[r] = max(self.blocked[r], b + block)
+                self.next_k[r] += 1
+            self.last[r] = b
+        return e + tot, tot
+
+
 class NDPTiming:
     """The calibrated event model of the NDP device (module docstring). ``coef``: :func:`fit`'s output."""
 
@@ -174,11 +246,16 @@ class NDPTiming:
         #: cycles per line of the host's CXL.mem stream: 1 on the burst memory (one line per cycle); on the LPDDR5X
         #: device memory the lines go at the channels' rate (fitted by the calibration, ``hmem_line_cycles``)
         self.line_cycles = float(self.coef.get("hmem_line_cycles", 1.0))
-        #: DRAM refresh (LPDDR5X memory: ``{"interval", "cycles", "phase", "first_issue": [a, b]}``, None on the
-        #: burst memory): a descriptor that reads or writes memory stalls ``cycles`` at every ``k * interval +
-        #: phase`` cycles after reset inside it (all-bank REF: tREFI, tRFC of the timing set); the run's first
-        #: issue is ``a + b * preload lines`` cycles after reset (fitted on the RTL's stamps)
+        #: DRAM refresh (LPDDR5X memory: :class:`RankRefresh`'s parameters, None on the burst memory); the run's
+        #: first issue is ``a + b * preload lines`` cycles after reset (``first_issue``, fitted on the RTL's stamps)
         self.refresh = self.coef.get("refresh")
+        if self.refresh is not None and self.refresh.get("model") != "rank":
+            raise ValueError("the calibration's refresh entry is not the rank model of RankRefresh (an older "
+                             "calibration): run `ndpim e2e calibrate --what ndp` with its --ndp-memory again")
+        #: median completion-to-start gaps per (previous class, class) and per class (LPDDR5X calibration;
+        #: ``None``: the linear ``gap`` for every descriptor)
+        self._gap_pair = self.coef.get("gap_pair")
+        self._gap_class = self.coef.get("gap_class")
         self._svc = {k: np.asarray(v) for k, v in self.coef["service"].items()}
         self.cache_key = ("e2e-ndp", json.dumps(self.coef, sort_keys=True))
 
@@ -193,24 +270,17 @@ class NDPTiming:
         a, b = self.coef[which]
         return max(0.0, a + b * features(desc, self.config)[4])
 
-    # ---- a wave run ------------------------------------------------------------------------------------
-    def _stalled(self, desc, s, e, first) -> float:
-        """Done cycle of a descriptor that starts at ``s`` and would be done at ``e`` without refresh (relative
-        to the first issue at ``first`` cycles after reset): every refresh inside it adds its cycles."""
-        r = self.refresh
-        if r is None or first is None or op_class(desc) == "SOFTMAX":
-            return e
-        iv, rc, ph = r["interval"], r["cycles"], r["phase"]
-        a = s + first
-        k = int((a - ph) // iv)                 # refreshes at k * iv + ph, k >= 1, that begin inside [a, end]
-        end = e + first
-        while True:
-            nxt = (k + 1) * iv + ph
-            if nxt > end:
-                return end - first
-            end += rc
-            k += 1
+    def _gap(self, prev, desc) -> float:
+        """Cycles from the previous descriptor's completion to this one's start when it was issued earlier."""
+        if self._gap_pair is not None:
+            v = self._gap_pair.get(f"{op_class(prev)}>{op_class(desc)}")
+            if v is None:
+                v = self._gap_class.get(op_class(desc))
+            if v is not None:
+                return float(v)
+        return self._lat(desc, "gap")
 
+    # ---- a wave run ------------------------------------------------------------------------------------
     def first_issue(self, pre_lines) -> float | None:
         """Cycles after reset of a run's first issue (refresh model only)."""
         if self.refresh is None:
@@ -225,6 +295,8 @@ class NDPTiming:
         phase against the refreshes)."""
         n = len(descs)
         first_abs = self.first_issue(pre_lines) if pre_lines is not None else None
+        # the run's refresh state: local, as two devices' waves may be replayed at once (one model, two threads)
+        rr = RankRefresh(self.refresh, first_abs) if self.refresh is not None and first_abs is not None else None
         issue = [0.0] * n
         if hmem is not None:
             t, k, first = 0.0, 0, None
@@ -252,15 +324,17 @@ class NDPTiming:
                 d = descs[k]
                 s = iss + self._lat(d, "lat")
                 if prev_done is not None:
-                    s = max(s, prev_done + self._lat(d, "gap"))
-                e = self._stalled(d, s, s + self.service(d) - 1, first_abs)
+                    s = max(s, prev_done + self._gap(descs[k - 1], d))
+                e = s + self.service(d) - 1
+                if rr is not None:
+                    e = rr.stall(d, s, e)[0]
                 out.append((iss, s, e))
                 dones.append(e + first)
                 prev_done = e
             return out
         out, prev = [], None
-        for d in descs:
-            s = 0.0 if prev is None else prev + self._lat(d, "gap")
+        for k, d in enumerate(descs):
+            s = 0.0 if prev is None else prev + self._gap(descs[k - 1], d)
             e = s + self.service(d) - 1
             out.append((0.0, s, e))
             prev = e
