@@ -35,9 +35,10 @@ def _demo_args(p):
     p.add_argument("--waveform", action=argparse.BooleanOptionalAction, default=True,
                    help="write a waveform of one decode step's NDP wave (default: on)")
     p.add_argument("--waveform-engine", choices=["amaranth", "verilator"], default=None,
-                   help="amaranth: VCD from Amaranth's simulator (no extra build; the default on the burst memory); "
-                        "verilator: a traced build (the default with --ndp-memory lpddr5x, whose DRAM models run "
-                        "at a few hundred cycles/s under Amaranth)")
+                   help="amaranth: VCD from Amaranth's simulator (the default on the burst memory: a traced build "
+                        "would compile ~25 s longer); verilator: the rtl run's NDP devices run on a traced Verilator "
+                        "build with tracing off, and the waveform's re-run of one wave uses that build (the default "
+                        "with --ndp-memory lpddr5x, whose DRAM models run at a few hundred cycles/s under Amaranth)")
     p.add_argument("--waveform-format", choices=["vcd", "fst"], default="vcd")
     p.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
                    help="rtl: compare logits with the golden run bit for bit, tokens with the float32 reference, "

@@ -133,7 +133,7 @@ def golden_side(cfg, out, waveform: bool, engine: str, fmt: str) -> GoldenSide:
     return GoldenSide(g, final_kv_of(g), wf, golden_s, time.perf_counter() - t1)
 
 
-def prebuild(cfg, what: str, backend: str, engine: str, pim_backend: str) -> float:
+def prebuild(cfg, what: str, backend: str, engine: str, pim_backend: str, ndp_engine: str | None = None) -> float:
     """Build (or find in the design cache) the Verilator executable of ``what`` (``"ndp"``: the stamped CXL NDP
     device, ``"pim"``: the PIM rank) for run ``cfg``; returns the seconds it took. The demo runs both in
     processes of their own at its start, beside the golden run (the rtl run then finds them in the cache)."""
@@ -142,12 +142,11 @@ def prebuild(cfg, what: str, backend: str, engine: str, pim_backend: str) -> flo
     from .run import _devices, make_requests
     from .ndp import _engine
     tiny = get_tiny(cfg.model)
-    ndp, pim, _ = _devices(cfg, backend, engine, tiny, make_requests(cfg, tiny.vocab)[0], pim_backend)
-    be = _engine(engine)
+    ndp, pim, _ = _devices(cfg, backend, engine, tiny, make_requests(cfg, tiny.vocab)[0], pim_backend, ndp_engine)
     if what == "ndp":
-        be.executable(ndp.system())
+        _engine(ndp_engine or engine).executable(ndp.system())
     else:
-        be.executable(pim.component({}))
+        _engine(engine).executable(pim.component({}))
     return time.perf_counter() - t0
 
 
@@ -218,6 +217,11 @@ def demo(args) -> int:
     if getattr(args, "waveform_engine", None) is None:
         args.waveform_engine = "verilator" if cfg.ndp_memory == "lpddr5x" else "amaranth"
     pim_be = args.pim_backend or args.backend
+    # A Verilator waveform comes from the rtl run's own build: the NDP devices run on the traced build (tracing off),
+    # and the waveform's re-run of one wave finds it in the design cache instead of compiling a second one.
+    ndp_engine = args.engine
+    if args.backend == "rtl" and args.engine == "verilator" and args.waveform and args.waveform_engine == "verilator":
+        ndp_engine = f"verilator+{args.waveform_format}"
     print(f"ndpim demo: {cfg.requests} requests x {cfg.tokens} tokens on backend {args.backend}"
           + (f" ({args.engine})" if args.backend == "rtl" else "")
           + (f", DIMM-PIM on {pim_be}" if pim_be != args.backend else "") + f", run directory {out}", flush=True)
@@ -249,7 +253,7 @@ def demo(args) -> int:
         want = ["ndp"] * (args.backend == "rtl") + ["pim"] * (pim_be == "rtl" and cfg.long_requests > 0 and pim_fast)
         if want:
             pool = ProcessPoolExecutor(max_workers=len(want), mp_context=spawn)
-            builds = {w: pool.submit(prebuild, cfg, w, args.backend, args.engine, pim_be) for w in want}
+            builds = {w: pool.submit(prebuild, cfg, w, args.backend, args.engine, pim_be, ndp_engine) for w in want}
     if want_golden and args.parallel:
         side_pool = ProcessPoolExecutor(max_workers=1, mp_context=spawn)
         side = side_pool.submit(golden_side, cfg, out, bool(args.waveform and args.backend == "rtl"),
@@ -274,7 +278,7 @@ def demo(args) -> int:
                                                   if f"{n} build" in wall)
               + f" (waited {time.perf_counter() - t:.1f} s)", flush=True)
     t = time.perf_counter()
-    run = run_e2e(cfg, args.backend, engine=args.engine, pim_backend=pim_be,
+    run = run_e2e(cfg, args.backend, engine=args.engine, pim_backend=pim_be, ndp_engine=ndp_engine,
                   final_kv=(golden.final_kv if isinstance(golden, GoldenSide) else final_kv_of(golden))
                   if golden is not None else None, capture=args.waveform)
     wall[f"{args.backend} run"] = time.perf_counter() - t

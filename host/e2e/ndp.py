@@ -283,7 +283,9 @@ _ENGINES = {}
 
 
 def _engine(name):
-    """One simulator object per name and process; Verilator with the design cache (sim.e2e.design_cache)."""
+    """One simulator object per name and process; Verilator with the design cache (sim.e2e.design_cache);
+    ``"verilator+vcd"`` / ``"verilator+fst"``: the traced build (sim.e2e.waveform), run without tracing, so that the
+    waveform of one of the run's waves needs no build of its own."""
     if not isinstance(name, str):
         return name
     be = _ENGINES.get(name)
@@ -291,6 +293,9 @@ def _engine(name):
         if name == "verilator":
             from sim.e2e.design_cache import CachedVerilatorBackend
             be = CachedVerilatorBackend()
+        elif name in ("verilator+vcd", "verilator+fst"):
+            from sim.e2e.waveform import TracingVerilatorBackend
+            be = TracingVerilatorBackend(None, name.split("+")[1])
         else:
             be = backend_named(name)
         _ENGINES[name] = be

@@ -152,11 +152,11 @@ def _jsonable(x):
     return str(x)
 
 
-def _devices(cfg, backend, engine, tiny, reqs, pim_backend=None):
+def _devices(cfg, backend, engine, tiny, reqs, pim_backend=None, ndp_engine=None):
     ndp_cfg = e2e_ndp_config()
     timing = NDPTiming(ndp_cfg, load_calibration(memory=cfg.ndp_memory, channels=cfg.ndp_channels))
-    ndp = NDPDevices(backend, cfg.n_dev, engine=engine, config=ndp_cfg, perf=timing, memory=cfg.ndp_memory,
-                     channels=cfg.ndp_channels)
+    ndp = NDPDevices(backend, cfg.n_dev, engine=ndp_engine or engine, config=ndp_cfg, perf=timing,
+                     memory=cfg.ndp_memory, channels=cfg.ndp_channels)
     longs = [r for r in reqs if r.prompt_tokens + r.output_tokens >= cfg.long_context] if cfg.long_requests else []
     max_tokens = max([r.prompt_tokens + r.output_tokens for r in longs], default=64)
     max_tokens = -(-max_tokens // 16) * 16
@@ -168,16 +168,18 @@ def _devices(cfg, backend, engine, tiny, reqs, pim_backend=None):
 
 
 def run_e2e(cfg: E2EConfig = E2EConfig(), backend: str = "golden", *, engine: str = "verilator",
-            final_kv=None, capture: bool = False, pim_backend: str | None = None) -> E2ERun:
+            final_kv=None, capture: bool = False, pim_backend: str | None = None,
+            ndp_engine: str | None = None) -> E2ERun:
     """Serve ``cfg``'s requests on ``backend`` (``rtl``, ``golden`` or ``perf``). On ``rtl`` the PIM image holds
-    ``final_kv`` (slot -> (K, V): the golden run's, see :mod:`host.e2e.pim`; computed here when None)."""
+    ``final_kv`` (slot -> (K, V): the golden run's, see :mod:`host.e2e.pim`; computed here when None);
+    ``ndp_engine``: the NDP devices' simulator when not ``engine`` (:func:`host.e2e.ndp._engine`'s names)."""
     from .hybrid import HybridSystem
     t0 = time.perf_counter()
     tiny = get_tiny(cfg.model)
     weights = make_weights(tiny, cfg.seed)
     adapters = make_adapters(tiny, cfg.n_adapters, cfg.seed)
     reqs, prompts = make_requests(cfg, tiny.vocab)
-    ndp, pim, timing = _devices(cfg, backend, engine, tiny, reqs, pim_backend)
+    ndp, pim, timing = _devices(cfg, backend, engine, tiny, reqs, pim_backend, ndp_engine)
     if cfg.long_requests:
         pim.check_buildable()
     if pim.backend == "rtl" and cfg.long_requests and not pim.fast():

@@ -170,15 +170,18 @@ def _runtime_objects(runtime: Path, obj: Path) -> None:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def build_executable(verilog: str, ports, extra_flags=()) -> Path:
+def build_executable(verilog: str, ports, extra_flags=(), harness_filter=None) -> Path:
     """Compile (or find in the cache) the harness executable for Verilog ``verilog`` (top module ``top``).
-    ``extra_flags``: more Verilator options (a component's ``verilator_flags()``).
+    ``extra_flags``: more Verilator options (a component's ``verilator_flags()``, a backend's own);
+    ``harness_filter``: a function of the C++ harness text returning the text to compile (e.g. with trace calls).
 
     Raises :class:`RuntimeError` with the tail of Verilator's or the C++ compiler's output on failure.
     """
     verilog = strip_zero_memory_inits(verilog)
     wrapper = _wrapper(ports, module_ports(verilog, "top"))
     harness = _harness(ports)
+    if harness_filter is not None:
+        harness = harness_filter(harness)
     extra_flags = [str(f) for f in extra_flags]
     flags = " ".join(VERILATOR_FLAGS + extra_flags + MAKE_FLAGS)
     key = hashlib.sha256("\0".join([verilog, wrapper, harness, flags]).encode()).hexdigest()
@@ -254,11 +257,20 @@ def _decode_words(buf: bytes, width) -> list:
 
 
 class VerilatorBackend(Backend):
+    """Verilator runs of stream components. ``extra_flags`` / ``harness_filter``: build options of this backend's
+    executables on top of the project's (:func:`build_executable`); :attr:`build_tag` names them."""
+
     name = "verilator"
 
-    def __init__(self):
+    def __init__(self, *, extra_flags=(), harness_filter=None):
         # component -> executable, so reruns of the same object skip Verilog generation as well.
         self._exes = weakref.WeakKeyDictionary()
+        self.extra_flags, self.harness_filter = tuple(str(f) for f in extra_flags), harness_filter
+
+    @property
+    def build_tag(self) -> str:
+        """What this backend's builds add to the project's (empty for the plain backend)."""
+        return " ".join(self.extra_flags) + (f" {self.harness_filter.__qualname__}" if self.harness_filter else "")
 
     def executable(self, component) -> Path:
         """The compiled harness for ``component`` (built on first use, then cached on disk)."""
@@ -268,7 +280,7 @@ class VerilatorBackend(Backend):
             exe = None
         if exe is None or not exe.exists():
             exe = build_executable(verilog_text(component, "top"), stream_ports(component),
-                                   verilator_flags(component))
+                                   [*verilator_flags(component), *self.extra_flags], self.harness_filter)
             try:
                 self._exes[component] = exe
             except TypeError:

@@ -68,7 +68,9 @@ class CachedVerilatorBackend(VerilatorBackend):
         key = getattr(component, "design_key", None)
         if not callable(key):
             return super().executable(component)
-        ptr = Path(os.environ.get("VERILATOR_BUILD_DIR", BUILD_ROOT)) / "designs" / f"{design_hash(key())}.exe"
+        tag = self.build_tag            # a traced build is another executable of the same design
+        name = design_hash(key() + (f"\0{tag}" if tag else ""))
+        ptr = Path(os.environ.get("VERILATOR_BUILD_DIR", BUILD_ROOT)) / "designs" / f"{name}.exe"
         if ptr.exists():
             exe = Path(ptr.read_text().strip())
             if exe.exists():

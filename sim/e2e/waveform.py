@@ -6,21 +6,20 @@ stream run.
   ``write_vcd`` for the duration of its own runs).
 * :class:`TracingVerilatorBackend` (``vcd`` or ``fst``): a separate Verilator build of the design with
   ``--trace`` / ``--trace-fst`` whose harness dumps every clock edge to the file named by the environment
-  variable ``NDPIM_WAVEFORM`` (the harness text of ``sim/backends/verilator.py``, with the trace calls added
-  after each ``eval``). The traced executable is cached like any other build (its flags are part of the key).
+  variable ``NDPIM_WAVEFORM`` when it is set, and traces nothing otherwise (the harness text of
+  ``sim/backends/verilator.py``, with the trace calls added after each ``eval``). The traced executable is cached
+  like any other build (its flags are part of the key; designs with a ``design_key`` through the design cache),
+  so one traced build can serve a whole run (``path=None``: no file) and the waveform of one of its waves.
 
 Open the files with GTKWave (``gtkwave build/demo/waveform.vcd``) or Surfer. Signal names are Amaranth's
 hierarchy (``top.system.device.core...``).
 """
 
-import contextlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from sim.backends.amaranth_sim import AmaranthBackend
-from sim.backends import verilator as _vl
+from sim.e2e.design_cache import CachedVerilatorBackend
 
 __all__ = ["VCDAmaranthBackend", "TracingVerilatorBackend", "waveform_backend"]
 
@@ -61,42 +60,43 @@ def _traced_harness(text: str, fmt: str) -> str:
             raise RuntimeError(f"the Verilator harness has no {needle!r}: the tracing patch needs updating")
     text = text.replace(_INCLUDE, f'{_INCLUDE}\n#include "{hdr}"', 1)
     text = text.replace(anchor, anchor + f"""
-    context->traceEverOn(true);
-    {cls}* ndpim_tfp = new {cls};
-    top->trace(ndpim_tfp, 99);
     const char* ndpim_wf = std::getenv("NDPIM_WAVEFORM");
-    ndpim_tfp->open(ndpim_wf ? ndpim_wf : "waveform.{fmt}");
+    {cls}* ndpim_tfp = nullptr;
+    if (ndpim_wf) {{
+        context->traceEverOn(true);
+        ndpim_tfp = new {cls};
+        top->trace(ndpim_tfp, 99);
+        ndpim_tfp->open(ndpim_wf);
+    }}
     uint64_t ndpim_ts = 0;""", 1)
-    text = text.replace("top->eval();", "top->eval(); ndpim_tfp->dump(ndpim_ts++);")
-    return text.replace("top->final();", "top->final(); ndpim_tfp->close();", 1)
+    text = text.replace("top->eval();", "top->eval(); if (ndpim_tfp) ndpim_tfp->dump(ndpim_ts++);")
+    return text.replace("top->final();", "top->final(); if (ndpim_tfp) ndpim_tfp->close();", 1)
 
 
-class TracingVerilatorBackend(_vl.VerilatorBackend):
-    """Verilator with a traced build (module docstring); ``fmt``: ``"vcd"`` or ``"fst"``."""
+def _vcd_harness(text):
+    return _traced_harness(text, "vcd")
+
+
+def _fst_harness(text):
+    return _traced_harness(text, "fst")
+
+
+class TracingVerilatorBackend(CachedVerilatorBackend):
+    """Verilator with a traced build (module docstring); ``fmt``: ``"vcd"`` or ``"fst"``; ``path``: the file its
+    runs write (None: the traced build runs without tracing)."""
 
     def __init__(self, path, fmt: str = "vcd"):
-        super().__init__()
         if fmt not in ("vcd", "fst"):
             raise ValueError(f"fmt must be 'vcd' or 'fst', got {fmt!r}")
-        self.path, self.fmt = Path(path), fmt
-
-    def executable(self, component):
-        exe = self._exes.get(component)
-        if exe is not None and exe.exists():
-            return exe
-        from sim.backends.verilog import verilog_text
-        orig_flags, orig_harness = _vl.VERILATOR_FLAGS, _vl._harness
-        flag = "--trace-fst" if self.fmt == "fst" else "--trace"
-        _vl.VERILATOR_FLAGS = list(orig_flags) + [flag]
-        _vl._harness = lambda ports: _traced_harness(orig_harness(ports), self.fmt)
-        try:
-            exe = _vl.build_executable(verilog_text(component, "top"), _vl.stream_ports(component))
-        finally:
-            _vl.VERILATOR_FLAGS, _vl._harness = orig_flags, orig_harness
-        self._exes[component] = exe
-        return exe
+        super().__init__(extra_flags=["--trace-fst" if fmt == "fst" else "--trace"],
+                         harness_filter=_fst_harness if fmt == "fst" else _vcd_harness)
+        self.path, self.fmt = (Path(path) if path is not None else None), fmt
 
     def run_streams(self, component, inputs, expected, **kw):
+        if self.path is None:
+            if "NDPIM_WAVEFORM" in os.environ:
+                raise RuntimeError("NDPIM_WAVEFORM is set: an untraced run of the traced build would write it")
+            return super().run_streams(component, inputs, expected, **kw)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         old = os.environ.get("NDPIM_WAVEFORM")
         os.environ["NDPIM_WAVEFORM"] = str(self.path.resolve())
