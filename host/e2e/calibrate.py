@@ -16,7 +16,7 @@ import numpy as np
 
 from .model import TINY_LLAMA, make_adapters
 from .ndp import NDPDevices, NDPJob, WaveScript, plan_runs
-from .perf import fit, NDPTiming, RankRefresh, calibration_path, op_class
+from .perf import fit, NDPTiming, RankRefresh, calibration_path, op_class, gap_key
 
 __all__ = ["calibration_waves", "measure_ndp", "calibrate_ndp", "calibrate_pim", "wave_errors", "rank_bits",
            "refresh_params"]
@@ -124,7 +124,7 @@ def _fit_refresh(dev, measured) -> dict:
             _, stall = model.stall(desc, start, done)
             adj.append((desc, issue, start, done - stall, prev))
             if prev is not None and issue < prev:
-                pairs.setdefault(f"{pc}>{op_class(desc)}", []).append(start - prev)
+                pairs.setdefault(gap_key(pc, op_class(desc)), []).append(start - prev)
                 classes.setdefault(op_class(desc), []).append(start - prev)
             pc = op_class(desc)
     coef = fit(adj, dev.config)

@@ -37,8 +37,8 @@ import numpy as np
 
 from hdl.ndp.descriptor import DescType, DescOp
 
-__all__ = ["features", "op_class", "NDPTiming", "RankRefresh", "rank_of", "fit", "CALIBRATION", "calibration_path",
-           "load_calibration", "CLASSES", "CLASS_FEATURES"]
+__all__ = ["features", "op_class", "NDPTiming", "RankRefresh", "rank_of", "gap_key", "fit", "CALIBRATION",
+           "calibration_path", "load_calibration", "CLASSES", "CLASS_FEATURES"]
 
 CALIBRATION = Path(__file__).resolve().parents[2] / "data" / "e2e_ndp_calibration.json"
 
@@ -164,6 +164,11 @@ def load_calibration(path=None, *, memory: str = "burst", channels: int = 2) -> 
     return json.loads(p.read_text())
 
 
+def gap_key(prev_class, cls) -> str:
+    """The calibration's ``gap_pair`` key of a descriptor of class ``cls`` after one of ``prev_class``."""
+    return f"{prev_class}>{cls}"
+
+
 def rank_of(addr: int, rank_bits) -> int:
     """Rank of device byte address ``addr``: bit ``j`` of the rank is address bit ``rank_bits[j]`` (the device's
     channel interleave and its controllers' address map are bit permutations:
@@ -194,8 +199,9 @@ class RankRefresh:
         return p["owed"] + r * p["stagger"] + k * p["interval"] - self.first
 
     def windows(self, desc, s, e) -> list:
-        """``[(rank, from, to)]``: the descriptor's operand reads in time, one window per rank region."""
-        if op_class(desc) in ("SOFTMAX", "STORE") or not desc.has_operand or desc.operand_bytes <= 0:
+        """``[(rank, from, to)]``: the descriptor's operand accesses in time (a STORE's writes, every other
+        operand's reads), one window per rank region; none for a SOFTMAX (no operand)."""
+        if not desc.has_operand or desc.operand_bytes <= 0:
             return []
         lo, n, bits = desc.base_addr, desc.operand_bytes, self.p["rank_bits"]
         if not bits:
@@ -273,7 +279,7 @@ class NDPTiming:
     def _gap(self, prev, desc) -> float:
         """Cycles from the previous descriptor's completion to this one's start when it was issued earlier."""
         if self._gap_pair is not None:
-            v = self._gap_pair.get(f"{op_class(prev)}>{op_class(desc)}")
+            v = self._gap_pair.get(gap_key(op_class(prev), op_class(desc)))
             if v is None:
                 v = self._gap_class.get(op_class(desc))
             if v is not None:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from firmware.ndp.descriptor import load
+from firmware.ndp.descriptor import load, store, softmax
 from host.e2e.calibrate import rank_bits, refresh_params
 from host.e2e.ndp import NDPDevices
 from host.e2e.perf import RankRefresh, rank_of, NDPTiming, load_calibration
@@ -55,6 +55,11 @@ def test_a_refresh_owed_before_the_reads_stalls_them():
 def test_the_other_rank_is_not_stalled():
     m = RankRefresh(PARAMS, first_abs=0)
     assert m.stall(_load(1 << 16, 4096), 1050, 1150) == (1150, 0)    # rank 1 owes at 1500
+
+
+def test_a_stores_writes_wait_too_and_a_softmax_touches_no_memory():
+    assert RankRefresh(PARAMS, first_abs=0).stall(store(0, 64, 32), 1050, 1150) == (1210, 60)
+    assert RankRefresh(PARAMS, first_abs=0).windows(softmax(1, 64), 1050, 1150) == []
 
 
 def test_a_refresh_owed_during_the_reads_waits_for_them_and_stalls_the_next_reads():
