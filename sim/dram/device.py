@@ -128,9 +128,15 @@ class DRAMChannel(wiring.Component):
         WEND = CWL + BC
         TW = CYCLE_BITS + 1  # stamp width ("ready at" cycles may exceed the counter by a few thousand)
 
-        t = Signal(CYCLE_BITS)
+        # Simulation speed (Amaranth's simulator): a comb statement that reads a signal assigned by another comb
+        # statement of the same module re-runs the module's whole comb function one delta cycle later. So the
+        # decode and the rule checks below are expressions, not named signals, down to one signal (``mask``),
+        # and everything that reads ``mask`` or a memory's read data in comb logic is in the submodule ``dp``
+        # (docs/dram_device.md, "Simulation speed").
+        dp = Module()
+        m.submodules.dp = dp
+        t = self.cycle
         m.d.sync += t.eq(t + 1)
-        m.d.comb += self.cycle.eq(t)
 
         def stamp(name):
             return Signal(TW, name=name)
@@ -152,31 +158,40 @@ class DRAMChannel(wiring.Component):
 
         rank_ok = c.rank < R
         bank_ok = (c.bg < BG) & (c.bank < BPG)
-        addr_bad = Signal()
-        m.d.comb += addr_bad.eq(~is_nop & (~known | ~rank_ok | (single_bank & ~bank_ok)
-                                           | (uses_row & (c.row >= ROWS)) | (uses_col & (c.col >= COLS))))
+        addr_bad = ~is_nop & (~known | ~rank_ok | (single_bank & ~bank_ok)
+                              | (uses_row & (c.row >= ROWS)) | (uses_col & (c.col >= COLS)))
 
         rank = c.rank
-        bi = Signal(range(NB))   # bank index within the rank
-        m.d.comb += bi.eq(c.bg * BPG + c.bank)
-        rbi = Signal(range(R * NB))
-        m.d.comb += rbi.eq(rank * NB + bi)
-        rg = Signal(range(R * BG))
-        m.d.comb += rg.eq(rank * BG + c.bg)
+        bi = (c.bg * BPG + c.bank)[:Shape.cast(range(NB)).width]             # bank index within the rank
+        rbi = (rank * NB + bi)[:Shape.cast(range(R * NB)).width]
 
         # ---- state ------------------------------------------------------------------------------------------
-        # Per bank (rank * NB + bi): open row and the cycles from which each rule is satisfied ("ready at").
-        b_open = [Signal(name=f"open_{k}") for k in range(R * NB)]
-        b_row = [Signal(range(ROWS), name=f"row_{k}") for k in range(R * NB)]
-        b_rp = [stamp(f"rp_{k}") for k in range(R * NB)]    # ACT: tRP / tRPab after PRE / PREA
-        b_rc = [stamp(f"rc_{k}") for k in range(R * NB)]    # ACT: tRC after ACT
-        b_rcd = [stamp(f"rcd_{k}") for k in range(R * NB)]  # RD/WR: tRCD after ACT
-        b_ras = [stamp(f"ras_{k}") for k in range(R * NB)]  # PRE: tRAS after ACT
-        b_rtp = [stamp(f"rtp_{k}") for k in range(R * NB)]  # PRE: tRTP after RD
-        b_wr = [stamp(f"wr_{k}") for k in range(R * NB)]    # PRE: tWR after end of write data
+        # Per bank (rank * NB + bi). Open flags and open rows: one packed signal per rank each (bit / field ``bi``).
+        # The six "ready at" stamps live in one memory row per bank (written only by a legal single-bank command,
+        # read at the addressed bank); an all-bank command (ACT_AB, PREA, RD_AB, WR_AB) writes the rank's copy of
+        # the stamps it sets instead of every bank's, and a bank's stamp is the later of the two (every stamp is
+        # "command cycle + a fixed distance", so the newest write is the maximum; tRPab >= tRP, DRAMTiming checks).
+        # Simulators then update a few signals per cycle, not 8 per bank (docs/dram_device.md, "Simulation speed").
+        RB_ = max(1, (ROWS - 1).bit_length())
+        r_openv = [Signal(NB, name=f"open_r{r}") for r in range(R)]
+        r_rowv = [Signal(NB * RB_, name=f"rows_r{r}") for r in range(R)]
+        SF = ("rp", "rc", "rcd", "ras", "rtp", "wr")   # ACT: tRP / tRPab, tRC; RD/WR: tRCD; PRE: tRAS, tRTP, tWR
+        # A bank's row keeps four of them: tRC and tRCD follow from tRAS (all three are "ACT cycle + distance";
+        # 0 = never). Fewer bits: Amaranth's simulator evaluates a write port's enable once per bit.
+        MF = ("rp", "ras", "rtp", "wr")
+        if not tm.tRC >= tm.tRAS >= tm.tRCD:
+            raise ValueError(f"DRAMChannel needs tRC >= tRAS >= tRCD, got {tm.tRC}, {tm.tRAS}, {tm.tRCD}")
+        bstate = Memory(shape=len(MF) * TW, depth=R * NB, init=[])
+        m.submodules.bstate = bstate
+        bs_r = bstate.read_port(domain="comb")
+        bs_w = bstate.write_port()
+        # The read address follows single-bank commands only (a NOP or an all-bank command keeps the last one):
+        # a simulator then re-reads the row, and re-runs the checks that use it, only when another bank is named.
+        bs_addr = Signal.like(bs_r.addr)
+        m.d.comb += bs_r.addr.eq(Mux(is_act | is_rd | is_wr | is_pre, rbi, bs_addr))
+        m.d.sync += bs_addr.eq(bs_r.addr)
+        ab = {f: [stamp(f"ab_{f}_{r}") for r in range(R)] for f in SF}    # the rank's all-bank copies
         A = Array
-        a_open, a_row = A(b_open), A(b_row)
-        a_rp, a_rc, a_rcd, a_ras, a_rtp, a_wr = A(b_rp), A(b_rc), A(b_rcd), A(b_ras), A(b_rtp), A(b_wr)
         # Per (rank, bank group): ACT, column command, end of write data, each with its _L and _S distance.
         g_rrdl = [stamp(f"rrdl_{k}") for k in range(R * BG)]
         g_rrds = [stamp(f"rrds_{k}") for k in range(R * BG)]
@@ -195,9 +210,7 @@ class DRAMChannel(wiring.Component):
         r_faw = [[stamp(f"faw_{r}_{i}") for i in range(4)] for r in range(R)]  # oldest first, + tFAW
         r_owed = [Signal(signed(32), name=f"owed_{r}") for r in range(R)]
 
-        rsel = [Signal(name=f"rsel_{r}") for r in range(R)]
-        for r in range(R):
-            m.d.comb += rsel[r].eq(rank == r)
+        rsel = [rank == r for r in range(R)]
 
         def by_rank(sigs):
             return A(sigs)[rank]
@@ -206,11 +219,18 @@ class DRAMChannel(wiring.Component):
             """OR over ranks of (rank == r) & bits_per_rank[r]."""
             return Cat(rsel[r] & bits_per_rank[r] for r in range(R)).any()
 
-        any_open_r = [Cat(b_open[r * NB:(r + 1) * NB]).any() for r in range(R)]
-        all_open_r = [Cat(b_open[r * NB:(r + 1) * NB]).all() for r in range(R)]
-        any_open = Signal()
-        all_open = Signal()
-        m.d.comb += [any_open.eq(rank_any(any_open_r)), all_open.eq(rank_any(all_open_r))]
+        openv = Value.cast(by_rank(r_openv))      # the addressed rank's open flags
+        any_open = openv.any()
+        all_open = openv.all()
+        # The addressed bank's stamps: its memory row or the rank's all-bank copy, whichever is later.
+        mine = {f: bs_r.data[j * TW:(j + 1) * TW] for j, f in enumerate(MF)}
+        ras = mine["ras"]
+        mine_all = dict(mine, rc=Mux(ras == 0, 0, (ras + (tm.tRC - tm.tRAS))[:TW]),
+                        rcd=Mux(ras == 0, 0, (ras - (tm.tRAS - tm.tRCD))[:TW]))
+        bst = {}
+        for f in SF:
+            rk = by_rank(ab[f])
+            bst[f] = Mux(mine_all[f] > rk, mine_all[f], rk)
 
         # Per bank group of the addressed rank: is each _L/_S rule still binding?
         def bg_busy(stamps):
@@ -233,13 +253,17 @@ class DRAMChannel(wiring.Component):
         MAXLAT, MINLAT = max(CL, CWL), min(CL, CWL)
         gapmax = max(tm.tRTRS, tm.tRTW)
         K = (MAXLAT - MINLAT + gapmax + BC) // BC + 2
-        bus_v = [Signal(name=f"bus_v_{i}") for i in range(K)]
-        bus_s = [Signal(TW, name=f"bus_s_{i}") for i in range(K)]
-        bus_r = [Signal(range(max(2, R)), name=f"bus_r_{i}") for i in range(K)]
-        bus_w = [Signal(name=f"bus_w_{i}") for i in range(K)]
-        new_s = Signal(TW)
-        new_w = Signal()
-        m.d.comb += [new_w.eq(is_wr | is_wrab), new_s.eq(Mux(new_w, after(CWL), after(CL)))]
+        # One shift register of K entries {valid, start, rank, write} (one signal: a simulator updates it once).
+        RW = Shape.cast(range(max(2, R))).width
+        EW = 1 + TW + RW + 1
+        bus = Signal(K * EW)
+        bus_e = [bus[i * EW:(i + 1) * EW] for i in range(K)]
+        bus_v = [e[0] for e in bus_e]
+        bus_s = [e[1:1 + TW] for e in bus_e]
+        bus_r = [e[1 + TW:1 + TW + RW] for e in bus_e]
+        bus_w = [e[-1] for e in bus_e]
+        new_w = is_wr | is_wrab
+        new_s = Mux(new_w, after(CWL), after(CL))
         conflicts = []
         for i in range(K):
             other_first = bus_s[i] <= new_s
@@ -255,7 +279,7 @@ class DRAMChannel(wiring.Component):
         V = Violation
         mask = Signal(MASK_BITS)  # codes violated by this cycle's command
         rfc = t < by_rank(r_rfc)
-        bopen = a_open[rbi]
+        bopen = openv.bit_select(bi, 1)
 
         def flag(code, cond):
             m.d.comb += mask[code.value].eq(cond)
@@ -268,7 +292,7 @@ class DRAMChannel(wiring.Component):
                 with m.If(~bopen):
                     flag(V.BANK_CLOSED, 1)
                 with m.Else():
-                    flag(V.T_RCD, t < a_rcd[rbi])
+                    flag(V.T_RCD, t < bst["rcd"])
                     flag(V.T_CCD_L, same_bg(ccdl_b))
                     flag(V.T_CCD_S, other_bg(ccds_b))
                     flag(V.T_WTR_L, is_rd & same_bg(wtrl_b))
@@ -276,16 +300,16 @@ class DRAMChannel(wiring.Component):
                     flag(V.BUS, bus_conflict)
             with m.Elif(is_act):
                 flag(V.BANK_OPEN, bopen)
-                flag(V.T_RP, t < a_rp[rbi])
-                flag(V.T_RC, t < a_rc[rbi])
+                flag(V.T_RP, t < bst["rp"])
+                flag(V.T_RC, t < bst["rc"])
                 flag(V.T_RRD_L, same_bg(rrdl_b))
                 flag(V.T_RRD_S, other_bg(rrds_b))
                 flag(V.T_FAW, t < by_rank([f[0] for f in r_faw]))
             with m.Elif(is_pre):
                 with m.If(bopen):  # PRE of a precharged bank is a NOP
-                    flag(V.T_RAS, t < a_ras[rbi])
-                    flag(V.T_RTP, t < a_rtp[rbi])
-                    flag(V.T_WR, t < a_wr[rbi])
+                    flag(V.T_RAS, t < bst["ras"])
+                    flag(V.T_RTP, t < bst["rtp"])
+                    flag(V.T_WR, t < bst["wr"])
             with m.Elif(is_prea):
                 with m.If(any_open):
                     flag(V.T_RAS, t < by_rank(r_ras))
@@ -307,108 +331,117 @@ class DRAMChannel(wiring.Component):
                     flag(V.T_WTR_L, is_rdab & any_bg(wtrl_b))
                     flag(V.BUS, is_wrab & bus_conflict)
 
-        legal = Signal()
-        m.d.comb += legal.eq(~is_nop & (mask == 0))
-        ok = {k: Signal(name=f"ok_{k}") for k in ("act", "rd", "wr", "pre", "prea", "ref", "actab", "rdab", "wrab")}
-        for k, cond in (("act", is_act), ("rd", is_rd), ("wr", is_wr), ("pre", is_pre), ("prea", is_prea),
-                        ("ref", is_ref), ("actab", is_actab), ("rdab", is_rdab), ("wrab", is_wrab)):
-            m.d.comb += ok[k].eq(legal & cond)
+        legal = ~is_nop & (mask == 0)
+        OKS = (("act", is_act), ("rd", is_rd), ("wr", is_wr), ("pre", is_pre), ("prea", is_prea), ("ref", is_ref),
+               ("actab", is_actab), ("rdab", is_rdab), ("wrab", is_wrab))
+        # ``ok``: expressions for comb logic; ``oks``: the same as signals of the submodule ``okm`` for the clocked
+        # updates (a clocked process reads settled signals; the expressions would be evaluated at every use).
+        ok = {k: legal & cond for k, cond in OKS}
+        okv = Signal(len(OKS))
+        okm = Module()
+        m.submodules.okm = okm
+        okm.d.comb += okv.eq(Cat(ok[k] for k, _ in OKS))
+        oks = {k: okv[i] for i, (k, _) in enumerate(OKS)}
+        rank_is = Signal(R, name="rank_is")       # one-hot rank, bank and bank group of the command (for `sync`)
+        bank_is = Signal(NB, name="bank_is")
+        bg_is = Signal(BG, name="bg_is")
+        bopen_s = Signal()
+        okm.d.comb += [rank_is.eq(Cat(rsel)), bank_is.eq(Cat(bi == b for b in range(NB))),
+                       bg_is.eq(Cat(c.bg == g for g in range(BG))), bopen_s.eq(bopen)]
 
         # ---- state updates (legal commands only) --------------------------------------------------------------
+        # The addressed bank's memory row (legal single-bank commands only) with the stamps this command sets.
+        sets = {"rp": (ok["pre"], after(tm.tRP)), "rc": (ok["act"], after(tm.tRC)),
+                "rcd": (ok["act"], after(tm.tRCD)), "ras": (ok["act"], after(tm.tRAS)),
+                "rtp": (ok["rd"], after(tm.tRTP)), "wr": (ok["wr"], after(WEND + tm.tWR))}
+        dp.d.comb += [bs_w.addr.eq(rbi), bs_w.data.eq(Cat(Mux(sets[f][0], sets[f][1], mine[f]) for f in MF)),
+                     bs_w.en.eq(ok["act"] | (ok["pre"] & bopen) | ok["rd"] | ok["wr"])]
         for r in range(R):
-            in_rank = rsel[r]
-            for b in range(NB):
-                k = r * NB + b
-                me = in_rank & (bi == b)
-                with m.If((ok["act"] & me) | (ok["actab"] & in_rank)):
-                    m.d.sync += [b_open[k].eq(1), b_row[k].eq(c.row), b_rc[k].eq(after(tm.tRC)),
-                                 b_rcd[k].eq(after(tm.tRCD)), b_ras[k].eq(after(tm.tRAS))]
-                with m.If(ok["pre"] & me & b_open[k]):
-                    m.d.sync += [b_open[k].eq(0), b_rp[k].eq(after(tm.tRP))]
-                with m.If(ok["prea"] & in_rank):
-                    m.d.sync += [b_open[k].eq(0), b_rp[k].eq(after(tm.tRPab))]
-                with m.If((ok["rd"] & me) | (ok["rdab"] & in_rank)):
-                    m.d.sync += b_rtp[k].eq(after(tm.tRTP))
-                with m.If((ok["wr"] & me) | (ok["wrab"] & in_rank)):
-                    m.d.sync += b_wr[k].eq(after(WEND + tm.tWR))
+            in_rank = rank_is[r]
+            with m.If(in_rank):
+                with m.If(oks["act"]):
+                    m.d.sync += [r_openv[r].bit_select(bi, 1).eq(1), r_rowv[r].word_select(bi, RB_).eq(c.row)]
+                with m.If(oks["actab"]):
+                    m.d.sync += [r_openv[r].eq((1 << NB) - 1), r_rowv[r].eq(c.row[:RB_].replicate(NB)),
+                                 ab["rc"][r].eq(after(tm.tRC)), ab["rcd"][r].eq(after(tm.tRCD)),
+                                 ab["ras"][r].eq(after(tm.tRAS))]
+                with m.If(oks["pre"] & bopen_s):
+                    m.d.sync += r_openv[r].bit_select(bi, 1).eq(0)
+                with m.If(oks["prea"]):
+                    m.d.sync += [r_openv[r].eq(0), ab["rp"][r].eq(after(tm.tRPab))]
+                with m.If(oks["rdab"]):
+                    m.d.sync += ab["rtp"][r].eq(after(tm.tRTP))
+                with m.If(oks["wrab"]):
+                    m.d.sync += ab["wr"][r].eq(after(WEND + tm.tWR))
             for g in range(BG):
                 k = r * BG + g
-                me = in_rank & (c.bg == g)
-                with m.If((ok["act"] & me) | (ok["actab"] & in_rank)):
+                me = in_rank & bg_is[g]
+                with m.If((oks["act"] & me) | (oks["actab"] & in_rank)):
                     m.d.sync += [g_rrdl[k].eq(after(tm.tRRD_L)), g_rrds[k].eq(after(tm.tRRD_S))]
-                with m.If(((ok["rd"] | ok["wr"]) & me) | ((ok["rdab"] | ok["wrab"]) & in_rank)):
+                with m.If(((oks["rd"] | oks["wr"]) & me) | ((oks["rdab"] | oks["wrab"]) & in_rank)):
                     m.d.sync += [g_ccdl[k].eq(after(tm.tCCD_L)), g_ccds[k].eq(after(tm.tCCD_S))]
-                with m.If((ok["wr"] & me) | (ok["wrab"] & in_rank)):
+                with m.If((oks["wr"] & me) | (oks["wrab"] & in_rank)):
                     m.d.sync += [g_wtrl[k].eq(after(WEND + tm.tWTR_L)), g_wtrs[k].eq(after(WEND + tm.tWTR_S))]
             with m.If(in_rank):
-                with m.If(ok["act"] | ok["actab"]):
+                with m.If(oks["act"] | oks["actab"]):
                     m.d.sync += [r_rc[r].eq(after(tm.tRC)), r_rcd[r].eq(after(tm.tRCD)),
                                  r_ras[r].eq(after(tm.tRAS))]
-                with m.If(ok["act"]):
+                with m.If(oks["act"]):
                     m.d.sync += [r_faw[r][i].eq(r_faw[r][i + 1]) for i in range(3)]
                     m.d.sync += r_faw[r][3].eq(after(tm.tFAW))
-                with m.If(ok["actab"]):
+                with m.If(oks["actab"]):
                     m.d.sync += [r_faw[r][i].eq(after(tm.tFAW)) for i in range(4)]
-                with m.If(ok["pre"] & bopen):
+                with m.If(oks["pre"] & bopen_s):
                     with m.If(r_rp[r] < after(tm.tRP)):
                         m.d.sync += r_rp[r].eq(after(tm.tRP))
-                with m.If(ok["prea"]):
+                with m.If(oks["prea"]):
                     m.d.sync += r_rp[r].eq(after(tm.tRPab))
-                with m.If(ok["rd"] | ok["rdab"]):
+                with m.If(oks["rd"] | oks["rdab"]):
                     m.d.sync += r_rtp[r].eq(after(tm.tRTP))
-                with m.If(ok["wr"] | ok["wrab"]):
+                with m.If(oks["wr"] | oks["wrab"]):
                     m.d.sync += r_wr[r].eq(after(WEND + tm.tWR))
-                with m.If(ok["ref"]):
+                with m.If(oks["ref"]):
                     m.d.sync += r_rfc[r].eq(after(tm.tRFC))
 
         # DQ bus history
-        with m.If(ok["rd"] | ok["wr"] | ok["wrab"]):
-            m.d.sync += [bus_v[0].eq(1), bus_s[0].eq(new_s), bus_r[0].eq(rank), bus_w[0].eq(new_w)]
-            for i in range(1, K):
-                m.d.sync += [bus_v[i].eq(bus_v[i - 1]), bus_s[i].eq(bus_s[i - 1]), bus_r[i].eq(bus_r[i - 1]),
-                             bus_w[i].eq(bus_w[i - 1])]
+        with m.If(oks["rd"] | oks["wr"] | oks["wrab"]):
+            rank_w = Cat(rank, Const(0, max(0, RW - len(rank))))[:RW]
+            m.d.sync += bus.eq(Cat(Const(1, 1), new_s, rank_w, new_w, bus[:(K - 1) * EW]))
 
         # ---- refresh postponement ----------------------------------------------------------------------------
         phase = Signal(range(tm.tREFI))
         m.d.sync += phase.eq(Mux(phase == tm.tREFI - 1, 0, phase + 1))
-        tick = Signal()
-        m.d.comb += tick.eq((phase == 0) & (t != 0))
-        refi = Signal(R)
+        tick = (phase == 0) & (t != 0)
+        refi = []
         for r in range(R):
-            ref_r = ok["ref"] & rsel[r]
-            owed_next = Signal(signed(32), name=f"owed_next_{r}")
-            m.d.comb += owed_next.eq(r_owed[r] + tick - ref_r)
-            m.d.sync += r_owed[r].eq(owed_next)
-            m.d.comb += refi[r].eq(tick & (owed_next > 8))
+            owed_next = r_owed[r] + tick - (ok["ref"] & rsel[r])
+            m.d.sync += r_owed[r].eq(r_owed[r] + tick - (oks["ref"] & rank_is[r]))
+            refi.append(tick & (owed_next > 8))
+        refi = Cat(refi)
 
         # ---- violation reporting -----------------------------------------------------------------------------
         MB = self.mask_bits
-        new_mask = Signal(MB)
-        m.d.comb += new_mask.eq(mask | (refi[0] << V.T_REFI.value) | (refi[1:] << MASK_BITS))
+        new_mask = (mask | (refi[0] << V.T_REFI.value) | (refi[1:] << MASK_BITS))[:MB]
         queue = m.submodules.vqueue = SyncFIFO(width=MB + CYCLE_BITS, depth=16)
         cur_mask = Signal(MB)
         cur_cycle = Signal(CYCLE_BITS)
-        lowest = Signal(MB)
-        rest = Signal(MB)
-        m.d.comb += [lowest.eq(cur_mask & -cur_mask), rest.eq(cur_mask & (cur_mask - 1))]
-        code = Signal(range(MASK_BITS))
+        rest = (cur_mask & (cur_mask - 1))[:MB]
+        code = Const(0, range(MASK_BITS))
         for i in reversed(range(MB)):
-            with m.If(cur_mask[i]):
-                m.d.comb += code.eq(i if i < MASK_BITS else V.T_REFI.value)
+            code = Mux(cur_mask[i], i if i < MASK_BITS else V.T_REFI.value, code)
         m.d.comb += [self.violation.eq(cur_mask != 0), self.violation_code.eq(code),
                      self.violation_cycle.eq(cur_cycle)]
         with m.If(cur_mask != 0):
             m.d.sync += self.violations.eq(self.violations + 1)
-        push = Signal()
+        push = ((rest != 0) | queue.r_rdy) & (new_mask != 0)
         with m.If(rest != 0):
             m.d.sync += cur_mask.eq(rest)
-            m.d.comb += push.eq(new_mask != 0)
         with m.Elif(queue.r_rdy):
             m.d.sync += [cur_mask.eq(queue.r_data[:MB]), cur_cycle.eq(queue.r_data[MB:])]
-            m.d.comb += [queue.r_en.eq(1), push.eq(new_mask != 0)]
         with m.Else():
             m.d.sync += [cur_mask.eq(new_mask), cur_cycle.eq(t)]
-        m.d.comb += [queue.w_en.eq(push), queue.w_data.eq(Cat(new_mask, t))]
+        dp.d.comb += [queue.r_en.eq((rest == 0) & queue.r_rdy), queue.w_en.eq(push),
+                      queue.w_data.eq(Mux(push, Cat(new_mask, t), 0))]   # changes only with a push
         with m.If(push & ~queue.w_rdy):
             m.d.sync += self.violations_dropped.eq(self.violations_dropped + 1)
 
@@ -418,7 +451,8 @@ class DRAMChannel(wiring.Component):
         def addr(rank_v, row_v, col_v):
             return Cat(col_v[:CLB], row_v[:RB], rank_v[:KB])
 
-        rows_of_rank = [A(b_row[r * NB + b] for r in range(R))[rank] for b in range(NB)]
+        rowsel = Value.cast(by_rank(r_rowv))
+        rows_of_rank = [rowsel[b * RB_:(b + 1) * RB_] for b in range(NB)]
         # Read pipeline: bit j of rp_dq / rp_ab is set when a RD / RD_AB issued j + 1 cycles ago (one shift vector
         # each, not a register per stage). The data go through small rings in issue order: the write slot is taken
         # at issue, the read pointer advances on each read-out (FIFO order), so no slot travels down the pipeline.
@@ -434,31 +468,31 @@ class DRAMChannel(wiring.Component):
         ab_rptr = Signal(range(n_ab))
         dslot0 = Signal(range(n_dq))  # the slot of the read at stage 0
         aslot0 = Signal(range(n_ab))
-        with m.If(ok["rd"]):
+        with m.If(oks["rd"]):
             m.d.sync += dslot.eq(Mux(dslot == n_dq - 1, 0, dslot + 1))
-        with m.If(ok["rdab"]):
+        with m.If(oks["rdab"]):
             m.d.sync += aslot.eq(Mux(aslot == n_ab - 1, 0, aslot + 1))
         with m.If(rp_dq[CL - 2]):
             m.d.sync += dq_rptr.eq(Mux(dq_rptr == n_dq - 1, 0, dq_rptr + 1))
         with m.If(rp_ab[CL - 2]):
             m.d.sync += ab_rptr.eq(Mux(ab_rptr == n_ab - 1, 0, ab_rptr + 1))
-        m.d.sync += [rp_dq.eq(Cat(ok["rd"], rp_dq[:-1])), rp_ab.eq(Cat(ok["rdab"], rp_ab[:-1])), rp_bank.eq(bi),
+        m.d.sync += [rp_dq.eq(Cat(oks["rd"], rp_dq[:-1])), rp_ab.eq(Cat(oks["rdab"], rp_ab[:-1])), rp_bank.eq(bi),
                      dslot0.eq(dslot), aslot0.eq(aslot)]
 
         # Write pipeline: bit j of wp_v is set when a WR / WR_AB issued j + 1 cycles ago; the writes' rank, bank,
         # column and all-bank flag wait in a ring (issue order) until their last beat is on the pins.
         NWP = CWL + BC - 1
         wp_v = Signal(NWP)
-        m.d.sync += wp_v.eq(Cat(ok["wr"] | ok["wrab"], wp_v[:-1]))
+        m.d.sync += wp_v.eq(Cat(oks["wr"] | oks["wrab"], wp_v[:-1]))
         n_w = 1 << max(1, (NWP).bit_length())
         wr_ring = Memory(shape=KB + _log2(NB) + CLB + 1, depth=n_w, init=[])
         m.submodules.wr_ring = wr_ring
         wr_w, wr_r = wr_ring.write_port(), wr_ring.read_port(domain="comb")
         w_wptr = Signal(range(n_w))
         w_rptr = Signal(range(n_w))
-        m.d.comb += [wr_w.addr.eq(w_wptr), wr_w.en.eq(ok["wr"] | ok["wrab"]),
+        dp.d.comb += [wr_w.addr.eq(w_wptr), wr_w.en.eq(ok["wr"] | ok["wrab"]),
                      wr_w.data.eq(Cat(rank[:KB], bi[:_log2(NB)], c.col[:CLB], ok["wrab"])), wr_r.addr.eq(w_rptr)]
-        with m.If(ok["wr"] | ok["wrab"]):
+        with m.If(oks["wr"] | oks["wrab"]):
             m.d.sync += w_wptr.eq(w_wptr + 1)
         wlast = NWP - 1  # the write whose last beat is on the pins now
         commit = wp_v[wlast]
@@ -473,7 +507,8 @@ class DRAMChannel(wiring.Component):
             with m.If(wp_v[CWL - 1 + i]):
                 m.d.sync += wbuf[i].eq(self.wdata)
         commit_data = Cat(*wbuf, self.wdata)
-        commit_rows = [A(b_row[r * NB + b] for r in range(R))[c_rank] for b in range(NB)]
+        commit_rowv = Value.cast(A(r_rowv)[c_rank])
+        commit_rows = [commit_rowv[b * RB_:(b + 1) * RB_] for b in range(NB)]
 
         bank_data = []
         inits = self._bank_inits() if self.storage else None
@@ -483,7 +518,7 @@ class DRAMChannel(wiring.Component):
                 m.submodules[f"bank{b}"] = mem
                 rport = mem.read_port()
                 wport = mem.write_port()
-                m.d.comb += [
+                dp.d.comb += [
                     rport.addr.eq(addr(rank, rows_of_rank[b], c.col)),
                     rport.en.eq((ok["rd"] & (bi == b)) | ok["rdab"]),
                     wport.addr.eq(addr(c_rank, commit_rows[b], c_col)),
@@ -491,37 +526,59 @@ class DRAMChannel(wiring.Component):
                     wport.en.eq(commit & (c_ab | (c_bank == b))),
                 ]
                 bank_data.append(rport.data)
-            else:
-                # Timing-only model: a read returns its own flat burst address (see flat_burst_address), so
-                # benchmarks can still check which burst came back where, without storage.
-                # Registered like a synchronous read port's data.
-                tag = Signal(CLB + RB + _log2(NB) + KB, name=f"tag{b}")
-                with m.If((ok["rd"] & (bi == b)) | ok["rdab"]):
-                    m.d.sync += tag.eq(Cat(addr(rank, rows_of_rank[b], c.col)[:CLB + RB],
-                                           Const(b, _log2(NB)), rank[:KB]))
-                bank_data.append(tag)
+        if not self.storage:
+            # Timing-only model: a read returns its own flat burst address (see flat_burst_address), so benchmarks
+            # can still check which burst came back where, without storage. Registered like a synchronous read
+            # port's data: a RD's tag, and for a RD_AB the column, rank and every bank's row (the banks' tags are
+            # formed at the output).
+            tag_w = CLB + RB + _log2(NB) + KB
+            rd_tag = Signal(tag_w)
+            with m.If(oks["rd"]):
+                m.d.sync += rd_tag.eq(Cat(c.col[:CLB], rowsel.word_select(bi, RB_)[:RB], bi[:_log2(NB)],
+                                          rank[:KB]))
+            ab_tag = Signal(CLB + KB + NB * RB_)
+            if self.all_bank:
+                with m.If(oks["rdab"]):
+                    m.d.sync += ab_tag.eq(Cat(c.col[:CLB], rank[:KB], rowsel))
 
-        # Read rings: written the cycle after the command, read at t + CL - 1 -> presented at t + CL. (One ring
-        # memory per bank for RD_AB: Amaranth's simulator cannot compile a write port thousands of bits wide.)
-        dq_ring = Memory(shape=BB, depth=n_dq, init=[])
+        # Read rings: written the cycle after the command, read at t + CL - 1 -> presented at t + CL. A ring is as
+        # wide as its data (a timing-only model's tags are a few bits: Amaranth's simulator evaluates a write
+        # port's enable once per data bit). One ring memory per bank for RD_AB when bursts are stored (Amaranth's
+        # simulator cannot compile a write port thousands of bits wide).
+
+        def widen(v):
+            return Cat(v, Const(0, BB - len(v))) if len(v) < BB else v
+
+        dq_data = Array(bank_data)[rp_bank] if self.storage else rd_tag
+        dq_ring = Memory(shape=len(dq_data), depth=n_dq, init=[])
         m.submodules.dq_ring = dq_ring
         dq_w, dq_r = dq_ring.write_port(), dq_ring.read_port()
-        m.d.comb += [
-            dq_w.addr.eq(dslot0), dq_w.data.eq(Array(bank_data)[rp_bank]), dq_w.en.eq(rp_dq[0]),
+        dp.d.comb += [
+            dq_w.addr.eq(dslot0), dq_w.data.eq(dq_data), dq_w.en.eq(rp_dq[0]),
             dq_r.addr.eq(dq_rptr), dq_r.en.eq(rp_dq[CL - 2]),
         ]
         if self.all_bank:
-            m.d.comb += self.ab_valid.eq(rp_ab[CL - 1])
-            for b in range(NB):
-                ab_ring = Memory(shape=BB, depth=n_ab, init=[])
-                m.submodules[f"ab_ring{b}"] = ab_ring
+            dp.d.comb += self.ab_valid.eq(rp_ab[CL - 1])
+            for grp in ([[b] for b in range(NB)] if self.storage else [list(range(NB))]):
+                data_in = bank_data[grp[0]] if self.storage else ab_tag
+                ab_ring = Memory(shape=len(data_in), depth=n_ab, init=[])
+                m.submodules[f"ab_ring{grp[0]}" if self.storage else "ab_ring"] = ab_ring
                 ab_w, ab_r = ab_ring.write_port(), ab_ring.read_port()
-                m.d.comb += [
-                    ab_w.addr.eq(aslot0), ab_w.data.eq(bank_data[b]), ab_w.en.eq(rp_ab[0]),
+                dp.d.comb += [
+                    ab_w.addr.eq(aslot0), ab_w.data.eq(data_in), ab_w.en.eq(rp_ab[0]),
                     ab_r.addr.eq(ab_rptr), ab_r.en.eq(rp_ab[CL - 2]),
-                    self.ab_rdata.word_select(b, BB).eq(ab_r.data),
                 ]
+                for b in grp:
+                    if self.storage:
+                        out = ab_r.data
+                    else:
+                        col_o, rank_o = ab_r.data[:CLB], ab_r.data[CLB:CLB + KB]
+                        row_o = ab_r.data[CLB + KB + b * RB_:CLB + KB + (b + 1) * RB_][:RB]
+                        out = Cat(col_o, row_o, Const(b, _log2(NB)), rank_o)
+                    with dp.If(rp_ab[CL - 1]):       # 0 outside ab_valid (a simulator skips the wide update)
+                        dp.d.comb += self.ab_rdata.word_select(b, BB).eq(widen(out))
+        rdq = widen(dq_r.data)
         for i in range(BC):
-            with m.If(rp_dq[CL - 1 + i]):
-                m.d.comb += [self.rdata.eq(dq_r.data.word_select(i, CB)), self.rdata_valid.eq(1)]
+            with dp.If(rp_dq[CL - 1 + i]):
+                dp.d.comb += [self.rdata.eq(rdq.word_select(i, CB)), self.rdata_valid.eq(1)]
         return m

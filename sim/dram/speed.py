@@ -71,7 +71,9 @@ class SelfDrivenMemorySystem(wiring.Component):
         controller_kwargs.setdefault("tag_width", 16)
         self.config = config
         self.controller = MemoryController(config=config, **controller_kwargs)
-        self.device = DRAMChannel(config, storage=False)
+        # as the project's memory systems build it (sim/dram/system.py, sim/devmem/system.py): no RD_AB data path,
+        # since a controller never issues all-bank commands (the all-bank rules are still checked)
+        self.device = DRAMChannel(config, storage=False, all_bank=False)
         self.source = _Source(self.controller, pattern)
         super().__init__({"responses": Out(32), "commands": Out(32), "violations": Out(32)})
 
@@ -120,13 +122,17 @@ class ControllerOnly(wiring.Component):
 class DeviceOnly(wiring.Component):
     """A timing-only ``DRAMChannel`` replaying ``trace`` (a list of :class:`sim.dram.trace.TraceCommand`, cycle
     order) from a ROM, each command in its recorded cycle. Outputs: ``commands`` (issued), ``violations``,
-    ``responses`` (read bursts returned)."""
+    ``responses`` (read bursts returned). ``all_bank``: the model's RD_AB data path (``False``: as behind a
+    controller, :class:`SelfDrivenMemorySystem`)."""
 
-    def __init__(self, config, trace):
+    def __init__(self, config, trace, *, all_bank: bool = True):
         from .device import DRAMChannel
         self.config = config
         self.trace = list(trace)
-        self.device = DRAMChannel(config, storage=False)
+        if self.trace and self.trace[0].cycle < 1:
+            raise ValueError(f"DeviceOnly replays commands from cycle 1 on (a registered command input); the trace's "
+                             f"first command is at cycle {self.trace[0].cycle}")
+        self.device = DRAMChannel(config, storage=False, all_bank=all_bank)
         super().__init__({"responses": Out(32), "commands": Out(32), "violations": Out(32)})
 
     def elaborate(self, platform):
@@ -146,9 +152,11 @@ class DeviceOnly(wiring.Component):
         rp = rom.read_port(domain="comb")
         ptr = Signal(range(len(entries)))
         m.d.comb += rp.addr.eq(ptr)
-        hit = rp.data[cw:] == dev.cycle
-        with m.If(hit):
-            m.d.comb += Value.cast(dev.cmd).eq(rp.data[:cw])
+        # The command is registered, as a controller's is: the entry due in the next cycle goes to the device's
+        # command input at the clock edge (a command in cycle 0 cannot be replayed; __init__ refuses it).
+        fire = rp.data[cw:] == dev.cycle + 1
+        m.d.sync += Value.cast(dev.cmd).eq(Mux(fire, rp.data[:cw], 0))
+        with m.If(fire):
             m.d.sync += [ptr.eq(ptr + 1), self.commands.eq(self.commands + 1)]
         with m.If(dev.rdata_valid):
             m.d.sync += self.responses.eq(self.responses + 1)

@@ -329,3 +329,15 @@ def test_timing_only_model_returns_burst_addresses(backend):
     r = backend.run_streams(p, {"i": program(p, seq)}, {"marks": 1, "rdata": 2, "trace": None, "errors": None})
     assert r.outputs["rdata"] == [flat_burst_address(ORG, 1, 2, 3, 3, 5), flat_burst_address(ORG, 1, 2, 3, 3, 6)]
     assert r.outputs["errors"] == []
+    # RD_AB: every bank's own burst address, banks opened by one ACT_AB and (bank 6) re-opened at another row by a
+    # single-bank PRE / ACT (the bank's row, not the rank's all-bank row, is read).
+    t_pre = 1 + TM.tRAS
+    t_act = max(t_pre + TM.tRP, 1 + TM.tRC)
+    seq = [(1, Cmd.ACT_AB, A(rank=0, row=1)), (t_pre, Cmd.PRE, A(rank=0, bg=1, bank=2)),
+           (t_act, Cmd.ACT, A(rank=0, bg=1, bank=2, row=3)), (t_act + TM.tRCD, Cmd.RD_AB, A(rank=0, col=7))]
+    r = backend.run_streams(p, {"i": program(p, seq)}, {"marks": 1, "ab_rdata": 1, "trace": None, "errors": None})
+    rows = [3 if b == 6 else 1 for b in range(ORG.banks)]
+    want = sum(flat_burst_address(ORG, 0, b // ORG.banks_per_group, b % ORG.banks_per_group, rows[b], 7)
+               << (b * ORG.burst_bits) for b in range(ORG.banks))
+    assert r.outputs["ab_rdata"] == [want]
+    assert r.outputs["errors"] == []
