@@ -215,10 +215,6 @@ class DRAMChannel(wiring.Component):
         def by_rank(sigs):
             return A(sigs)[rank]
 
-        def rank_any(bits_per_rank):
-            """OR over ranks of (rank == r) & bits_per_rank[r]."""
-            return Cat(rsel[r] & bits_per_rank[r] for r in range(R)).any()
-
         openv = Value.cast(by_rank(r_openv))      # the addressed rank's open flags
         any_open = openv.any()
         all_open = openv.all()
