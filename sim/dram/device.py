@@ -172,7 +172,7 @@ class DRAMChannel(wiring.Component):
         # the stamps it sets instead of every bank's, and a bank's stamp is the later of the two (every stamp is
         # "command cycle + a fixed distance", so the newest write is the maximum; tRPab >= tRP, DRAMTiming checks).
         # Simulators then update a few signals per cycle, not 8 per bank (docs/dram_device.md, "Simulation speed").
-        RB_ = max(1, (ROWS - 1).bit_length())
+        RB_ = max(1, (ROWS - 1).bit_length())       # a row's field in the packed rows (>= 1 bit, unlike RB below)
         r_openv = [Signal(NB, name=f"open_r{r}") for r in range(R)]
         r_rowv = [Signal(NB * RB_, name=f"rows_r{r}") for r in range(R)]
         SF = ("rp", "rc", "rcd", "ras", "rtp", "wr")   # ACT: tRP / tRPab, tRC; RD/WR: tRCD; PRE: tRAS, tRTP, tWR
@@ -338,17 +338,14 @@ class DRAMChannel(wiring.Component):
         m.submodules.okm = okm
         okm.d.comb += okv.eq(Cat(ok[k] for k, _ in OKS))
         oks = {k: okv[i] for i, (k, _) in enumerate(OKS)}
-        rank_is = Signal(R, name="rank_is")       # one-hot rank, bank and bank group of the command (for `sync`)
-        bank_is = Signal(NB, name="bank_is")
+        rank_is = Signal(R, name="rank_is")       # one-hot rank and bank group of the command (for `sync`)
         bg_is = Signal(BG, name="bg_is")
         bopen_s = Signal()
-        okm.d.comb += [rank_is.eq(Cat(rsel)), bank_is.eq(Cat(bi == b for b in range(NB))),
-                       bg_is.eq(Cat(c.bg == g for g in range(BG))), bopen_s.eq(bopen)]
+        okm.d.comb += [rank_is.eq(Cat(rsel)), bg_is.eq(Cat(c.bg == g for g in range(BG))), bopen_s.eq(bopen)]
 
         # ---- state updates (legal commands only) --------------------------------------------------------------
         # The addressed bank's memory row (legal single-bank commands only) with the stamps this command sets.
-        sets = {"rp": (ok["pre"], after(tm.tRP)), "rc": (ok["act"], after(tm.tRC)),
-                "rcd": (ok["act"], after(tm.tRCD)), "ras": (ok["act"], after(tm.tRAS)),
+        sets = {"rp": (ok["pre"], after(tm.tRP)), "ras": (ok["act"], after(tm.tRAS)),
                 "rtp": (ok["rd"], after(tm.tRTP)), "wr": (ok["wr"], after(WEND + tm.tWR))}
         dp.d.comb += [bs_w.addr.eq(rbi), bs_w.data.eq(Cat(Mux(sets[f][0], sets[f][1], mine[f]) for f in MF)),
                      bs_w.en.eq(ok["act"] | (ok["pre"] & bopen) | ok["rd"] | ok["wr"])]
