@@ -75,6 +75,8 @@ class DRAMChannel(wiring.Component):
         self.all_bank = all_bank
         if tm.CL < 3 or tm.CWL < 2:
             raise ValueError("DRAMChannel needs CL >= 3 and CWL >= 2")
+        if not tm.tRC >= tm.tRAS >= tm.tRCD:   # a bank's tRC and tRCD stamps follow from its tRAS stamp
+            raise ValueError(f"DRAMChannel needs tRC >= tRAS >= tRCD, got {tm.tRC}, {tm.tRAS}, {tm.tRCD}")
         self._init = init
         self.mask_bits = MASK_BITS + org.ranks - 1
         super().__init__({
@@ -179,8 +181,6 @@ class DRAMChannel(wiring.Component):
         # A bank's row keeps four of them: tRC and tRCD follow from tRAS (all three are "ACT cycle + distance";
         # 0 = never). Fewer bits: Amaranth's simulator evaluates a write port's enable once per bit.
         MF = ("rp", "ras", "rtp", "wr")
-        if not tm.tRC >= tm.tRAS >= tm.tRCD:
-            raise ValueError(f"DRAMChannel needs tRC >= tRAS >= tRCD, got {tm.tRC}, {tm.tRAS}, {tm.tRCD}")
         bstate = Memory(shape=len(MF) * TW, depth=R * NB, init=[])
         m.submodules.bstate = bstate
         bs_r = bstate.read_port(domain="comb")

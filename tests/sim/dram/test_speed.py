@@ -30,3 +30,16 @@ def test_device_only_top_counts_violations():
     r = amaranth_cycles_per_s(DeviceOnly(CFG, bad), 60)
     assert r["commands"] == 3 and r["violations"] >= 1
     assert r["responses"] == CFG.org.burst_cycles
+
+
+def test_bad_inputs_are_refused_with_the_limit():
+    """DeviceOnly registers its commands, so a trace command in cycle 0 cannot be replayed; the DRAM model derives
+    tRC and tRCD from the tRAS stamp, so it needs tRC >= tRAS >= tRCD."""
+    import dataclasses
+    import pytest
+    from sim.dram.device import DRAMChannel
+    with pytest.raises(ValueError, match="from cycle 1 on.*cycle 0"):
+        DeviceOnly(CFG, [TraceCommand(0, Cmd.ACT)])
+    bad = dataclasses.replace(CFG, timing=dataclasses.replace(CFG.timing, tRCD=CFG.timing.tRAS + 1))
+    with pytest.raises(ValueError, match="tRC >= tRAS >= tRCD"):
+        DRAMChannel(bad, storage=False)
