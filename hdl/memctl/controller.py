@@ -2,18 +2,21 @@
 
 Architecture (one clock = one DRAM command clock; at most one command per cycle)::
 
-    i ──> request queue (collapsing, age = position) ──> scheduler ──> cmd register ──> DRAM cmd/addr
+    i ──> request queue (slots + age matrix) ──> scheduler ──> cmd register ──> DRAM cmd/addr
           write data ──> write-data RAM (slot per write) ─── CWL delay line ──> wdata (burst_cycles clocks)
     o <── response FIFO <── burst assembler <── rdata/rdata_valid        (tags from an in-flight tag FIFO)
 
-* **Queue**: ``queue_depth`` entries kept in arrival order (entry 0 is the oldest); the entry whose column
-  command issues is removed and younger entries move down. Each entry holds the decoded coordinates, the
-  direction, the tag and (for writes) the slot of its data in the write-data RAM.
-* **Bank state**: per bank an open flag and the open row (open-page policy: rows stay open until a request
-  for another row of the bank, or refresh, closes them).
-* **Timing**: saturating down-counters, loaded with ``max(current, d - 1)`` when a command issues that allows
-  a later command only ``d`` cycles after it; a command is legal when every counter guarding it is zero.
-  Per bank: ACT (tRC, tRP, tRFC), RD/WR (tRCD), PRE (tRAS, tRTP, CWL + burst + tWR). Per bank group:
+* **Queue**: ``queue_depth`` slots; a request is written to the lowest free slot and stays there until its
+  column command issues (non-collapsing). An age matrix (per slot, the slots whose requests arrived later)
+  gives arrival order: "the oldest" below is the oldest by arrival. Each slot holds the request's bank index,
+  row, burst address, direction, tag and (for writes) the slot of its data in the write-data RAM; the
+  scheduler's per-slot flags (valid, row hit, first of bank, first of address) are N-bit vectors.
+* **Bank state**: per bank an open flag (one vector) and the open row (a small RAM) (open-page policy: rows
+  stay open until a request for another row of the bank, or refresh, closes them).
+* **Timing**: saturating down-counters, loaded with ``max(current - 1, d - 1)`` when a command issues that
+  allows a later command only ``d`` cycles after it; a command is legal when every counter guarding it is
+  zero. Per bank: ACT (tRC, tRP, tRPab, tRFC), PRE (tRAS, tRTP, CWL + burst + tWR); RD/WR after ACT (tRCD) is
+  read off the ACT counter when tRC > tRCD (else a counter of its own). Per bank group:
   tCCD_L, tRRD_L, CWL + burst + tWTR_L. Per rank: tCCD_S, tRRD_S, CWL + burst + tWTR_S, a four-entry tFAW
   ring, and the data-bus turnarounds (read-read and write-write across ranks: burst + tRTRS; read-to-write:
   CL + burst + 2 - CWL, across ranks at least burst + tRTRS; write-to-read across ranks:
@@ -160,60 +163,109 @@ class MemoryController(wiring.Component):
         aw = amap.widths
         tw = max(1, self.tag_width)
 
-        def flat(r, g, k):
-            return (r * G + g) * K + k
-
         def bank_index(rank, bg, bank):
+            # flat bank index (rank * G + bg) * K + bank: the address map's field counts are powers of two
             parts = [bank[:aw["bank"]], bg[:aw["bg"]], rank[:aw["rank"]]]
             v = Cat(*parts)
             return v if len(v) else Const(0, 1)
 
-        # ---- timing counters ------------------------------------------------------------------------
-        counters = []  # (signal, [(cond, distance)])
-
-        def counter(name, distances, init=0):
-            top = max([d - 1 for d in distances] + [init, 1])
-            sig = Signal(range(top + 1), name=name, init=init)
-            loads = []
-            counters.append((sig, loads))
-            return sig, loads
-
         # ---- request queue --------------------------------------------------------------------------
-        # Besides the request, each entry keeps four flags, maintained incrementally (O(queue_depth) logic per
-        # cycle instead of comparing every pair of entries and muxing every entry's bank row):
-        #   open: its bank has a row open; hit: its bank has *its* row open;
+        # Non-collapsing: a request stays in the slot it was written to (the lowest free one) until its column
+        # command issues. Arrival order comes from an age matrix: ``younger[s]`` has bit t set when slot t's request
+        # arrived after slot s's (set in every row when a request is written to slot t; a written slot's own row
+        # is cleared; bits of free slots are don't-care, every use masks with ``valid``). The oldest slot of a set
+        # is the one no other member of the set is younger than. The per-slot state the scheduler needs every
+        # cycle is kept as N-bit vectors (bit s = slot s), maintained incrementally (O(queue_depth) logic per cycle
+        # instead of comparing every pair of entries and muxing every entry's bank row):
+        #   valid; hit: its bank has *its* row open (so its bank is open);
         #   fb: no older queued request to the same bank ("first of bank": may open / close the bank);
         #   fa: no older queued request to the same burst ("first of address": may issue its RD/WR).
+        # The request fields are written once, when the request arrives.
+        KW = len(bank_index(Const(0, fw["rank"]), Const(0, fw["bg"]), Const(0, fw["bank"])))
+        NBP = 1 << KW                      # bank-indexed vectors, padded to a power of two (NB, or 2 with one bank)
+        awb, awg = aw["bank"], aw["bg"]
         Q = []
         for p in range(N):
             Q.append({
-                "valid": Signal(name=f"q{p}_valid"),
-                "write": Signal(name=f"q{p}_write"),
-                "rank": Signal(fw["rank"], name=f"q{p}_rank"),
-                "bg": Signal(fw["bg"], name=f"q{p}_bg"),
-                "bank": Signal(fw["bank"], name=f"q{p}_bank"),
+                "bidx": Signal(KW, name=f"q{p}_bidx"),          # flat bank index
+                "ckey": Signal(KW + 1, name=f"q{p}_ckey"),      # Cat(bank index, write)
                 "row": Signal(fw["row"], name=f"q{p}_row"),
-                "col": Signal(fw["col"], name=f"q{p}_col"),
+                "addr": Signal(amap.addr_bits, name=f"q{p}_addr"),
                 "tag": Signal(tw, name=f"q{p}_tag"),
                 "slot": Signal(range(N), name=f"q{p}_slot"),
-                "open": Signal(name=f"q{p}_open"),
-                "hit": Signal(name=f"q{p}_hit"),
-                "fb": Signal(name=f"q{p}_fb"),
-                "fa": Signal(name=f"q{p}_fa"),
             })
-        count = Signal(range(N + 1))
+        younger = [Signal(N, name=f"q{p}_younger") for p in range(N)]
+        valid = Signal(N)
+        q_hit = Signal(N)
+        q_fb = Signal(N)
+        q_fa = Signal(N)
+        q_rank = [Signal(N, name=f"q_rank{r}") for r in range(R)] if R > 1 else None   # slots of each rank
+
+        def oldest_expr(vec):
+            """One-hot of the oldest slot whose bit is set in ``vec`` (a subset of ``valid``); 0 if none."""
+            acc = Const(0, N)
+            for p in range(N):
+                acc = acc | Mux(vec[p], younger[p], 0)
+            return vec & ~acc
+
+        def oldest(vec, name):
+            oh = Signal(N, name=name)
+            m.d.comb += oh.eq(oldest_expr(vec))
+            return oh
+
+        def encode(oh, name):
+            """Index of the set bit of the one-hot ``oh`` (0 if none)."""
+            idx = Signal(range(N), name=name)
+            m.d.comb += idx.eq(Cat(Cat(oh[p] for p in range(N) if p >> k & 1).any()
+                                   for k in range(len(idx))))
+            return idx
+
+        def rank_slots(rank):
+            """Slots holding a request to ``rank`` (a subset of ``valid`` only after masking)."""
+            return Array(q_rank)[rank] if q_rank else Const((1 << N) - 1, N)
+
+        # ---- timing counters ------------------------------------------------------------------------
+        # Saturating down-counters, loaded with max(d - 1, current - 1) when a command that allows a later one only
+        # d cycles after it issues. Per bank group and rank: `counter` (loaded under exclusive conditions). Per
+        # bank: `bank_counter`, decremented every cycle and loaded only by commands that name its bank (or its
+        # rank), so its next value needs one test in the cycles it is not loaded.
+        counters = []  # (signal, [(cond, distance)], largest value)
+
+        def counter(name, distances):
+            top = max([d - 1 for d in distances] + [1])
+            sig = Signal(range(top + 1), name=name)
+            loads = []
+            counters.append((sig, loads, top))
+            return sig, loads
+
+        def load_value(sig, d, top):
+            # max(d - 1, current - 1) for a counter that never holds more than `top`: the current value - 1 when
+            # it exceeds d, else d - 1 (a constant when d - 1 >= top).
+            return d - 1 if d - 1 >= top else Mux(sig > d, sig - 1, d - 1)
+
+        def dec(sig):
+            return Mux(sig == 0, 0, sig - 1)
 
         # ---- bank state and counters ----------------------------------------------------------------
-        b_open = [Signal(name=f"b{b}_open") for b in range(NB)]
-        b_row = [Signal(fw["row"], name=f"b{b}_row") for b in range(NB)]
+        b_open = Signal(NBP)                                       # bit b: bank b has a row open
+        m.submodules.b_rows = b_rows = Memory(shape=fw["row"], depth=NBP, init=[])   # the open row of each bank
+        b_row_w = b_rows.write_port()
+        b_row_r = b_rows.read_port(domain="comb")
         wr_end = tm.CWL + BC  # cycles from WR to the end of its write data
         t_rpab = getattr(tm, "tRPab", None) or tm.tRP  # PREA to ACT/REF
         t_rtw = getattr(tm, "tRTW", RTW_GAP)  # read-to-write DQ bubble
-        b_act, b_col, b_pre = [], [], []
-        for b in range(NB):
-            b_act.append(counter(f"b{b}_act", [tm.tRC, tm.tRP, t_rpab, tm.tRFC]))
-            b_col.append(counter(f"b{b}_col", [tm.tRCD]))
-            b_pre.append(counter(f"b{b}_pre", [tm.tRAS, tm.tRTP, wr_end + tm.tWR]))
+        # Per bank: ACT (tRC after ACT, tRP after PRE, tRPab after PREA, tRFC after REF) and PRE (tRAS after ACT,
+        # tRTP after RD, CWL + burst + tWR after WR). tRCD needs no counter of its own when tRC > tRCD: while a bank
+        # is open, its ACT counter was zero at the ACT (an ACT needs it), was loaded with tRC - 1 then, and nothing
+        # else loads it until the bank closes, so it holds tRC - 1 - (cycles since the cycle after the ACT) and tRCD
+        # has passed once it is <= tRC - tRCD.
+        derive_rcd = tm.tRC > tm.tRCD
+        act_d = {Cmd.ACT: tm.tRC, Cmd.PRE: tm.tRP, Cmd.PREA: t_rpab, Cmd.REF: tm.tRFC}
+        pre_d = {Cmd.ACT: tm.tRAS, Cmd.RD: tm.tRTP, Cmd.WR: wr_end + tm.tWR}
+        col_d = {Cmd.ACT: tm.tRCD}
+        b_act = [Signal(range(max(act_d.values())), name=f"b{b}_act") for b in range(NB)]
+        b_pre = [Signal(range(max(pre_d.values())), name=f"b{b}_pre") for b in range(NB)]
+        b_col = [] if derive_rcd else [Signal(range(max(tm.tRCD, 2)), name=f"b{b}_col") for b in range(NB)]
         g_ccd, g_rrd, g_wtr = {}, {}, {}
         for r in range(R):
             for g in range(G):
@@ -251,74 +303,83 @@ class MemoryController(wiring.Component):
         credit = Signal()
         m.d.comb += credit.eq(outstanding < RD_DEPTH)
 
-        # ---- per-bank readiness vectors -------------------------------------------------------------
+        # ---- per-bank readiness vectors (bit b = bank b) --------------------------------------------
+        GK = G * K
+
+        def per_group(f):
+            return Cat(f(r, g).replicate(K) for r in range(R) for g in range(G))
+
+        def per_rank(f):
+            return Cat(f(r).replicate(GK) for r in range(R))
+
+        def per_bank(f):
+            return Cat(f(b) for b in range(NB))
+
+        rank_mask = [Const(((1 << GK) - 1) << (r * GK), NBP) for r in range(R)]
         act_rdy = Signal(NB)
         pre_rdy = Signal(NB)
         rd_rdy = Signal(NB)
         wr_rdy = Signal(NB)
-        open_vec = Signal(NB)
-        for r in range(R):
-            faw_ok = Array(c[0] for c in r_faw[r])[r_fawp[r]] == 0
-            for g in range(G):
-                for k in range(K):
-                    b = flat(r, g, k)
-                    col_ok = (b_open[b] & (b_col[b][0] == 0) & (g_ccd[r, g][0] == 0) & (r_ccd[r][0] == 0)
-                              & ~blocked[r])
-                    m.d.comb += [
-                        open_vec[b].eq(b_open[b]),
-                        act_rdy[b].eq(~b_open[b] & (b_act[b][0] == 0) & (g_rrd[r, g][0] == 0)
-                                      & (r_rrd[r][0] == 0) & faw_ok & ~blocked[r]),
-                        pre_rdy[b].eq(b_open[b] & (b_pre[b][0] == 0) & ~blocked[r]),
-                        rd_rdy[b].eq(col_ok & (r_rdbus[r][0] == 0) & (g_wtr[r, g][0] == 0)
-                                     & (r_wtr[r][0] == 0) & credit),
-                        wr_rdy[b].eq(col_ok & (r_wrbus[r][0] == 0)),
-                    ]
+        col_ok = Signal(NB)
+        act_z = Signal(NB)
+        pre_z = Signal(NB)
+        faw_ok = [Array(c[0] for c in r_faw[r])[r_fawp[r]] == 0 for r in range(R)]
+        m.d.comb += [
+            act_z.eq(per_bank(lambda b: b_act[b] == 0)),
+            pre_z.eq(per_bank(lambda b: b_pre[b] == 0)),
+            act_rdy.eq(~b_open[:NB] & act_z & per_group(lambda r, g: g_rrd[r, g][0] == 0)
+                       & per_rank(lambda r: (r_rrd[r][0] == 0) & faw_ok[r] & ~blocked[r])),
+            pre_rdy.eq(b_open[:NB] & pre_z & per_rank(lambda r: ~blocked[r])),
+            col_ok.eq(b_open[:NB]
+                      & per_bank(lambda b: (b_act[b] <= tm.tRC - tm.tRCD) if derive_rcd else (b_col[b] == 0))
+                      & per_group(lambda r, g: g_ccd[r, g][0] == 0)
+                      & per_rank(lambda r: (r_ccd[r][0] == 0) & ~blocked[r])),
+            rd_rdy.eq(col_ok & per_group(lambda r, g: g_wtr[r, g][0] == 0)
+                      & per_rank(lambda r: (r_rdbus[r][0] == 0) & (r_wtr[r][0] == 0) & credit)),
+            wr_rdy.eq(col_ok & per_rank(lambda r: r_wrbus[r][0] == 0)),
+        ]
+        pad = Const(0, NBP - NB) if NBP > NB else Cat()
+        col_rdy = Cat(rd_rdy, pad, wr_rdy, pad)          # indexed by Cat(bank index, write)
+        row_rdy = Cat(act_rdy | pre_rdy, pad)            # ACT when the bank is closed, PRE when open
 
-        # ---- per-entry candidates -------------------------------------------------------------------
+        # ---- per-slot candidates --------------------------------------------------------------------
+        # A queued request's bank is open iff its open-bank flag is set, and `hit` implies open, so its ACT / PRE
+        # is legal now iff it is not a hit and its bank's row command is ready.
+        col_legal = Signal(N)
+        row_legal = Signal(N)
+        m.d.comb += [col_legal.eq(Cat(col_rdy.bit_select(e["ckey"], 1) for e in Q)),
+                     row_legal.eq(Cat(row_rdy.bit_select(e["bidx"], 1) for e in Q))]
         col_cand = Signal(N)
         row_cand = Signal(N)
-        e_open = Signal(N)
-        for p, e in enumerate(Q):
-            bi = bank_index(e["rank"], e["bg"], e["bank"])
-            col_legal = Mux(e["write"], wr_rdy.bit_select(bi, 1), rd_rdy.bit_select(bi, 1))
-            if self.policy == "in-order" and p > 0:
-                m.d.comb += col_cand[p].eq(0)
-            else:
-                m.d.comb += col_cand[p].eq(e["valid"] & e["hit"] & col_legal & e["fa"])
-            m.d.comb += [
-                e_open[p].eq(e["open"]),
-                row_cand[p].eq(e["valid"] & e["fb"]
-                               & Mux(e["open"], ~e["hit"] & pre_rdy.bit_select(bi, 1), act_rdy.bit_select(bi, 1))),
-            ]
-
-        col_sel = Signal(range(N))
-        row_sel = Signal(range(N))
-        for p in reversed(range(N)):
-            with m.If(col_cand[p]):
-                m.d.comb += col_sel.eq(p)
-            with m.If(row_cand[p]):
-                m.d.comb += row_sel.eq(p)
+        if self.policy == "in-order":
+            first = oldest(valid, "q_first")   # only the oldest request may issue its RD/WR
+            m.d.comb += col_cand.eq(first & q_hit & q_fa & col_legal)
+        else:
+            m.d.comb += col_cand.eq(valid & q_hit & q_fa & col_legal)
+        m.d.comb += row_cand.eq(valid & q_fb & ~q_hit & row_legal)
+        col_oh = oldest(col_cand, "col_oh")
+        row_oh = oldest(row_cand, "row_oh")
+        col_sel = encode(col_oh, "col_sel")
+        row_sel = encode(row_oh, "row_sel")
 
         # ---- refresh decisions ----------------------------------------------------------------------
-        any_open = Array(Cat(b_open[flat(r, g, k)] for g in range(G) for k in range(K)).any() for r in range(R))
-        all_pre0 = Array(Cat(b_pre[flat(r, g, k)][0] == 0 for g in range(G) for k in range(K)).all()
-                         for r in range(R))
-        all_act0 = Array(Cat(b_act[flat(r, g, k)][0] == 0 for g in range(G) for k in range(K)).all()
-                         for r in range(R))
+        ref_mask = Array(rank_mask)[ref_rank]
         ref_prea = Signal()
         ref_ref = Signal()
+        any_open = (b_open & ref_mask).any()
         m.d.comb += [
-            ref_prea.eq(ref_active & any_open[ref_rank] & all_pre0[ref_rank]),
-            ref_ref.eq(ref_active & ~any_open[ref_rank] & all_act0[ref_rank]),
+            ref_prea.eq(ref_active & any_open & ((Cat(pre_z, pad) & ref_mask) == ref_mask)),
+            ref_ref.eq(ref_active & ~any_open & ((Cat(act_z, pad) & ref_mask) == ref_mask)),
         ]
 
         # ---- command selection ----------------------------------------------------------------------
         iss_kind = Signal(Cmd)
+        iss_bidx = Signal(KW)
         iss_rank = Signal(fw["rank"])
         iss_bg = Signal(fw["bg"])
         iss_bank = Signal(fw["bank"])
         iss_row = Signal(fw["row"])
-        iss_col = Signal(fw["col"])
+        iss_addr = Signal(amap.addr_bits)
         iss_tag = Signal(tw)
         iss_slot = Signal(range(N))
         rm_en = Signal()
@@ -327,24 +388,26 @@ class MemoryController(wiring.Component):
             return Array(e[field] for e in Q)[idx]
 
         with m.If(ref_prea):
-            m.d.comb += [iss_kind.eq(Cmd.PREA), iss_rank.eq(ref_rank)]
+            m.d.comb += [iss_kind.eq(Cmd.PREA), iss_bidx.eq(ref_rank << (awb + awg))]
         with m.Elif(ref_ref):
-            m.d.comb += [iss_kind.eq(Cmd.REF), iss_rank.eq(ref_rank)]
+            m.d.comb += [iss_kind.eq(Cmd.REF), iss_bidx.eq(ref_rank << (awb + awg))]
         with m.Elif(col_cand.any()):
+            ck = sel("ckey", col_sel)
             m.d.comb += [
-                iss_kind.eq(Mux(sel("write", col_sel), Cmd.WR, Cmd.RD)),
-                iss_rank.eq(sel("rank", col_sel)), iss_bg.eq(sel("bg", col_sel)),
-                iss_bank.eq(sel("bank", col_sel)), iss_row.eq(sel("row", col_sel)),
-                iss_col.eq(sel("col", col_sel)), iss_tag.eq(sel("tag", col_sel)),
-                iss_slot.eq(sel("slot", col_sel)),
+                iss_kind.eq(Mux(ck[KW], Cmd.WR, Cmd.RD)), iss_bidx.eq(ck[:KW]),
+                iss_row.eq(sel("row", col_sel)), iss_addr.eq(sel("addr", col_sel)),
+                iss_tag.eq(sel("tag", col_sel)), iss_slot.eq(sel("slot", col_sel)),
                 rm_en.eq(1),
             ]
         with m.Elif(row_cand.any()):
+            bi = sel("bidx", row_sel)
             m.d.comb += [
-                iss_kind.eq(Mux(e_open.bit_select(row_sel, 1), Cmd.PRE, Cmd.ACT)),
-                iss_rank.eq(sel("rank", row_sel)), iss_bg.eq(sel("bg", row_sel)),
-                iss_bank.eq(sel("bank", row_sel)), iss_row.eq(sel("row", row_sel)),
+                iss_kind.eq(Mux(b_open.bit_select(bi, 1), Cmd.PRE, Cmd.ACT)), iss_bidx.eq(bi),
+                iss_row.eq(sel("row", row_sel)),
             ]
+        m.d.comb += [iss_bank.eq(iss_bidx[:awb]), iss_bg.eq(iss_bidx[awb:awb + awg]),
+                     iss_rank.eq(iss_bidx[awb + awg:awb + awg + aw["rank"]])]
+        iss_col = amap.decode(iss_addr)["col"]
         m.d.sync += [
             self.cmd.kind.eq(iss_kind), self.cmd.rank.eq(iss_rank), self.cmd.bg.eq(iss_bg),
             self.cmd.bank.eq(iss_bank), self.cmd.row.eq(iss_row), self.cmd.col.eq(iss_col),
@@ -359,22 +422,37 @@ class MemoryController(wiring.Component):
         is_col = is_rd | is_wr
 
         # ---- state updates on issue -----------------------------------------------------------------
+        iss_oh = Signal(NBP)                  # one-hot of the command's bank
+        iss_rmask = Signal(NBP)               # the banks of the command's rank
+        m.d.comb += [iss_oh.eq(Const(1, NBP) << iss_bidx), iss_rmask.eq(Array(rank_mask)[iss_rank])]
+        m.d.sync += b_open.eq((b_open & ~Mux(is_pre, iss_oh, 0) & ~Mux(is_prea, iss_rmask, 0))
+                              | Mux(is_act, iss_oh, 0))
+        m.d.comb += [b_row_w.en.eq(is_act), b_row_w.addr.eq(iss_bidx), b_row_w.data.eq(iss_row)]
+
+        def bank_counters(sigs, dist, touch):
+            # `touch` (NBP bits): the banks whose counter this cycle's command loads; `dist`: distance per kind.
+            for b, sig in enumerate(sigs):
+                top = max(dist.values()) - 1
+                with m.If(touch[b]):
+                    nxt = dec(sig)
+                    for kind, d in dist.items():
+                        if d - 1 > 0:
+                            nxt = Mux(iss_kind == kind, load_value(sig, d, top), nxt)
+                    m.d.sync += sig.eq(nxt)
+                with m.Elif(sig != 0):
+                    m.d.sync += sig.eq(sig - 1)
+
+        touch_act, touch_pre = Signal(NBP), Signal(NBP)
+        m.d.comb += [touch_act.eq(Mux(is_act | is_pre, iss_oh, 0) | Mux(is_prea | is_ref, iss_rmask, 0)),
+                     touch_pre.eq(Mux(is_act | is_col, iss_oh, 0))]
+        bank_counters(b_act, act_d, touch_act)
+        bank_counters(b_pre, pre_d, touch_pre)
+        if not derive_rcd:
+            bank_counters(b_col, col_d, Mux(is_act, iss_oh, 0))
         for r in range(R):
             here_r = iss_rank == r
             for g in range(G):
                 here_g = here_r & (iss_bg == g)
-                for k in range(K):
-                    b = flat(r, g, k)
-                    here_b = here_g & (iss_bank == k)
-                    b_act[b][1].extend([(is_act & here_b, tm.tRC), (is_pre & here_b, tm.tRP),
-                                        (is_prea & here_r, t_rpab), (is_ref & here_r, tm.tRFC)])
-                    b_col[b][1].append((is_act & here_b, tm.tRCD))
-                    b_pre[b][1].extend([(is_act & here_b, tm.tRAS), (is_rd & here_b, tm.tRTP),
-                                        (is_wr & here_b, wr_end + tm.tWR)])
-                    with m.If(is_act & here_b):
-                        m.d.sync += [b_open[b].eq(1), b_row[b].eq(iss_row)]
-                    with m.Elif((is_pre & here_b) | (is_prea & here_r)):
-                        m.d.sync += b_open[b].eq(0)
                 g_ccd[r, g][1].append((is_col & here_g, tm.tCCD_L))
                 g_rrd[r, g][1].append((is_act & here_g, tm.tRRD_L))
                 g_wtr[r, g][1].append((is_wr & here_g, wr_end + tm.tWTR_L))
@@ -389,18 +467,19 @@ class MemoryController(wiring.Component):
             with m.If(is_act & here_r):
                 m.d.sync += r_fawp[r].eq(r_fawp[r] + 1)
 
-        for sig, loads in counters:
-            dec = Mux(sig == 0, 0, sig - 1)
-            ld = Const(0, len(sig))
+        # A counter's load conditions are exclusive (they name different command kinds, or the same kind in
+        # different ranks), so one load applies at most.
+        for sig, loads, top in counters:
+            nxt = dec(sig)
             for cond, d in loads:
                 if d - 1 > 0:
-                    ld = Mux(cond, d - 1, ld)
-            m.d.sync += sig.eq(Mux(ld > dec, ld, dec))
+                    nxt = Mux(cond, load_value(sig, d, top), nxt)
+            m.d.sync += sig.eq(nxt)
 
         # ---- refresh bookkeeping --------------------------------------------------------------------
         has_req = [Signal(name=f"r{r}_has_req") for r in range(R)]
         for r in range(R):
-            m.d.comb += has_req[r].eq(Cat(e["valid"] & (e["rank"] == r) for e in Q).any())
+            m.d.comb += has_req[r].eq((valid & q_rank[r]).any() if q_rank else valid.any())
             tick = refi[r] == 0
             m.d.sync += refi[r].eq(Mux(tick, tm.tREFI - 1, refi[r] - 1))
             done = is_ref & (iss_rank == r)
@@ -430,92 +509,84 @@ class MemoryController(wiring.Component):
                 m.d.comb += alloc.eq(s)
         push = Signal()
         m.d.comb += [
-            self.i.ready.eq((count < N) & wfree.any()),
+            self.i.ready.eq(~valid.all() & wfree.any()),
             push.eq(self.i.valid & self.i.ready),
             wport.addr.eq(alloc),
             wport.data.eq(self.i.payload.wdata),
             wport.en.eq(push & self.i.payload.write),
         ]
-        dec_in = amap.decode(self.i.payload.addr)
-        ins_pos = count - rm_en
+        in_addr = self.i.payload.addr
+        dec_in = amap.decode(in_addr)
 
-        # ---- incremental entry flags -----------------------------------------------------------------
-        def same_bank(a, b):
-            return (a["rank"] == b["rank"]) & (a["bg"] == b["bg"]) & (a["bank"] == b["bank"])
+        # ---- incremental slot flags ------------------------------------------------------------------
+        # The compare vectors below are written where they are used (under the command kinds that need them), so a
+        # simulator evaluates them only in those cycles.
+        def same_bank_as(bidx):
+            return Cat(e["bidx"] == bidx for e in Q)
 
-        iss = {"rank": iss_rank, "bg": iss_bg, "bank": iss_bank, "row": iss_row, "col": iss_col}
-        inc = {f: dec_in[f] for f in ("rank", "bg", "bank", "row", "col")}
-        removed = Signal(N)                    # one-hot: the entry whose column command issues this cycle
-        m.d.comb += removed.eq(Mux(rm_en, Const(1, N) << col_sel, 0))
-        rm_fb = Array(e["fb"] for e in Q)[col_sel]
-        # The removed entry's successor: the oldest younger entry to its bank becomes first of bank (if the removed
-        # one was), the oldest younger entry to its burst becomes first of address.
-        younger = Signal(N)
-        m.d.comb += younger.eq(~((Const(2, N + 1) << col_sel) - 1)[:N])
-        nb_vec = Signal(N)
-        na_vec = Signal(N)
-        for p, e in enumerate(Q):
-            sb = e["valid"] & same_bank(e, iss)
-            m.d.comb += [nb_vec[p].eq(sb & younger[p]),
-                         na_vec[p].eq(sb & younger[p] & (e["row"] == iss_row) & (e["col"] == iss_col))]
+        removed = Signal(N)                    # one-hot: the slot whose column command issues this cycle
+        m.d.comb += removed.eq(Mux(rm_en, col_oh, 0))
+        rm_fb = q_fb.bit_select(col_sel, 1)
+        # Bank-state changes of this cycle's command, seen by every slot: ACT sets the hit flag of the requests to
+        # its row, PRE / PREA clear those of the bank / rank.
+        hit_n = Signal(N)
+        with m.If(is_act):
+            sb = same_bank_as(iss_bidx)
+            m.d.comb += hit_n.eq((q_hit & ~sb) | (sb & Cat(e["row"] == iss_row for e in Q)))
+        with m.Elif(is_pre):
+            m.d.comb += hit_n.eq(q_hit & ~same_bank_as(iss_bidx))
+        with m.Elif(is_prea):
+            m.d.comb += hit_n.eq(q_hit & ~rank_slots(iss_rank))
+        with m.Else():
+            m.d.comb += hit_n.eq(q_hit)
+        # The removed request's successors: the oldest remaining request to its bank becomes first of bank (if the
+        # removed one was), the oldest remaining request to its burst becomes first of address. (Every request to
+        # the bank of a first-of-bank request is younger than it, and a removed request is always first of
+        # address, so "oldest remaining" is "oldest younger".)
         promote_b = Signal(N)
         promote_a = Signal(N)
-        m.d.comb += [promote_b.eq(Mux(rm_en & rm_fb, nb_vec & -nb_vec, 0)),
-                     promote_a.eq(Mux(rm_en, na_vec & -na_vec, 0))]
-        # Bank-state changes of this cycle's command, seen by every entry (and the incoming request).
-        def act_here(x):
-            return is_act & same_bank(x, iss)
-
-        def pre_here(x):
-            return (is_pre & same_bank(x, iss)) | (is_prea & (x["rank"] == iss_rank))
-
-        nxt_flags = []
-        for p, e in enumerate(Q):
-            o, h = Signal(name=f"q{p}_open_n"), Signal(name=f"q{p}_hit_n")
-            m.d.comb += [
-                o.eq(Mux(act_here(e), 1, Mux(pre_here(e), 0, e["open"]))),
-                h.eq(Mux(act_here(e), e["row"] == iss_row, Mux(pre_here(e), 0, e["hit"]))),
-            ]
-            nxt_flags.append({"open": o, "hit": h, "fb": e["fb"] | promote_b[p], "fa": e["fa"] | promote_a[p]})
+        with m.If(rm_en):
+            with m.If(rm_fb):
+                m.d.comb += promote_b.eq(oldest_expr(valid & ~removed & same_bank_as(iss_bidx)))
+            m.d.comb += promote_a.eq(oldest_expr(valid & ~removed & Cat(e["addr"] == iss_addr for e in Q)))
         # The incoming request: its bank's state after this cycle's command; first of bank / address among the
-        # entries that stay.
-        in_bi = bank_index(inc["rank"], inc["bg"], inc["bank"])
-        in_open_now = open_vec.bit_select(in_bi, 1)
-        in_row_now = Array(b_row)[in_bi]
-        in_open, in_hit = Signal(), Signal()
-        m.d.comb += [
-            in_open.eq(Mux(act_here(inc), 1, Mux(pre_here(inc), 0, in_open_now))),
-            in_hit.eq(Mux(act_here(inc), inc["row"] == iss_row,
-                          Mux(pre_here(inc), 0, in_open_now & (in_row_now == inc["row"])))),
+        # requests that stay.
+        in_bidx = bank_index(dec_in["rank"], dec_in["bg"], dec_in["bank"])
+        in_open_now = b_open.bit_select(in_bidx, 1)
+        m.d.comb += b_row_r.addr.eq(in_bidx)
+        act_in = is_act & (in_bidx == iss_bidx)
+        pre_in = (is_pre & (in_bidx == iss_bidx)) | (is_prea & (dec_in["rank"] == iss_rank))
+        in_hit = Signal()
+        m.d.comb += in_hit.eq(Mux(act_in, dec_in["row"] == iss_row,
+                                  Mux(pre_in, 0, in_open_now & (b_row_r.data == dec_in["row"]))))
+        in_fb, in_fa = Signal(), Signal()
+        with m.If(push):
+            stay = valid & ~removed
+            m.d.comb += [in_fb.eq(~(stay & same_bank_as(in_bidx)).any()),
+                         in_fa.eq(~(stay & Cat(e["addr"] == in_addr for e in Q)).any())]
+        ins_free = Signal(N)
+        ins = Signal(N)                        # one-hot: the slot the incoming request is written to (0: none)
+        m.d.comb += [ins_free.eq(~valid), ins.eq(Mux(push, ins_free & (~ins_free + 1)[:N], 0))]
+        m.d.sync += [
+            valid.eq((valid & ~removed) | ins),
+            q_hit.eq((hit_n & ~ins) | Mux(in_hit, ins, 0)),
+            q_fb.eq(((q_fb | promote_b) & ~ins) | Mux(in_fb, ins, 0)),
+            q_fa.eq(((q_fa | promote_a) & ~ins) | Mux(in_fa, ins, 0)),
         ]
-        stay_b = Signal(N)
-        stay_a = Signal(N)
-        for p, e in enumerate(Q):
-            sb = e["valid"] & ~removed[p] & same_bank(e, inc)
-            m.d.comb += [stay_b[p].eq(sb), stay_a[p].eq(sb & (e["row"] == inc["row"]) & (e["col"] == inc["col"]))]
-
-        for p, e in enumerate(Q):
-            nxt = Q[p + 1] if p + 1 < N else None
-            nf = nxt_flags[p + 1] if p + 1 < N else None
-            with m.If(push & (ins_pos == p)):
-                m.d.sync += [
-                    e["valid"].eq(1), e["write"].eq(self.i.payload.write),
-                    e["rank"].eq(dec_in["rank"]), e["bg"].eq(dec_in["bg"]), e["bank"].eq(dec_in["bank"]),
-                    e["row"].eq(dec_in["row"]), e["col"].eq(dec_in["col"]),
-                    e["tag"].eq(self.i.payload.tag if self.tag_width else 0), e["slot"].eq(alloc),
-                    e["open"].eq(in_open), e["hit"].eq(in_hit), e["fb"].eq(~stay_b.any()),
-                    e["fa"].eq(~stay_a.any()),
-                ]
-            # Entries at or above the removed one shift down (the last entry always does: no constant compare).
-            with m.Elif(rm_en & ((col_sel <= p) if p < N - 1 else 1)):
-                if nxt is None:
-                    m.d.sync += e["valid"].eq(0)
-                else:
-                    m.d.sync += [e[f].eq(nxt[f]) for f in e if f not in nf]
-                    m.d.sync += [e[f].eq(nf[f]) for f in nf]
-            with m.Else():
-                m.d.sync += [e[f].eq(nxt_flags[p][f]) for f in nxt_flags[p]]
-        m.d.sync += count.eq(count + push - rm_en)
+        with m.If(push):
+            if q_rank:
+                for r in range(R):
+                    m.d.sync += q_rank[r].eq((q_rank[r] & ~ins) | Mux(dec_in["rank"] == r, ins, 0))
+            for p, e in enumerate(Q):
+                with m.If(ins[p]):
+                    m.d.sync += [
+                        e["bidx"].eq(in_bidx), e["ckey"].eq(Cat(in_bidx, self.i.payload.write)),
+                        e["row"].eq(dec_in["row"]), e["addr"].eq(in_addr),
+                        e["tag"].eq(self.i.payload.tag if self.tag_width else 0), e["slot"].eq(alloc),
+                        younger[p].eq(0),
+                    ]
+                with m.Else():
+                    m.d.sync += younger[p].eq(younger[p] | ins)
 
         # Write-data delay line: WR decided in cycle t is on the bus in t+1, its data in t+1+CWL ...
         L = tm.CWL + BC
