@@ -286,15 +286,17 @@ def _check_memory(memory, channels):
 
 
 def system_for(config: NDPConfig, num_queues: int, depth: int, latency: int = 8, *, memory: str = "burst",
-               channels: int = 2):
+               channels: int = 2, hierarchical: bool = True):
     """One device test top per parameter set (so a backend elaborates / builds it once per process).
 
     ``memory``: ``"burst"`` (default): ``sim.cxl.system.CXLSystem``, the device on a fixed-latency memory of
     ``depth`` 64-byte lines (``latency`` cycles); ``"lpddr5x"``: ``sim.cxl.devmem_system.CXLDeviceMemSystem``,
     the device on ``channels`` LPDDR5X-8533 channels (controllers + DRAM models, sized to hold ``depth`` lines;
-    ``latency`` unused). Both take the same driver scripts."""
+    ``latency`` unused; ``hierarchical``: one channel and one DRAM-model module instantiated per channel, as
+    Verilator builds it quickest, or flat, as Amaranth's simulator needs it). Both take the same driver scripts."""
     _check_memory(memory, channels)
-    key = (config, num_queues, depth, latency) if memory == "burst" else (config, num_queues, depth, memory, channels)
+    key = ((config, num_queues, depth, latency) if memory == "burst"
+           else (config, num_queues, depth, memory, channels, hierarchical))
     sys_ = _SYSTEMS.get(key)
     if sys_ is None:
         if memory == "burst":
@@ -302,7 +304,8 @@ def system_for(config: NDPConfig, num_queues: int, depth: int, latency: int = 8,
             sys_ = CXLSystem(config=config, num_queues=num_queues, depth=depth, latency=latency)
         else:
             from sim.cxl.devmem_system import CXLDeviceMemSystem
-            sys_ = CXLDeviceMemSystem(config=config, num_queues=num_queues, depth=depth, channels=channels)
+            sys_ = CXLDeviceMemSystem(config=config, num_queues=num_queues, depth=depth, channels=channels,
+                                      hierarchical=hierarchical)
         _SYSTEMS[key] = sys_
     return sys_
 

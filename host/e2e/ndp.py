@@ -346,9 +346,12 @@ class NDPDevices:
         """The simulated device (built once per process and design)."""
         if self._system is None:
             from host.cxl_driver import system_for
+            from sim.backends.amaranth_sim import AmaranthBackend
             from sim.e2e.stamped import StampedCXLSystem
+            # Amaranth's simulator runs the LPDDR5X memory flat (it cannot run the hierarchical build's modules)
+            flat = self.engine == "amaranth" or isinstance(self.engine, AmaranthBackend)
             self._system = StampedCXLSystem(system_for(self.config, 1, self.depth, memory=self.memory,
-                                                       channels=self.channels))
+                                                       channels=self.channels, hierarchical=not flat))
         return self._system
 
     def run_wave(self, device: int, jobs) -> WaveResult:

@@ -99,3 +99,15 @@ def test_run_stamped_gemv_and_window_violation(memory):
     st0, st1 = run.stamps
     assert st0.issue < st0.start < st0.done and st0.service > 16
     assert st1.start is None and st1.done > st0.done and st1.status == WINDOW_VIOLATION
+
+
+def test_amaranth_engine_gets_the_lpddr5x_device_flat():
+    """Amaranth's simulator cannot run the hierarchical build's channel and DRAM-model modules (black boxes to it),
+    so an NDP device on LPDDR5X for the amaranth engine (``ndpim demo --waveform-engine amaranth``) is built flat;
+    Verilator keeps the hierarchical build."""
+    from sim.backends.amaranth_sim import AmaranthBackend
+    amaranth = NDPDevices("rtl", 1, engine="amaranth", memory="lpddr5x", channels=2).system()
+    verilator = NDPDevices("rtl", 1, engine="verilator", memory="lpddr5x", channels=2).system()
+    assert amaranth.inner.memory.hierarchical is False
+    assert verilator.inner.memory.hierarchical is True
+    assert NDPDevices("rtl", 1, engine=AmaranthBackend(), memory="lpddr5x").system().inner.memory.hierarchical is False
