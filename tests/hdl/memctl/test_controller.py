@@ -192,6 +192,28 @@ def test_unloaded_latencies_exact(backend):
         == ctl.read_latency("miss")
 
 
+def test_trcd_counter_when_trc_does_not_exceed_trcd(backend):
+    """The controller reads tRCD off each bank's ACT counter when tRC > tRCD, and keeps a tRCD counter per bank
+    otherwise. That second path, scheduled with tRCD = tRC + 5 (the device keeps the real, shorter tRCD, so every
+    command stays legal): a closed-bank read waits exactly the controller's tRCD, a row hit does not, and the
+    device and the checker see no violation."""
+    tm, bc = CFG.timing, CFG.org.burst_cycles
+    slow = DRAMConfig(name="ddr4-3200-tiny-slow-trcd", org=CFG.org, timing=replace(tm, tRCD=tm.tRC + 5))
+    sys_ = MemorySystem(controller_config=slow, device_config=CFG, device_kwargs={"storage": False},
+                        tag_width=16, queue_depth=8)
+    ctl = sys_.controller
+    amap = ctl.amap
+    gap = 300
+    traffic = Traffic(valid={"i": np.isin(np.arange(2 * gap), [0, gap])})
+    reqs = [req(ctl, amap.encode_py(bank=2, row=5, col=1), tag=0), req(ctl, amap.encode_py(bank=2, row=5, col=7), tag=1)]
+    run = run_system(backend, sys_, reqs, 2, traffic, max_cycles=3000)
+    cmds = check_legal(sys_, run, config=CFG)
+    act = next(c.cycle for c in cmds if c.kind == Cmd.ACT)
+    rds = [c.cycle for c in cmds if c.kind == Cmd.RD]
+    assert rds[0] - act == tm.tRC + 5
+    assert run.cycles - 1 - gap == tm.CL + bc + MemoryController.pipeline_cycles     # the row hit
+
+
 @pytest.mark.parametrize("policy", ["fr-fcfs", "in-order"])
 def test_random_read_write_bit_exact(backend, policy):
     """Random reads/writes to a small address set (hits, misses, RAW/WAR/WAW on the same burst)."""
