@@ -187,8 +187,10 @@ class MemoryController(wiring.Component):
         Q = []
         for p in range(N):
             Q.append({
-                "bidx": Signal(KW, name=f"q{p}_bidx"),          # flat bank index
-                "ckey": Signal(KW + 1, name=f"q{p}_ckey"),      # Cat(bank index, write)
+                # the flat bank index, and again with the direction above it: the bit-select key of its RD/WR
+                # in Cat(rd_rdy, wr_rdy) (slicing the bank index out of `ckey` instead: ~4 % more simulation work)
+                "bidx": Signal(KW, name=f"q{p}_bidx"),
+                "ckey": Signal(KW + 1, name=f"q{p}_ckey"),
                 "row": Signal(fw["row"], name=f"q{p}_row"),
                 "addr": Signal(amap.addr_bits, name=f"q{p}_addr"),
                 "tag": Signal(tw, name=f"q{p}_tag"),
@@ -227,7 +229,7 @@ class MemoryController(wiring.Component):
         # ---- timing counters ------------------------------------------------------------------------
         # Saturating down-counters, loaded with max(d - 1, current - 1) when a command that allows a later one only
         # d cycles after it issues. Per bank group and rank: `counter` (loaded under exclusive conditions). Per
-        # bank: `bank_counter`, decremented every cycle and loaded only by commands that name its bank (or its
+        # bank: `bank_counters`, decremented every cycle and loaded only by commands that name its bank (or its
         # rank), so its next value needs one test in the cycles it is not loaded.
         counters = []  # (signal, [(cond, distance)], largest value)
 
@@ -431,8 +433,8 @@ class MemoryController(wiring.Component):
 
         def bank_counters(sigs, dist, touch):
             # `touch` (NBP bits): the banks whose counter this cycle's command loads; `dist`: distance per kind.
+            top = max(dist.values()) - 1
             for b, sig in enumerate(sigs):
-                top = max(dist.values()) - 1
                 with m.If(touch[b]):
                     nxt = dec(sig)
                     for kind, d in dist.items():

@@ -349,7 +349,7 @@ class NDPDevices:
             from sim.backends.amaranth_sim import AmaranthBackend
             from sim.e2e.stamped import StampedCXLSystem
             # Amaranth's simulator runs the LPDDR5X memory flat (it cannot run the hierarchical build's modules)
-            flat = self.engine == "amaranth" or isinstance(self.engine, AmaranthBackend)
+            flat = isinstance(_engine(self.engine), AmaranthBackend)
             self._system = StampedCXLSystem(system_for(self.config, 1, self.depth, memory=self.memory,
                                                        channels=self.channels, hierarchical=not flat))
         return self._system
