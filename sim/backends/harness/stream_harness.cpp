@@ -1,6 +1,7 @@
 // Verilator stream harness: runs one whole stream testbench (sim/backends/base.py protocol) in C++.
 // Generated per design by sim/backends/verilator.py, which fills in the @...@ placeholders with one block
-// per stream port of the wrapper module `harness_top` (ports inK_* / outK_*, clk, rst).
+// per stream port of the wrapper module `harness_top` (ports inK_* / outK_*, clk; the wrapper drives the design's
+// rst itself: high until the first clock edge).
 //
 // usage: sim STIMULUS RESULT [+plusarg ...]   (plusargs reach the design: $value$plusargs, $readmemh files)
 // STIMULUS (little-endian): u64 max_cycles, u64 quiet_cycles; per input port: u64 n_items, u64 pat_len,
@@ -101,11 +102,10 @@ int main(int argc, char** argv) {
     const std::unique_ptr<VerilatedContext> context{new VerilatedContext};
     context->commandArgs(argc, argv);
     const std::unique_ptr<Vharness_top> top{new Vharness_top{context.get()}};
-    // Reset: one clock edge with rst high and every valid/ready low.
+    // Reset: one clock edge with rst high (the wrapper's register) and every valid/ready low.
 @IDLE@
-    top->clk = 0; top->rst = 1; top->eval();
+    top->clk = 0; top->eval();
     top->clk = 1; top->eval();
-    top->rst = 0;
 
     uint64_t t = 0, end = 0;
     bool done = false;  // even with nothing to collect, a run lasts at least one cycle
