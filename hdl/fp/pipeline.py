@@ -1,7 +1,8 @@
 """Lock-step pipeline with ``amaranth.lib.stream`` handshakes, shared by every FP unit.
 
 All stage registers advance together when the output register is empty or being read
-(``advance = ~o.valid | o.ready``) and the input is ready exactly when the pipeline advances. This gives one
+(``advance = ~o.valid | o.ready``) and the input is ready exactly when the pipeline advances; a stage's
+datapath registers load only when it advances with a valid item. This gives one
 operation per cycle at a fixed latency (the number of :meth:`Pipeline.stage` calls), holds ``o.payload``
 stable while ``o.valid & ~o.ready`` as the stream rules require, and has no combinational path from
 ``i.payload``/``i.valid`` to ``o`` (only ``o.ready -> i.ready``). Datapath registers have no reset; valid bits do.
@@ -48,22 +49,26 @@ class Pipeline:
         valid = Signal(name=f"s{n}_valid")
         with m.If(self.advance):
             m.d.sync += valid.eq(self._valid)
+        # Datapath registers load only with a valid item (no switching on bubbles); what an invalid stage holds
+        # is never read (o.payload matters only with o.valid).
+        load = Signal(name=f"s{n}_load")
+        m.d.comb += load.eq(self.advance & self._valid)
         regs = {}
         for key, value in values.items():
-            regs[key] = self._register(f"s{n}_{key}", value)
+            regs[key] = self._register(f"s{n}_{key}", value, load)
         if self._user is not None:
-            self._user = self._register(f"s{n}_user", self._user)
+            self._user = self._register(f"s{n}_user", self._user, load)
         self._valid = valid
         self.latency = n
         return SimpleNamespace(**regs)
 
-    def _register(self, name, value):
+    def _register(self, name, value, load):
         if isinstance(value, data.View):
             reg = Signal(value.shape(), name=name, reset_less=True)
         else:
             value = Value.cast(value)
             reg = Signal(value.shape(), name=name, reset_less=True)
-        with self.m.If(self.advance):
+        with self.m.If(load):
             self.m.d.sync += reg.eq(value)
         return reg
 

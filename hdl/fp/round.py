@@ -8,6 +8,7 @@ overflow to infinity and ties-to-even are implemented exactly once.
 from types import SimpleNamespace
 
 from amaranth.hdl import Module, Signal, Cat, Mux, Const, signed
+from amaranth.utils import ceil_log2
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -67,11 +68,25 @@ class Normalizer(wiring.Component):
         })
 
     def elaborate(self, platform):
+        # A logarithmic shifter (the leading-zero count found by halving, as in most FP normalizers): for
+        # s = P/2, P/4, ..., 1, shift left by s when the top s bits are zero; the shifts taken are the count's
+        # bits. ceil(log2 W) levels of one zero test and one 2:1 mux, not a W-deep priority chain.
         m = Module()
-        count = lzc(m, self.sig)
+        W = self.sig_width
+        P = 1 << ceil_log2(W)
+        v = Cat(Const(0, P - W), self.sig)             # MSB-aligned in P bits
+        count = []
+        s = P // 2
+        while s >= 1:
+            z = v[P - s:] == 0
+            v = Mux(z, (v << s)[:P], v)
+            count.insert(0, z)
+            s //= 2
+        shift = Cat(*count) if count else Const(0, 1)
         m.d.comb += [
-            self.sig_out.eq((self.sig << count)[:self.sig_width]),
-            self.exp_out.eq(self.exp - count),
+            self.sig_out.eq(v[P - W:]),
+            # a zero sig shifts by 0: its exp passes unchanged
+            self.exp_out.eq(self.exp - Mux(self.sig == 0, 0, shift)),
         ]
         return m
 
