@@ -79,7 +79,11 @@ class Normalizer(wiring.Component):
         s = P // 2
         while s >= 1:
             z = v[P - s:] == 0
-            v = Mux(z, (v << s)[:P], v)
+            # each level a signal: the expression refers to v twice, so nesting them would double the
+            # expression tree per level in the generated RTLIL / Verilog
+            level = Signal(P, name=f"shift{s}")
+            m.d.comb += level.eq(Mux(z, (v << s)[:P], v))
+            v = level
             count.insert(0, z)
             s //= 2
         shift = Cat(*count) if count else Const(0, 1)
