@@ -18,7 +18,7 @@ class FPDiv(wiring.Component):
 
     Latency :attr:`latency` = 7 cycles:
 
-    1. decode, special cases, and normalization of subnormal operands (:func:`lzc` shift), so both
+    1. decode, special cases, and normalization of subnormal operands (:class:`Normalizer`'s shift), so both
        significands ``ma``, ``mb`` are 11-bit integers with the MSB set and ``ma / mb`` lies in ``(1/2, 2)``;
     2. - 5. a restoring divider computing ``Q = floor(ma * 2**12 / mb)``, :attr:`QUOTIENT_BITS` = 13 quotient
        bits, :attr:`BITS_PER_STAGE` = 4 per stage (4, 4, 4, 1); the last stage also forms the sticky bit

@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from .format import FloatFormat
 
-__all__ = ["decode", "Normalizer", "Rounder", "lzc", "round_special"]
+__all__ = ["decode", "Normalizer", "Rounder", "round_special"]
 
 
 def decode(fmt: FloatFormat, bits) -> SimpleNamespace:
@@ -41,16 +41,6 @@ def decode(fmt: FloatFormat, bits) -> SimpleNamespace:
         is_nan=exp_ones & (frac != 0),
         magnitude=bits[:F + E],
     )
-
-
-def lzc(m, value, name="lzc"):
-    """Leading-zero count of ``value`` (``len(value)`` when zero is not needed: returns 0 for zero)."""
-    width = len(value)
-    count = Signal(range(width + 1), name=name)
-    for k in range(width):  # the highest set bit is assigned last and wins
-        with m.If(value[k]):
-            m.d.comb += count.eq(width - 1 - k)
-    return count
 
 
 class Normalizer(wiring.Component):

@@ -279,15 +279,17 @@ class VerilatorBackend(Backend):
         """What this backend's builds add to the project's (empty for the plain backend)."""
         return " ".join(self.extra_flags) + (f" {self.harness_filter.__qualname__}" if self.harness_filter else "")
 
-    def executable(self, component) -> Path:
-        """The compiled harness for ``component`` (built on first use, then cached on disk)."""
+    def executable(self, component, verilog=None) -> Path:
+        """The compiled harness for ``component`` (built on first use, then cached on disk). ``verilog``: its
+        Verilog (top module ``top``) when the caller generated it already (e.g. to time the generation)."""
         try:
             exe = self._exes.get(component)
         except TypeError:  # not weak-referenceable or not hashable: no in-memory cache
             exe = None
         if exe is None or not exe.exists():
-            exe = build_executable(verilog_text(component, "top"), stream_ports(component),
-                                   [*verilator_flags(component), *self.extra_flags], self.harness_filter)
+            exe = build_executable(verilog if verilog is not None else verilog_text(component, "top"),
+                                   stream_ports(component), [*verilator_flags(component), *self.extra_flags],
+                                   self.harness_filter)
             try:
                 self._exes[component] = exe
             except TypeError:

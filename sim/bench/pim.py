@@ -203,15 +203,11 @@ def calibrate_rtl(names=("micro", "tiny", "paper"), backend="verilator", path=No
 def _timed_build(backend, comp):
     """(Verilog generation seconds, compile seconds) of ``comp``'s Verilator executable (0 when cached)."""
     from sim.backends.verilog import verilog_text
-    from sim.backends.verilator import build_executable, verilator_flags
-    from sim.backends.base import stream_ports
     t0 = time.perf_counter()
     text = verilog_text(comp, "top")
     t1 = time.perf_counter()
-    exe = build_executable(text, stream_ports(comp), [*verilator_flags(comp), *getattr(backend, "extra_flags", ())],
-                           getattr(backend, "harness_filter", None))   # the backend's own build options too
+    backend.executable(comp, verilog=text)      # with the backend's own build options; cached for the run
     t2 = time.perf_counter()
-    backend._exes[comp] = exe
     return t1 - t0, t2 - t1
 
 
