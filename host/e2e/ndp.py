@@ -17,6 +17,7 @@ is split into several runs, in job order, and their times add up.
 """
 
 from dataclasses import dataclass, field, replace
+import threading
 import time
 
 import numpy as np
@@ -26,6 +27,7 @@ from hdl.ndp.descriptor import DescType, DescOp, ErrorCode
 from hdl.cxl.regmap import RegisterMap, QueueLayout, CPL_HEADER_BYTES
 from host.cxl_driver import Driver, CompletionRecord, backend_named
 from sim.golden.attention import prepare_query
+from sim.cxl.devmem_system import channel_problems
 from . import programs
 
 __all__ = ["DEPTH", "ENTRIES", "e2e_ndp_config", "NDPJob", "DescriptorStamp", "WaveResult", "NDPDevices",
@@ -341,6 +343,11 @@ class NDPDevices:
         self.config = config or e2e_ndp_config(depth)
         self.perf = perf
         self._system = None
+        #: ``True``: the DRAM timing check of each rtl run's command traces (LPDDR5X) runs in a process of its own
+        #: beside the simulation, and a problem is raised by a later :meth:`run_wave` or by :meth:`finish` (which
+        #: the caller must then call); ``False``: checked before :meth:`run_wave` returns.
+        self.check_beside = False
+        self._checks, self._check_pool, self._check_lock = [], None, threading.Lock()
 
     def system(self):
         """The simulated device (built once per process and design)."""
@@ -355,6 +362,7 @@ class NDPDevices:
         return self._system
 
     def run_wave(self, device: int, jobs) -> WaveResult:
+        self._raise_problems(wait=False)
         t0 = time.perf_counter()
         outputs, stamps, cycles, pred, ndesc = {}, [], 0, 0, 0
         job_cycles, job_pred, job_link = {}, {}, {}
@@ -382,6 +390,44 @@ class NDPDevices:
                 job_link[job.key] = (o, i)
         return WaveResult(device, outputs, cycles, pred if self.perf is not None else cycles, stamps, job_cycles,
                           job_pred or dict(job_cycles), job_link, len(plans), ndesc, time.perf_counter() - t0)
+
+    def _check_channels(self, inner, outputs, cycles):
+        """The DRAM timing check of one run's channel traces: here, or beside the run (:attr:`check_beside`)."""
+        if not self.check_beside:
+            self._raise(channel_problems(inner.dram_config, inner.channels, outputs, cycles))
+            return
+        with self._check_lock:
+            if self._check_pool is None:
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+                self._check_pool = ProcessPoolExecutor(max_workers=1,
+                                                       mp_context=multiprocessing.get_context("spawn"))
+            self._checks.append(self._check_pool.submit(channel_problems, inner.dram_config, inner.channels,
+                                                        outputs, cycles))
+
+    def _raise(self, problems):
+        if problems:
+            raise RuntimeError(f"NDP device on {self.memory}: {len(problems)} DRAM problems, first: "
+                               + "; ".join(problems[:3]))
+
+    def _raise_problems(self, wait: bool):
+        with self._check_lock:
+            done = [f for f in self._checks if wait or f.done()]
+            self._checks = [f for f in self._checks if f not in done]
+        for f in done:
+            self._raise(f.result())
+
+    def finish(self, raise_problems: bool = True):
+        """Wait for the DRAM timing checks still running beside the simulation (:attr:`check_beside`) and raise
+        the first problem (``raise_problems``); stops their process."""
+        try:
+            if raise_problems:
+                self._raise_problems(wait=True)
+        finally:
+            with self._check_lock:
+                pool, self._check_pool, self._checks = self._check_pool, None, []
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
 
     def _golden(self, script):
         """The golden core (sim.golden.ndp_core) on the script's preload and program: the device front end moves
@@ -421,10 +467,7 @@ class NDPDevices:
         run = be.run_streams(sysm, {"mmio": streams["mmio"], "hmem": hmem}, expected,
                              traffic=Traffic(), max_cycles=d.max_cycles())
         if channels:
-            problems = sysm.inner.channel_problems({k: run.outputs.get(k) for k in channels}, run.cycles)
-            if problems:
-                raise RuntimeError(f"NDP device on {self.memory}: {len(problems)} DRAM problems, first: "
-                                   + "; ".join(problems[:3]))
+            self._check_channels(sysm.inner, {k: run.outputs.get(k) for k in channels}, run.cycles)
         hf, ef = fields["hmem_rsp"], fields["events"]
         lines = [hf.unpack(w)[0].to_bytes(64, "little") for w in run.outputs["hmem_rsp"]]
         from sim.golden.cxl_device import Event

@@ -169,10 +169,13 @@ def _devices(cfg, backend, engine, tiny, reqs, pim_backend=None, ndp_engine=None
 
 def run_e2e(cfg: E2EConfig = E2EConfig(), backend: str = "golden", *, engine: str = "verilator",
             final_kv=None, capture: bool = False, pim_backend: str | None = None,
-            ndp_engine: str | None = None) -> E2ERun:
+            ndp_engine: str | None = None, check_beside: bool = False) -> E2ERun:
     """Serve ``cfg``'s requests on ``backend`` (``rtl``, ``golden`` or ``perf``). On ``rtl`` the PIM image holds
     ``final_kv`` (slot -> (K, V): the golden run's, see :mod:`host.e2e.pim`; computed here when None);
-    ``ndp_engine``: the NDP devices' simulator when not ``engine`` (:func:`host.e2e.ndp._engine`'s names)."""
+    ``ndp_engine``: the NDP devices' simulator when not ``engine`` (:func:`host.e2e.ndp._engine`'s names);
+    ``check_beside``: check the LPDDR5X channels' command traces in a process of its own beside the run
+    (:attr:`host.e2e.ndp.NDPDevices.check_beside`; a spawned process: the calling script needs the
+    ``if __name__ == "__main__":`` guard); problems are raised all the same, at the latest when the run ends."""
     from .hybrid import HybridSystem
     t0 = time.perf_counter()
     tiny = get_tiny(cfg.model)
@@ -191,7 +194,13 @@ def run_e2e(cfg: E2EConfig = E2EConfig(), backend: str = "golden", *, engine: st
                           pim_min_context=cfg.long_context if cfg.long_requests else 1 << 60, seed=cfg.seed,
                           select_every_step=cfg.select_every_step)
     system.capture = capture
-    out = engine_run(reqs, system, EngineConfig(fuse_decode=False))
+    ndp.check_beside = check_beside and backend == "rtl"
+    try:
+        out = engine_run(reqs, system, EngineConfig(fuse_decode=False))
+    except BaseException:
+        ndp.finish(raise_problems=False)
+        raise
+    ndp.finish()
     run = E2ERun(cfg, backend, out, system, time.perf_counter() - t0)
     for r in system.reqs:                    # the perf backend computes no data: no tokens, no logits
         run.tokens[r.rid] = r.tokens[r.prompt_len:] if backend != "perf" else None

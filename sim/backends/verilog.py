@@ -35,12 +35,70 @@ def verilog_text(component, name: str = "top") -> str:
     """Verilog for ``component`` with top module ``name`` (ports ``clk``, ``rst``, ``<stream>__valid`` ...).
 
     A component that instantiates modules of its own (``amaranth.hdl.Instance``, e.g. a repeated block compiled
-    once, or a simulation model) lists their Verilog in a method ``verilog_modules()``; the texts are appended."""
-    text = _amaranth_verilog.convert(component, name=name)
+    once, or a simulation model) lists their Verilog in a method ``verilog_modules()``; the texts are appended.
+    In a process with one thread, that method runs in a forked child beside the top's conversion (the LPDDR5X
+    NDP device: its channel and DRAM modules are a third of the generation time); the text is the same."""
     extra = getattr(component, "verilog_modules", None)
-    if callable(extra):
-        text += "".join("\n" + m for m in extra())
-    return text
+    if not callable(extra):
+        return _amaranth_verilog.convert(component, name=name)
+    with _beside(extra) as modules:
+        text = _amaranth_verilog.convert(component, name=name)
+    return text + "".join("\n" + m for m in modules())
+
+
+class _beside:
+    """``with _beside(f) as result:``: ``f()`` runs in a forked child during the block; ``result()`` (after the
+    block) is its value. Runs ``f()`` in this process instead where forking is unsafe or unavailable (other
+    threads, which a child could find holding a lock; no ``os.fork``) or when ``NDPIM_VERILOG_SERIAL`` is set."""
+
+    def __init__(self, f):
+        self.f, self.pid, self.value = f, None, None
+
+    def __enter__(self):
+        import threading
+        if hasattr(os, "fork") and threading.active_count() == 1 and not os.environ.get("NDPIM_VERILOG_SERIAL"):
+            self.rfd, wfd = os.pipe()
+            self.pid = os.fork()
+            if self.pid == 0:                                       # the child: compute, send, leave at once
+                code = 0
+                try:
+                    os.close(self.rfd)
+                    import pickle
+                    try:
+                        out = ("ok", self.f())
+                    except BaseException as exc:                    # noqa: BLE001 - reported by the parent
+                        import traceback
+                        out = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+                    with os.fdopen(wfd, "wb") as w:
+                        pickle.dump(out, w)
+                except BaseException:                               # noqa: BLE001
+                    code = 1
+                finally:
+                    os._exit(code)
+            os.close(wfd)
+        return self.result
+
+    def __exit__(self, *exc):
+        if self.pid is None:
+            if exc[0] is None:
+                self.value = ("ok", self.f())
+            return False
+        import pickle
+        with os.fdopen(self.rfd, "rb") as r:
+            data = r.read()
+        _, status = os.waitpid(self.pid, 0)
+        if exc[0] is not None:
+            return False
+        if not data:
+            raise RuntimeError(f"Verilog generation: the child process of verilog_modules() died (status {status})")
+        self.value = pickle.loads(data)
+        return False
+
+    def result(self):
+        kind, value = self.value
+        if kind != "ok":
+            raise RuntimeError(f"Verilog generation: verilog_modules() failed in its child process: {value}")
+        return value
 
 
 def module_ports(text: str, name: str = "top") -> list[str]:

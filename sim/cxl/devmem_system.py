@@ -37,7 +37,7 @@ from hdl.ndp.config import CORE_CLOCK_RATIO
 from sim.dram.system import error_layout
 from .system import gate_host, device_ports
 
-__all__ = ["CXLDeviceMemSystem", "dram_config_for", "MIN_ROWS", "HOST_SLOTS"]
+__all__ = ["CXLDeviceMemSystem", "channel_problems", "dram_config_for", "MIN_ROWS", "HOST_SLOTS"]
 
 #: Host-port reads in flight per channel (see :class:`CXLDeviceMemSystem`).
 HOST_SLOTS = 32
@@ -63,6 +63,23 @@ def dram_config_for(depth: int, channels: int, base: DRAMConfig = LPDDR5X_8533) 
         return base
     o = replace(org, name=f"{org.name}-{rows}rows", rows=rows)
     return DRAMConfig(name=o.name, org=o, timing=base.timing)
+
+
+def channel_problems(dram_config, channels: int, outputs: dict, cycles: int) -> list:
+    """:meth:`CXLDeviceMemSystem.channel_problems` of a system with ``channels`` channels of ``dram_config`` (a
+    function of picklable arguments: a caller can run it in another process)."""
+    from sim.dram.checker import check_trace
+    from sim.dram.trace import decode_trace
+    out = []
+    for c in range(channels):
+        tr, er = outputs.get(f"trace{c}"), outputs.get(f"errors{c}")
+        if tr is None or er is None:
+            out.append(f"channel {c}: trace / errors not collected")
+            continue
+        for v in check_trace(decode_trace(tr, dram_config.org), dram_config, end_cycle=cycles - 1):
+            out.append(f"channel {c}: {v.message}")
+        out += [f"channel {c}: DRAM model report {e:#x}" for e in er]
+    return out
 
 
 class CXLDeviceMemSystem(wiring.Component):
@@ -122,18 +139,7 @@ class CXLDeviceMemSystem(wiring.Component):
         """Messages for every DRAM timing violation (:func:`sim.dram.checker.check_trace` on each channel's
         trace, up to ``cycles``) and every DRAM model report in ``outputs`` (a run's collected ``trace{c}`` /
         ``errors{c}``); empty: every channel clean. A channel missing from ``outputs`` is a problem too."""
-        from sim.dram.checker import check_trace
-        from sim.dram.trace import decode_trace
-        out = []
-        for c in range(self.channels):
-            tr, er = outputs.get(f"trace{c}"), outputs.get(f"errors{c}")
-            if tr is None or er is None:
-                out.append(f"channel {c}: trace / errors not collected")
-                continue
-            for v in check_trace(decode_trace(tr, self.dram_config.org), self.dram_config, end_cycle=cycles - 1):
-                out.append(f"channel {c}: {v.message}")
-            out += [f"channel {c}: DRAM model report {e:#x}" for e in er]
-        return out
+        return channel_problems(self.dram_config, self.channels, outputs, cycles)
 
     def verilog_modules(self) -> list:
         """The channel and DRAM model modules of the hierarchical build (``sim.backends.verilog.verilog_text``

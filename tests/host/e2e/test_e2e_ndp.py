@@ -106,8 +106,40 @@ def test_amaranth_engine_gets_the_lpddr5x_device_flat():
     so an NDP device on LPDDR5X for the amaranth engine (``ndpim demo --waveform-engine amaranth``) is built flat;
     Verilator keeps the hierarchical build."""
     from sim.backends.amaranth_sim import AmaranthBackend
+    from sim.e2e.design_cache import silence
     amaranth = NDPDevices("rtl", 1, engine="amaranth", memory="lpddr5x", channels=2).system()
     verilator = NDPDevices("rtl", 1, engine="verilator", memory="lpddr5x", channels=2).system()
+    third = NDPDevices("rtl", 1, engine=AmaranthBackend(), memory="lpddr5x").system()
+    for s in (amaranth, verilator, third):
+        silence(s)                       # made for their structure only: no UnusedElaboratable warning later
     assert amaranth.inner.memory.hierarchical is False
     assert verilator.inner.memory.hierarchical is True
-    assert NDPDevices("rtl", 1, engine=AmaranthBackend(), memory="lpddr5x").system().inner.memory.hierarchical is False
+    assert third.inner.memory.hierarchical is False
+
+
+@pytest.mark.parametrize("beside", [False, True])
+def test_dram_trace_problems_are_raised_here_or_beside(beside):
+    """The DRAM timing check of an rtl run's channel traces (LPDDR5X): checked before the wave returns, or in a
+    process of its own beside the run (run_e2e's choice), whose problems a later wave or ``finish`` raises."""
+    from types import SimpleNamespace
+    from sim.cxl.devmem_system import dram_config_for
+    devs = NDPDevices("rtl", 1, memory="lpddr5x", channels=1)
+    devs.check_beside = beside
+    inner = SimpleNamespace(dram_config=dram_config_for(2048, 1), channels=1)
+    devs._check_channels(inner, {"trace0": [], "errors0": []}, 100)          # clean
+    if not beside:
+        with pytest.raises(RuntimeError, match="1 DRAM problems, first: channel 0: DRAM model report 0x7"):
+            devs._check_channels(inner, {"trace0": [], "errors0": [7]}, 100)
+        return
+    devs._check_channels(inner, {"trace0": [], "errors0": [7]}, 100)         # a model report: a problem
+    devs._check_channels(inner, {"trace0": []}, 100)                         # not collected: a problem
+    with pytest.raises(RuntimeError, match="1 DRAM problems, first: channel 0: DRAM model report 0x7"):
+        devs.finish()
+    assert devs._checks == [] and devs._check_pool is None
+    devs._check_channels(inner, {"trace0": [], "errors0": []}, 100)
+    devs.finish()                                                              # clean: nothing raised
+    devs._check_channels(inner, {"trace0": []}, 100)
+    devs._checks[0].result(timeout=60)
+    with pytest.raises(RuntimeError, match="trace / errors not collected"):
+        devs.run_wave(0, [])                                                   # a later wave raises it
+    devs.finish()
