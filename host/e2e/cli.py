@@ -26,10 +26,10 @@ def _demo_args(p):
                    help="prompt lengths of the short requests")
     p.add_argument("--pim-bank-groups", type=int, choices=[1, 4], default=4,
                    help="bank groups of the PIM rank (4: 16 banks as the paper's DIMMs; 1: 4 banks, quick)")
-    p.add_argument("--ndp-memory", choices=["burst", "lpddr5x"], default="burst",
-                   help="the NDP devices' memory in the RTL: burst (a fixed-latency memory, the default: quicker "
-                        "to build and simulate) or lpddr5x (LPDDR5X-8533 channels with their memory controllers "
-                        "and DRAM models; ~2.5-3.5 min cold on 2 cores)")
+    p.add_argument("--ndp-memory", choices=["burst", "lpddr5x"], default="lpddr5x",
+                   help="the NDP devices' memory in the RTL: lpddr5x (the default: LPDDR5X-8533 channels with their "
+                        "memory controllers and DRAM models; ~2.5 min cold on 2 cores, ~1 min with the builds "
+                        "cached) or burst (a fixed-latency memory, quicker to build and simulate)")
     p.add_argument("--ndp-channels", type=int, choices=[1, 2, 4, 8], default=2,
                    help="LPDDR5X channels per NDP device (--ndp-memory lpddr5x)")
     p.add_argument("--seed", type=int, default=0)
