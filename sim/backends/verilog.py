@@ -47,51 +47,38 @@ def verilog_text(component, name: str = "top") -> str:
 
 
 class _beside:
-    """``with _beside(f) as result:``: ``f()`` runs in a forked child during the block; ``result()`` (after the
-    block) is its value. Runs ``f()`` in this process instead where forking is unsafe or unavailable (other
-    threads, which a child could find holding a lock; no ``os.fork``) or when ``NDPIM_VERILOG_SERIAL`` is set."""
+    """``with _beside(f) as result:``: ``f()`` runs in a forked child (multiprocessing's ``fork`` context) during
+    the block; ``result()`` (after the block) is its value. Runs ``f()`` in this process instead where forking is
+    unsafe or unavailable (other threads, which a child could find holding a lock; no ``fork`` start method) or
+    when ``NDPIM_VERILOG_SERIAL`` is set."""
 
     def __init__(self, f):
-        self.f, self.pid, self.value = f, None, None
+        self.f, self.proc, self.value = f, None, None
 
     def __enter__(self):
+        import multiprocessing
         import threading
-        if hasattr(os, "fork") and threading.active_count() == 1 and not os.environ.get("NDPIM_VERILOG_SERIAL"):
-            self.rfd, wfd = os.pipe()
-            self.pid = os.fork()
-            if self.pid == 0:                                       # the child: compute, send, leave at once
-                code = 0
-                try:
-                    os.close(self.rfd)
-                    import pickle
-                    try:
-                        out = ("ok", self.f())
-                    except BaseException as exc:                    # noqa: BLE001 - reported by the parent
-                        import traceback
-                        out = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-                    with os.fdopen(wfd, "wb") as w:
-                        pickle.dump(out, w)
-                except BaseException:                               # noqa: BLE001
-                    code = 1
-                finally:
-                    os._exit(code)
-            os.close(wfd)
+        if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1 \
+                and not os.environ.get("NDPIM_VERILOG_SERIAL"):
+            ctx = multiprocessing.get_context("fork")
+            self.conn, child_end = ctx.Pipe(duplex=False)
+            self.proc = ctx.Process(target=_send_result, args=(self.f, child_end), daemon=True)
+            self.proc.start()
+            child_end.close()
         return self.result
 
     def __exit__(self, *exc):
-        if self.pid is None:
+        if self.proc is None:
             if exc[0] is None:
                 self.value = ("ok", self.f())
             return False
-        import pickle
-        with os.fdopen(self.rfd, "rb") as r:
-            data = r.read()
-        _, status = os.waitpid(self.pid, 0)
-        if exc[0] is not None:
-            return False
-        if not data:
-            raise RuntimeError(f"Verilog generation: the child process of verilog_modules() died (status {status})")
-        self.value = pickle.loads(data)
+        try:
+            self.value = self.conn.recv()
+        except EOFError:
+            self.value = ("error", "the child process died")
+        finally:
+            self.conn.close()
+            self.proc.join()
         return False
 
     def result(self):
@@ -99,6 +86,16 @@ class _beside:
         if kind != "ok":
             raise RuntimeError(f"Verilog generation: verilog_modules() failed in its child process: {value}")
         return value
+
+
+def _send_result(f, conn):
+    try:
+        out = ("ok", f())
+    except BaseException as exc:                    # noqa: BLE001 - re-raised by the parent with this message
+        import traceback
+        out = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    conn.send(out)
+    conn.close()
 
 
 def module_ports(text: str, name: str = "top") -> list[str]:
