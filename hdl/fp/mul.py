@@ -5,7 +5,7 @@ from amaranth.lib import wiring, stream
 from amaranth.lib.wiring import In, Out
 
 from .format import FloatFormat, FP16
-from .pipeline import Pipeline, stream_layout
+from .pipeline import Pipeline, stream_layout, _stage_gating
 from .round import decode, Normalizer, round_special
 
 __all__ = ["FPMul"]
@@ -23,10 +23,14 @@ class FPMul(wiring.Component):
 
     latency = 3
 
-    def __init__(self, *, fmt: FloatFormat = FP16, out_fmt: FloatFormat | None = None, user_width: int = 0):
+    def __init__(self, *, fmt: FloatFormat = FP16, out_fmt: FloatFormat | None = None, user_width: int = 0,
+                 stage_domains=None,
+                 load_first: bool = True):
         self.fmt = fmt
         self.out_fmt = out_fmt or fmt
         self.user_width = user_width
+        self.stage_domains, self.stage_load = _stage_gating(stage_domains, self.latency)
+        self.load_first = load_first
         super().__init__({
             "i": In(stream.Signature(stream_layout({"a": fmt.width, "b": fmt.width}, user_width))),
             "o": Out(stream.Signature(stream_layout({"z": self.out_fmt.width}, user_width))),
@@ -38,7 +42,8 @@ class FPMul(wiring.Component):
         exp_width = max(fmt.exp_bits, ofmt.exp_bits) + 4
         sig_width = 2 * fmt.precision
         user = self.i.payload.user if self.user_width else None
-        p = Pipeline(m, self.i, self.o, user=user)
+        p = Pipeline(m, self.i, self.o, user=user, stage_domains=self.stage_domains, stage_load=self.stage_load,
+                     load_first=self.load_first)
 
         a = decode(fmt, self.i.payload.a)
         b = decode(fmt, self.i.payload.b)

@@ -63,12 +63,16 @@ from hdl.fp.format import FP16, FP32
 from hdl.fp.mul import FPMul
 from hdl.pim.config import PIMConfig
 
-__all__ = ["BankPU", "MODE_SCORE", "MODE_CONTEXT"]
+__all__ = ["BankPU", "MODE_SCORE", "MODE_CONTEXT", "GATE_DOMAINS"]
 
 MODE_SCORE = 0
 MODE_CONTEXT = 1
 
 W = FP16.width
+#: The clock domains of a gated bank PU (``BankPU(..., gated=True)``): the input register, then each stage of the
+#: multipliers and of the adders; ``gate_en`` bit k is domain k's load in the cycle (docs/pim_bank_pu.md).
+GATE_DOMAINS = ("h",) + tuple(f"mul_s{k + 1}" for k in range(FPMul.latency)) + \
+    tuple(f"add_s{k + 1}" for k in range(FPAdd.latency))
 _CTRL = data.StructLayout({"mode": 1, "first": 1, "last": 1})   # sideband carried through the FP units
 
 
@@ -80,7 +84,7 @@ class BankPU(wiring.Component):
     ``bank_pu_adders`` = ``N``), ``out_depth`` (keyword: result-queue entries, 2..64).
     """
 
-    def __init__(self, config: PIMConfig, *, out_depth: int = 4):
+    def __init__(self, config: PIMConfig, *, out_depth: int = 4, gated: bool = False):
         if not isinstance(config, PIMConfig):
             raise ValueError(f"config must be a PIMConfig, got {type(config).__name__}")
         n = config.bank_pu_multipliers
@@ -93,7 +97,14 @@ class BankPU(wiring.Component):
         # >= 2: a 1-deep SyncFIFO has zero-width pointers (lint ASCRANGE); 2 already covers tCCD_L pacing.
         if not isinstance(out_depth, int) or not 2 <= out_depth <= 64:
             raise ValueError(f"out_depth = {out_depth!r} outside [2, 64]")
+        if not isinstance(gated, bool):
+            raise ValueError(f"gated must be True or False, got {gated!r}")
         self.config = config
+        #: Clock-gated input register and FP16 pipeline stages (docs/pim_bank_pu.md, "Clock gating"): the
+        #: registers of :data:`GATE_DOMAINS` are clocked by domains of those names that the parent provides, gated
+        #: clocks whose enables include ``gate_en`` (bit k: domain k loads in this cycle). The same bits and
+        #: cycles; for simulators with Verilog's scheduling (Verilator), not Amaranth's simulator.
+        self.gated = gated
         self.lanes = n
         self.levels = exact_log2(n)
         self.out_depth = out_depth
@@ -116,10 +127,13 @@ class BankPU(wiring.Component):
         #: adders at s + 3 + 4 l and the accumulator at s + 3 + 4 log2 N, a context item all adders at s' + 3,
         #: and the results must stay in order.
         self.switch_gap = self.score_out - self.context_out + 1
-        super().__init__({
+        ports = {
             "i": In(stream.Signature(self.i_layout)),
             "o": Out(stream.Signature(self.o_layout)),
-        })
+        }
+        if gated:
+            ports["gate_en"] = Out(len(GATE_DOMAINS))
+        super().__init__(ports)
 
     # -- cycle model ------------------------------------------------------------------------------------------
     def issue_gap(self, prev_mode, mode, first) -> int:
@@ -167,8 +181,11 @@ class BankPU(wiring.Component):
         m.d.comb += self.i.ready.eq(~h_valid | issue)
         with m.If(self.i.ready):
             m.d.sync += h_valid.eq(self.i.valid)
-            with m.If(self.i.valid):
-                m.d.sync += h.eq(self.i.payload)
+        # gated: h on its own clock, ticking when h loads (the multipliers' operands depend on h only)
+        with m.If(self.i.ready & self.i.valid):
+            m.d["h" if self.gated else "sync"] += h.eq(self.i.payload)
+        if self.gated:
+            m.d.comb += self.gate_en[0].eq(self.i.ready & self.i.valid)
 
         # ---- issue rule: accumulator loop / mode switch distance, result-queue slots
         gap_max = max(self.switch_gap, self.interval)
@@ -193,13 +210,22 @@ class BankPU(wiring.Component):
         # ---- multipliers: a = q_j (score) or p (context), b = the row-buffer element
         p = elem(h.bcast, 0) if N == 1 else h.bcast.word_select(h.sel, W)
         fp32 = self.context_acc == "fp32"
+        # Clock gating: stage k of every multiplier in domain mul_s<k>, of every adder in add_s<k>, each clocked in
+        # the cycles one of its units loads that stage. The multipliers' operands come from h alone (gated): their
+        # first stage is written in every tick; the adders' operands come through muxes whose selects change in
+        # any cycle: their first stage is written only when it loads.
+        mul_doms = [f"mul_s{k + 1}" for k in range(FPMul.latency)] if self.gated else None
+        add_doms = [f"add_s{k + 1}" for k in range(FPAdd.latency)] if self.gated else None
+        # fp32: context items go to the context lanes below; these serve the score items only
+        mul_valid = Signal()
+        m.d.comb += mul_valid.eq(issue & ~(h.mode == MODE_CONTEXT) if fp32 else issue)
         muls = []
         for j in range(N):
-            mul = FPMul(fmt=FP16, user_width=_CTRL.size if j == 0 else 0)
+            mul = FPMul(fmt=FP16, user_width=_CTRL.size if j == 0 else 0, stage_domains=mul_doms,
+                         load_first=False)
             m.submodules[f"mul{j}"] = mul
             m.d.comb += [
-                # fp32: context items go to the context lanes below; these serve the score items only
-                mul.i.valid.eq(issue & ~(h.mode == MODE_CONTEXT) if fp32 else issue),
+                mul.i.valid.eq(mul_valid),
                 mul.i.payload.a.eq(Mux(h.mode == MODE_CONTEXT, p, elem(h.bcast, j))),
                 mul.i.payload.b.eq(elem(h.row, j)),
                 mul.o.ready.eq(1),
@@ -213,10 +239,16 @@ class BankPU(wiring.Component):
         # ---- adders (free running: o.ready = 1, so i.ready = 1); each carries the item's control bits
         adds = []
         for j in range(N):
-            add = FPAdd(fmt=FP16, user_width=_CTRL.size)
+            add = FPAdd(fmt=FP16, user_width=_CTRL.size, stage_domains=add_doms)
             m.submodules[f"add{j}"] = add
             m.d.comb += add.o.ready.eq(1)
             adds.append(add)
+        if self.gated:
+            # The multipliers share one valid input, so their stage loads are multiplier 0's (and the other three's
+            # valid bits, read by nothing else, drop out of the netlist); the adders' differ.
+            for units, doms in ((muls[:1], mul_doms), (adds, add_doms)):
+                for k, name in enumerate(doms):
+                    m.d.comb += self.gate_en[GATE_DOMAINS.index(name)].eq(Cat(u.stage_load[k] for u in units).any())
         z = [add.o.payload.z for add in adds]
         z_ctrl = [data.View(_CTRL, add.o.payload.user) for add in adds]
 

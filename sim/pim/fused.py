@@ -23,14 +23,15 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
-from amaranth.hdl import Module, Signal, Cat, Mux, Instance, ClockSignal, ResetSignal
+from amaranth.hdl import Module, Signal, Cat, Const, Mux, Instance, ClockSignal, ResetSignal
 from amaranth.hdl import Shape
 from amaranth.lib import wiring, stream, data
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from hdl.memctl.commands import Cmd, trace_layout, CYCLE_BITS
-from hdl.pim.bank_pu import BankPU
+from hdl.fp.pipeline import gated_domain
+from hdl.pim.bank_pu import BankPU, GATE_DOMAINS
 from hdl.pim.config import PIMConfig
 from hdl.pim.rank_pu import RankPU, launch_layout, head_cycle_bound
 from sim.dram.device import DRAMChannel
@@ -203,13 +204,18 @@ class PIMChannelSystem(wiring.Component):
 def add_bank_pus(m, config, rpu, ab_data, *, instance=False, prefix=""):
     """The ``chips x banks`` bank PUs of the rank of ``rpu`` (a :class:`RankPU`), each fed by its chip's 64 bits
     of its bank's burst in ``ab_data`` (the DRAM's ``ab_rdata`` format) and the chip's broadcast word, results to
-    ``rpu.pu_res``. ``instance``: instances of :func:`bank_pu_verilog`'s module (Verilator only)."""
+    ``rpu.pu_res``. ``instance``: instances of :func:`bank_pu_verilog`'s module (Verilator only), clock-gated: per
+    chip one gated clock per domain of :data:`GATE_DOMAINS` (``<prefix>pu_c<c>_<domain>``, defined here in ``m``),
+    enabled in the cycles any bank PU of the chip loads that domain's registers (docs/pim_bank_pu.md, "Clock
+    gating")."""
     C, B, bpt = config.chips, config.banks, config.bursts_per_token
     BB = config.dram.org.burst_bits
     readies = []
     for c in range(C):
+        chip_pus = []
         for b in range(B):
-            pu = _BankPUInstance(config) if instance else BankPU(config)
+            pu = _BankPUInstance(config, f"{prefix}pu_c{c}_") if instance else BankPU(config)
+            chip_pus.append(pu)
             m.submodules[f"{prefix}bank_pu_c{c}_b{b}"] = pu
             burst = ab_data[b * BB:(b + 1) * BB]
             # chip c's element j = its bytes of beats 2j (low) and 2j + 1 (high) (hdl/pim/mapping.py)
@@ -229,6 +235,9 @@ def add_bank_pus(m, config, rpu, ab_data, *, instance=False, prefix=""):
                 pu.o.ready.eq(rpu.pu_res_ready[k]),
             ]
             readies.append(pu.i.ready)
+        if instance:
+            for k, domain in enumerate(GATE_DOMAINS):
+                gated_domain(m, f"{prefix}pu_c{c}_{domain}", Cat(pu.gate_en[k] for pu in chip_pus).any())
     m.d.comb += rpu.pu_ready.eq(Cat(*readies).all())
 
 
@@ -250,7 +259,7 @@ def _bank_pu_module_name(config):
 def _bank_pu_verilog(n, out_depth, config):
     from sim.backends.verilog import verilog_text
     name = _bank_pu_module_name(config)
-    text = verilog_text(BankPU(config, out_depth=out_depth), name)
+    text = verilog_text(BankPU(config, out_depth=out_depth, gated=True), name)   # GATE_DOMAINS: clock ports
     # One C++ class for all bank PUs: keep the module (and its FP units) out of the parent's inlining, and make its
     # inputs real variables of the instance (public_flat_rd): otherwise Verilator reads each instance's inputs
     # straight from the parent's nets, so every instance gets its own copy of the evaluation code (128 copies
@@ -276,19 +285,27 @@ def bank_pu_verilog(config):
 
 
 class _BankPUInstance(wiring.Component):
-    """An instance of :func:`bank_pu_verilog`'s module with :class:`BankPU`'s ports (Verilator only)."""
+    """An instance of :func:`bank_pu_verilog`'s module (a gated :class:`BankPU`) with its ports (Verilator only);
+    its gated clocks are the domains ``<domains>h``, ``<domains>mul_s1``, ... (:data:`GATE_DOMAINS`) of the
+    parent."""
 
-    def __init__(self, config):
+    def __init__(self, config, domains):
         proto = _bank_pu_proto(config)
         self.config = config
+        self.domains = domains
         self.i_layout, self.o_layout = proto.i_layout, proto.o_layout
-        super().__init__({"i": In(stream.Signature(proto.i_layout)), "o": Out(stream.Signature(proto.o_layout))})
+        super().__init__({"i": In(stream.Signature(proto.i_layout)), "o": Out(stream.Signature(proto.o_layout)),
+                          "gate_en": Out(len(GATE_DOMAINS))})
 
     def elaborate(self, platform):
         m = Module()
+        clocks = {}
+        for d in GATE_DOMAINS:
+            clocks[f"i_{d}_clk"] = ClockSignal(self.domains + d)
+            clocks[f"i_{d}_rst"] = Const(0, 1)     # the gated registers have no reset
         m.submodules.pu = Instance(
             _bank_pu_module_name(self.config),
-            i_clk=ClockSignal(), i_rst=ResetSignal(),
+            i_clk=ClockSignal(), i_rst=ResetSignal(), **clocks, o_gate_en=self.gate_en,
             i_i__valid=self.i.valid, i_i__payload=self.i.payload.as_value(), o_i__ready=self.i.ready,
             o_o__valid=self.o.valid, o_o__payload=self.o.payload.as_value(), i_o__ready=self.o.ready)
         return m
