@@ -14,6 +14,10 @@ cache by :func:`hdl.pim.mapping.kv_store_image`). Design notes and measured cycl
   (``expected=None``) and check it with :func:`sim.dram.checker.check_trace`.
 * ``scores`` (out) / ``p_in`` (in): only with ``softmax=False`` (see :class:`RankPU`).
 
+``fast=True`` (Verilator only): the bank PUs are instances of one compiled, clock-gated bank-PU module (their FP
+stages on gated clocks shared per chip; docs/pim_bank_pu.md, "Clock gating") and the DRAM contents a run-time
+image; the same cycles and bits as the inline build.
+
 Python drivers: :func:`run_fused` (K, V, q -> outputs, cycles, trace, per-head cycle stamps), :func:`rtl_cycles`
 (cycle counts per L for the perf model's calibration).
 """
