@@ -71,18 +71,17 @@ class Pipeline:
         m.d.comb += load.eq(self.advance & self._valid)
         if self._loads is not None:
             m.d.comb += self._loads[n - 1].eq(load)
-        domain = self._domains[n - 1] if self._domains is not None else "sync"
-        if domain != "sync" and (n > 1 or not self._load_first):
-            load = self.advance           # every tick in which the pipeline advances (a constant 1 if o.ready is)
-        if domain != "sync":
+        if self._domains is not None:
+            if n > 1 or not self._load_first:
+                load = self.advance       # every tick in which the pipeline advances (a constant 1 if o.ready is)
             # one register for the whole stage (fields are slices of it): one variable for a simulator to copy
-            regs = self._packed_register(f"s{n}", values, load, domain)
+            regs = self._packed_register(f"s{n}", values, load, self._domains[n - 1])
         else:
             regs = {}
             for key, value in values.items():
-                regs[key] = self._register(f"s{n}_{key}", value, load, domain)
+                regs[key] = self._register(f"s{n}_{key}", value, load)
             if self._user is not None:
-                self._user = self._register(f"s{n}_user", self._user, load, domain)
+                self._user = self._register(f"s{n}_user", self._user, load)
         self._valid = valid
         self.latency = n
         return SimpleNamespace(**regs)
@@ -93,7 +92,6 @@ class Pipeline:
         fields = dict(values)
         if self._user is not None:
             fields["user"] = self._user
-        fields = {k: v if isinstance(v, data.View) else Value.cast(v) for k, v in fields.items()}
         flat = [Value.cast(v) for v in fields.values()]
         reg = Signal(sum(len(v) for v in flat), name=name, reset_less=True)
         with self.m.If(load):
@@ -105,19 +103,19 @@ class Pipeline:
             if isinstance(value, data.View):
                 regs[key] = data.View(value.shape(), part)
             else:
-                regs[key] = part.as_signed() if value.shape().signed else part
+                regs[key] = part.as_signed() if v.shape().signed else part
         if self._user is not None:
             self._user = regs.pop("user")
         return regs
 
-    def _register(self, name, value, load, domain):
+    def _register(self, name, value, load):
         if isinstance(value, data.View):
             reg = Signal(value.shape(), name=name, reset_less=True)
         else:
             value = Value.cast(value)
             reg = Signal(value.shape(), name=name, reset_less=True)
         with self.m.If(load):
-            self.m.d[domain] += reg.eq(value)
+            self.m.d.sync += reg.eq(value)
         return reg
 
     def output(self, **fields):

@@ -224,11 +224,13 @@ def test_bad_config():
 
 
 def test_bank_pu_lint(tmp_path):
-    """The Verilog of the PAPER and TINY bank PUs (and a 2-deep result queue) is lint-clean."""
+    """The Verilog of the PAPER and TINY bank PUs (and a 2-deep result queue, and the clock-gated variant) is
+    lint-clean."""
     from sim.backends.verilog import write_verilog, lint
     paths = write_verilog(tmp_path, {
         "pim_bank_pu": lambda: BankPU(PAPER),
         "pim_bank_pu_d2": lambda: BankPU(TINY, out_depth=2),
+        "pim_bank_pu_gated": lambda: BankPU(TINY, gated=True),
     })
     assert lint(paths) == []
 
