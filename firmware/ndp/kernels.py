@@ -15,9 +15,10 @@ at most :func:`tile_bytes` (half the DRAM ring, so one tile computes while the n
 own aligned region; the STORE programs (:func:`lora_store`, :func:`kv_store`) write them:
 
 * LoRA A (d x r), the contraction over d: **K-tiles** of whole blocks of ``lanes`` rows in the TRANS layout
-  (:func:`sim.golden.ndp_core.trans_layout`; the GEMV-PE dataflow keeps every lane busy for any rank), plus a
-  half-block tail descriptor when ``d mod lanes = lanes / 2``. The tiles of one batch chunk accumulate on the
-  device: the first with PARTIAL, the middle ones ACC + PARTIAL, the last ACC (E4: returned; E3: KEEP).
+  (:func:`sim.golden.ndp_core.trans_layout`; the GEMV-PE dataflow keeps every lane busy for any rank), balanced
+  (block counts within one of each other), after a half-block tail descriptor when ``d mod lanes = lanes / 2``
+  (:func:`k_tiles`). The tiles of one batch chunk accumulate on the device: the first with PARTIAL, the middle
+  ones ACC + PARTIAL, the last ACC (E4: returned; E3: KEEP).
 * LoRA B (r x d), the output over d: **column panels** (row-major r x P, P a multiple of ``lanes``), plus a
   ``lanes / 2``-wide tail panel; each panel is a CHAIN descriptor on the same kept ``m = xA``.
 * Attention: the KV share is cut into **token tiles** of ``L_t`` tokens (a multiple of ``lanes``); each tile is
@@ -39,7 +40,7 @@ from hdl.ndp.descriptor import ErrorCode, FIELD_BITS, ANCHOR_ELEMS
 from .descriptor import Descriptor, gemv, gemm, softmax, load, store
 
 __all__ = ["Kernel", "KernelError", "store_granule", "region_bytes", "tile_bytes", "k_tiles", "n_panels",
-           "token_tile", "lora_layout", "kv_layout", "store_tensor", "lora_store", "kv_store", "lora_e2_loads",
+           "token_tile", "load_chunk_bytes", "lora_layout", "kv_layout", "store_tensor", "lora_store", "kv_store", "lora_e2_loads",
            "lora_e3", "lora_e4", "attention_integral", "trans_layout", "trans_unlayout"]
 
 _FIELD_MAX = (1 << FIELD_BITS) - 1      # largest byte size one descriptor field can describe
@@ -149,22 +150,36 @@ def tile_bytes(config) -> int:
 
 
 def k_tiles(d: int, r: int, config) -> list:
-    """K ranges ``[(k0, k1), ...]`` of LoRA A (d x r) for the TRANS dataflow: whole blocks of ``lanes`` rows,
-    at most :func:`tile_bytes` and ``max_k`` each, then a ``lanes / 2`` tail when ``d mod lanes = lanes/2``."""
+    """K ranges ``[(k0, k1), ...]`` of LoRA A (d x r) for the TRANS dataflow, in execution order: a ``lanes / 2``
+    tail first when ``d mod lanes = lanes/2``, then the whole blocks of ``lanes`` rows in **balanced** tiles of at
+    most :func:`tile_bytes` and ``max_k`` each (as few tiles as the limit allows, their block counts differing by
+    at most one, the larger first).
+
+    Why (issue 29 item 2): a TRANS pass drains ``rows x r`` scalars through the adder tree (one per cycle) while
+    the next pass computes, so a pass shorter than that drain stalls the array. Cutting d greedily left short
+    last tiles (D = 5120 at r = 128: 2048 + 2048 + 1024 rows; D = 11008: five of 2048, then 512 and a 256-row
+    tail), whose passes waited for the drains of the passes before them, and at the end of the kernel their
+    own drains were exposed one after the other. Balanced tiles keep every pass long, and the short half-block
+    tail runs first, where its drains hide under the long tiles' passes (docs/ndp_perf.md)."""
     _cfg(config)
     d, r, L = _pos_int("d", d), _pos_int("r", r), config.lanes
     tail = d % L
     if tail not in (0, L // 2) or (tail and (r % 2 or L < 2)):
         raise ValueError(f"d ({d}) must be a multiple of lanes ({L}) or of lanes / 2 with an even rank r "
                          f"({r}): the TRANS dataflow reads whole or half blocks of lanes rows")
-    per = min(tile_bytes(config) // (2 * r), config.max_k) // L * L
-    if d >= L and per < L:
+    per = min(tile_bytes(config) // (2 * r), config.max_k) // L
+    if d >= L and per < 1:
         raise ValueError(f"one block of {L} rows x r = {r} ({2 * L * r} bytes) exceeds the tile limit "
                          f"({tile_bytes(config)} bytes) of config {config.name!r}")
-    full = d - tail
-    out = [(k0, min(full, k0 + per)) for k0 in range(0, full, per)] if full else []
-    if tail:
-        out.append((full, d))
+    blocks = (d - tail) // L
+    out = [(d - tail, d)] if tail else []
+    if blocks:
+        n = -(-blocks // per)                       # fewest tiles within the limit
+        k0 = 0
+        for i in range(n):
+            k1 = k0 + (blocks // n + (i < blocks % n)) * L
+            out.append((k0, k1))
+            k0 = k1
     return out
 
 
@@ -311,14 +326,28 @@ def kv_store(k_bits, v_bits, layout: dict, *, config: NDPConfig) -> Kernel:
 
 # ---- LoRA ----------------------------------------------------------------------------------------------------
 
+def load_chunk_bytes(config) -> int:
+    """Bytes of one LOAD of :func:`lora_e2_loads`: a quarter of the return ring (and at most the DRAM ring and the
+    20-bit field), a whole number of :func:`store_granule`.
+
+    Why a quarter (issue 29 item 3): the return unit streams a descriptor's beats on ``y`` once its result is
+    in the return ring, and a LOAD needs room there for all of its beats. A LOAD as large as the ring waited
+    for the previous one to leave entirely, so reads and returns took turns (~50 % of the device's bandwidth);
+    with a quarter, the next chunks stream in while the earlier ones return. Smaller chunks start returning
+    sooner but cost a descriptor each (docs/ndp_perf.md, "E2 LOADs")."""
+    g = store_granule(_cfg(config))
+    per = min(config.output_buffer_bytes // 4, config.dram_buffer_bytes, _FIELD_MAX) // g * g
+    if per < g:
+        per = min(config.output_buffer_bytes, config.dram_buffer_bytes, _FIELD_MAX) // g * g
+    return per
+
+
 def _load_chunks(addr, nbytes, config, name):
-    """LOADs of ``nbytes`` bytes (an even count) at ``addr``, in aligned chunks that fit the return ring, the
-    DRAM ring and the 20-bit field; ``[(desc, None)]``."""
-    lim = min(config.output_buffer_bytes, config.dram_buffer_bytes, _FIELD_MAX)
-    g = store_granule(config)
-    per = lim // g * g
+    """LOADs of ``nbytes`` bytes (an even count) at ``addr``, in aligned chunks of :func:`load_chunk_bytes`;
+    ``[(desc, None)]``."""
+    per = load_chunk_bytes(config)
     if per < 1:
-        raise ValueError(f"{name}: a LOAD granule of {g} bytes exceeds the buffers")
+        raise ValueError(f"{name}: a LOAD granule of {store_granule(config)} bytes exceeds the buffers")
     out = []
     for off in range(0, nbytes, per):
         n = min(per, nbytes - off)

@@ -366,14 +366,13 @@ class NDPTiming:
         return float(self.coef["gap"][0]) / self.clock_hz
 
     def load_s(self, nbytes) -> float:
-        from hdl.ndp.descriptor import FIELD_BITS
         from firmware.ndp.descriptor import load
+        from firmware.ndp.kernels import load_chunk_bytes
         if nbytes <= 0:
             return 0.0
         cols = 8 * self.config.lanes
         rows = max(1, ceil(nbytes / 2 / cols))
-        per = max(1, min(self.config.output_buffer_bytes, self.config.dram_buffer_bytes,
-                         (1 << FIELD_BITS) - 1) // (2 * cols))
+        per = max(1, load_chunk_bytes(self.config) // (2 * cols))      # the firmware's LOAD chunks
         prog = [(load(0, min(per, rows - r0), cols), None) for r0 in range(0, rows, per)]
         return self.program_s(prog)
 

@@ -148,6 +148,11 @@ PAPER_BATCH = (1, 4, 16, 64, 256)
 PAPER_TOKENS = (1024, 4096, 16384, 32768)
 PAPER_GQA = (1, 4, 8)
 HEAD_DIM = 128
+#: LOAD sizes of ``load_eff`` (issue 29 item 3: 16 KiB .. 64 MiB)
+LOAD_BYTES = tuple(16 << (10 + 2 * i) for i in range(7))
+#: CXL 3.1 link of a PLoRA device, per direction (PLoRA VII-A: each device attached over CXL 3.1 at 128 GB/s;
+#: the same figure as host/link's ``CXL31``, which sim/ may not import)
+CXL_LINK_BPS = 128e9
 
 
 def paper_figures(model=None) -> dict:
@@ -190,6 +195,31 @@ def paper_figures(model=None) -> dict:
     # GEMM: E4 at batch 256 (and 4) on D = 4096, R = 128
     g256 = 2 * 256 * 4096 * 128 / m.lora_e4_s(4096, 128, 256) / peak
     g4 = 2 * 4 * 4096 * 128 / m.lora_e4_s(4096, 128, 4) / peak
+    # batch-4 GEMM at every D of the shape table (issue 29 item 2): each kernel alone from an idle device, and in
+    # steady state (the same kernel back to back, as a LoRA wave issues one per adapter: one kernel's first read
+    # and last drain overlap its neighbours'); the minimum is taken at R = 128 over every D, E4 and E3
+    gemm_b4 = []
+    for d in PAPER_D:
+        for r in PAPER_R:
+            for kind, f in (("e4", 2), ("e3", 4)):
+                prog = m.kernel_program(kind, m._d(d, r), r, 4)
+                one = m.program_cycles(prog) / m.hz
+                steady = (m.program_cycles(prog * 4) - m.program_cycles(prog * 3)) / m.hz
+                ideal = max(f * d * r / bw, f * 4 * d * r / peak)
+                gemm_b4.append({"kernel": kind, "D": d, "R": r, "batch": 4, "alone": ideal / one,
+                                "steady": ideal / steady})
+    r128 = [g for g in gemm_b4 if g["R"] == 128]
+    # E2 LOADs (issue 29 item 3): the device side alone (of the device's peak bandwidth), and the LOAD as the GPU
+    # sees it, the device's return streaming onto the CXL link (of the lesser of the two bandwidths): the link
+    # starts with the device's first returned granule (the time of a lone one-granule LOAD), the link's latency
+    # is the host's to price
+    load_eff = []
+    first = m.load_s(kernels.store_granule(m.config))
+    lesser = min(bw, CXL_LINK_BPS)
+    for nb in LOAD_BYTES:
+        tl = m.load_s(nb)
+        load_eff.append({"bytes": nb, "device_s": tl, "device_efficiency": nb / bw / tl,
+                         "efficiency": nb / lesser / max(tl, first + nb / CXL_LINK_BPS)})
     # back to back: 32 E4 descriptors (rank 16, D = 4096, batch 1, 128 KiB each) vs the same 4 MiB in the
     # largest descriptors the firmware issues (one E4 at D = 16384, R = 128: 8 K-tiles of 512 KiB)
     small = m.program_cycles([e for _ in range(32) for e in m.kernel_program("e4", 4096, 16, 1)])
@@ -200,6 +230,11 @@ def paper_figures(model=None) -> dict:
             "gemv_delivered_bw_frac": mem_alone_s / t, "gemv_memory_alone_s": mem_alone_s, "gemv_s": t,
             "gemv_core_bw_frac": gemv_bw / core_bw,
             "gemm_peak_frac": g256, "gemm_peak_frac_batch4": g4,
+            "gemm_batch4_min_frac": min(g["steady"] for g in r128),
+            "gemm_batch4_min_frac_alone": min(g["alone"] for g in r128),
+            "gemm_batch4_min_frac_alone_d4096": min(g["alone"] for g in r128 if g["D"] >= 4096),
+            "gemm_batch4_min_frac_all_ranks": min(g["steady"] for g in gemm_b4), "gemm_batch4": gemm_b4,
+            "load_eff": load_eff,
             "gemm_shape": {"kernel": "e4", "D": 4096, "R": 128, "batch": 256},
             "back_to_back_frac": large / small, "back_to_back_cycles": {"32_small": small, "one_large": large},
             "shapes": shapes}
@@ -297,7 +332,7 @@ def main(argv=None):
           "(NDPPerfModel.paper(), not RTL)")
     pf = paper_figures()
     out.update({k: pf[k] for k in ("gemv_device_bw_frac", "gemv_delivered_bw_frac", "gemm_peak_frac",
-                                   "back_to_back_frac", "shapes")})
+                                   "back_to_back_frac", "gemm_batch4_min_frac", "load_eff", "shapes")})
     out["paper_model"] = {k: v for k, v in pf.items() if k != "shapes"}
     out["figure_sources"] = {
         "model_rtl_max_rel_err": "RTL-measured (tiny slice, Verilator) vs the model on the same shapes",
@@ -307,7 +342,13 @@ def main(argv=None):
         "gemm_peak_frac": "model, paper geometry (E4 D=4096 R=128 batch 256; of 2.048 TFLOPS)",
         "back_to_back_frac": "model, paper geometry (time of 4 MiB in 512 KiB K-tiles (E4 D=16384 R=128) / "
                              "time of 32 E4 of 128 KiB (D=4096 R=16))",
-        "shapes": "model, paper geometry; efficiency = max(bytes / device peak BW, FLOPs / MAC peak) / time"}
+        "shapes": "model, paper geometry; efficiency = max(bytes / device peak BW, FLOPs / MAC peak) / time",
+        "gemm_batch4_min_frac": "model, paper geometry: min over every D of the shape table at R = 128, batch 4, "
+                                "E4 and E3, in steady state (the kernel back to back); paper_model.gemm_batch4 has "
+                                "every (D, R) alone and in steady state",
+        "load_eff": "model, paper geometry: E2 LOADs; efficiency = bytes / min(device peak BW, CXL 3.1 128 GB/s) / "
+                    "max(device time, first granule's time + bytes / link BW); device_efficiency = bytes / device "
+                    "peak BW / device time"}
     print(f"   GEMV (E4 D=14336 R=128 batch 1): {100 * pf['gemv_delivered_bw_frac']:.1f}% of the bandwidth the "
           f"memory system delivers on the same reads alone ({'meets' if pf['gemv_delivered_bw_frac'] >= 0.95 else 'MISSES'} "
           f"the 95% target); {100 * pf['gemv_device_bw_frac']:.1f}% of the device's peak "
@@ -315,6 +356,14 @@ def main(argv=None):
           f"cycle ({pf['core_beat_bw_Bps'] / 1e12:.3f} TB/s; the GEMV PEs take two)")
     print(f"   GEMM (E4 D=4096 R=128): batch 256 {100 * pf['gemm_peak_frac']:.1f}%, batch 4 "
           f"{100 * pf['gemm_peak_frac_batch4']:.1f}% of {pf['peak_flops'] / 1e12:.3f} TFLOPS")
+    print(f"   GEMM batch 4 at R = 128, every D (E4 and E3): min {100 * pf['gemm_batch4_min_frac']:.1f}% of the MAC "
+          f"peak in steady state ({'meets' if pf['gemm_batch4_min_frac'] >= 0.90 else 'MISSES'} the 90% target); "
+          f"alone from an idle device: min {100 * pf['gemm_batch4_min_frac_alone_d4096']:.1f}% for D >= 4096, "
+          f"{100 * pf['gemm_batch4_min_frac_alone']:.1f}% over every D; every rank, steady: min "
+          f"{100 * pf['gemm_batch4_min_frac_all_ranks']:.1f}%")
+    print("   E2 LOADs: " + ", ".join(f"{le['bytes'] >> 10} KiB {100 * le['efficiency']:.0f}% "
+                                    f"(device {100 * le['device_efficiency']:.0f}%)" for le in pf["load_eff"])
+          + " of the lesser of the device and the CXL link (device: of the device's bandwidth)")
     print(f"   back to back: 32 E4 (R=16, D=4096) reach {100 * pf['back_to_back_frac']:.1f}% of the bandwidth of the "
           f"same 4 MiB in 512 KiB descriptors")
     print(f"   memory model: {pf['memory_model']}")

@@ -84,7 +84,9 @@ class Calibration:
     * ``post_trans`` / ``post_row`` / ``post_load`` / ``post_softmax``: the descriptor's last result written by
       the drain formula -> its first returned beat / its completion (output writer, return unit); negative
       when the return overlaps the drain;
-    * ``ret_wait``: the return ring's freed space -> the output writer writes into it again.
+    * ``ret_wait``: the return ring's freed space -> the output writer writes into it again;
+    * ``ret_gap``: the return unit's hand-over from one descriptor to the next (its completion cycle, the start
+      of the return ring reader): the earliest a descriptor's return can follow the previous completion.
     """
 
     start: float = 0.0
@@ -96,6 +98,7 @@ class Calibration:
     post_load: float = 0.0
     post_softmax: float = 0.0
     ret_wait: float = 0.0
+    ret_gap: float = 0.0
 
 
 def load_calibration(path=CALIBRATION_PATH) -> Calibration:
@@ -402,7 +405,7 @@ class NDPPerfModel:
             comp_ends.append(t)
             cum_ends.append(cum)
             drain_prev = max(drain_end, t) + getattr(c, "post_" + s["kind"], 0.0)
-            done_prev = max(drain_prev, done_prev) + s["ret"]
+            done_prev = max(drain_prev, done_prev + (c.ret_gap if i else 0.0)) + s["ret"]
         return done_prev
 
     # ---- kernels (firmware/ndp/kernels.py tiling) -----------------------------------------------------------
@@ -442,24 +445,23 @@ class NDPPerfModel:
         return self.cal.gap / self.hz
 
     def load_s(self, nbytes) -> float:
-        """E2 device side: LOADs of ``nbytes`` (chunks of at most the return / DRAM ring and the 20-bit
-        field, as firmware/ndp/kernels.py's ``_load_chunks``), back to back."""
+        """E2 device side: LOADs of ``nbytes`` in the firmware's chunks (firmware/ndp/kernels.py
+        ``load_chunk_bytes``), back to back."""
         if not (np.isfinite(nbytes) and nbytes >= 0):
             raise ValueError(f"nbytes must be a finite number >= 0, got {nbytes!r}")
         if nbytes == 0:
             return 0.0
         from firmware.ndp.descriptor import load
-        cfg = self.config
-        g = cfg.align_bytes
-        per = min(cfg.output_buffer_bytes, cfg.dram_buffer_bytes, (1 << 20) - 1) // g * g
+        from firmware.ndp.kernels import load_chunk_bytes
+        per = load_chunk_bytes(self.config)
         n = int(ceil(nbytes))
         n += n % 2
         full, rest = divmod(n, per)
         key = ("load", full, rest)
         if key not in self._kcache:
-            # full chunks are identical: min(full, 4) of them simulated, the others at the steady cost of one
+            # full chunks are identical: min(full, 8) of them simulated, the others at the steady cost of one
             tail = [load(0, 1, rest // 2)] if rest else []
-            m = min(full, 4)
+            m = min(full, 8)
             t = self.program_cycles([load(0, 1, per // 2)] * m + tail)
             if full > m:
                 t += (full - m) * (t - self.program_cycles([load(0, 1, per // 2)] * (m - 1) + tail))
@@ -628,6 +630,8 @@ def calibration_programs(config):
         "softmax_2x64": [(gemv(0, 16, 64, keep=True), z((1, 16))), (softmax(1, 64, chain=True), None)],
         "load_128_x3": [(load(0, 1, 128), None)] * 3,
         "load_960_x3": [(load(0, 1, 960), None)] * 3,
+        "load_256_x8": [(load(0, 1, 256), None)] * 8,
+        "trans_48x16_x8": [(gemv(0, 48, 16, trans=True), z((1, 48)))] * 8,
     }
     return progs
 
@@ -647,6 +651,12 @@ def validation_programs(config):
         out[f"e3_d{d}_r{r}_b{b}"] = K.lora_e3(z((b, d)), lay, config=config).program
     lay = K.lora_layout(128, 16, config=config)
     out["e2_d128_r16"] = K.lora_e2_loads(lay, config=config).program
+    # E2 of an adapter many LOAD chunks long (return-ring quarters streaming while earlier ones return)
+    lay = K.lora_layout(256, 16, config=config)
+    out["e2_d256_r16"] = K.lora_e2_loads(lay, config=config).program
+    # E4 with the half-block tail first and balanced K-tiles (20.5 blocks of lanes rows; 8 blocks per tile at most)
+    lay = K.lora_layout(164, 16, config=config)
+    out["e4_d164_r16_b4"] = K.lora_e4(z((4, 164)), lay, config=config).program
     for hd, l, g in ((16, 96, 1), (32, 64, 2)):
         kv = K.kv_layout(hd, l, config=config, rows=g)
         out[f"att_hd{hd}_l{l}_g{g}"] = K.attention_integral(z((g, hd)), kv, config=config).program
@@ -699,10 +709,17 @@ def rtl_dut(dut=None):
     return cfg, _DUT[0], mem
 
 
-def fit(measured: dict, config, memory) -> Calibration:
-    """Constants minimizing the largest relative error of the model over ``measured`` {name: (program,
-    cycles)} (integer grid, coordinate descent from 0; each constant in 0..64 cycles)."""
-    best = Calibration()
+def fit(measured: dict, config, memory, starts=()) -> Calibration:
+    """Constants minimizing the summed squared relative error of the model over ``measured`` {name: (program,
+    cycles)} (integer grid, coordinate descent; each constant in 0..64 cycles, ``post_*`` in -64..64). The
+    descent runs from 0 and from each of ``starts`` (e.g. the constants of the previous calibration: coordinate
+    descent stops in local minima), and the best end point is kept."""
+    results = [_descend(measured, config, memory, Calibration())]
+    results += [_descend(measured, config, memory, st) for st in starts]
+    return min(results, key=lambda r: r[1])[0]
+
+
+def _descend(measured, config, memory, best):
     m = NDPPerfModel(config, memory, best)
 
     def errs(cal):
@@ -724,7 +741,7 @@ def fit(measured: dict, config, memory) -> Calibration:
                     best, e, improved = cand, ec, True
         if not improved:
             break
-    return best
+    return best, e
 
 
 def calibrate(path=CALIBRATION_PATH, *, refit=False) -> dict:
@@ -739,7 +756,11 @@ def calibrate(path=CALIBRATION_PATH, *, refit=False) -> dict:
         from sim.backends import get_backend
         be = get_backend("verilator")
         measured = {n: (p, rtl_cycles(p, cfg, dut, be)) for n, p in progs.items()}
-    cal = fit(measured, cfg, mem)
+    try:
+        starts = [load_calibration(path)]         # the previous constants (a field it lacks starts at 0)
+    except (FileNotFoundError, TypeError, KeyError, ValueError):
+        starts = []
+    cal = fit(measured, cfg, mem, starts)
     model = NDPPerfModel(cfg, mem, cal)
     rows = []
     for n, (p, c) in measured.items():

@@ -100,18 +100,48 @@ def test_every_item3_shape_builds_on_the_paper_geometry():
 def test_tiles_accumulate_on_the_device():
     """E4 K-tiles: PARTIAL, ACC + PARTIAL, ..., ACC; E3: the last tile KEEPs, then one CHAIN per B panel; a
     lanes/2 tail is a TRANS half block (E4) and a half-beat row panel (E3)."""
-    cfg = slice_preset(1)                              # 8 KiB tiles: d = 2052 r = 16 -> 8 full tiles + tail
+    cfg = slice_preset(1)                              # 8 KiB tiles: d = 2052 r = 16 -> tail + 8 full tiles
     lay = K.lora_layout(2052, 16, config=cfg)
-    assert [k1 - k0 for _, k0, k1 in lay["a"]] == [256] * 8 + [4]
+    assert [(k0, k1 - k0) for _, k0, k1 in lay["a"]] == [(2048, 4)] + [(256 * i, 256) for i in range(8)]
     assert [n1 - n0 for _, n0, n1 in lay["b"]] == [256] * 8 + [4]
     e4 = K.lora_e4(np.zeros((3, 2052), np.uint16), lay, config=cfg)
     flags = [(d.trans, d.acc, d.partial, d.keep) for d, _ in e4.program]
     assert flags == [(True, False, True, False)] + [(True, True, True, False)] * 7 + [(True, True, False, False)]
-    assert e4.program[-1][0].operand_dim0 == 4 and e4.program[0][1].shape == (3, 256)
+    assert e4.program[0][0].operand_dim0 == 4 and e4.program[0][1].shape == (3, 4)
+    assert e4.program[1][1].shape == (3, 256)
     e3 = K.lora_e3(np.zeros(2052, np.uint16), lay, config=cfg)
     ops = [(d.op, d.keep, d.chain, d.trans) for d, _ in e3.program]
     assert ops[8] == (DescOp.GEMV, True, False, True)
     assert ops[9:] == [(DescOp.GEMV, False, True, False)] * 9 and e3.program[-1][0].operand_dim1 == 4
+
+
+@pytest.mark.parametrize("d,r,want", [
+    (5120, 128, [2048, 1536, 1536]),                        # greedy: 2048, 2048, 1024
+    (11008, 128, [256, 2048, 2048, 2048, 1536, 1536, 1536]),  # greedy: 5 x 2048, 512, then the 256-row tail
+    (4096, 128, [2048, 2048]), (768, 8, [256, 512]), (14336, 64, [3584] * 4), (256, 16, [256])])
+def test_k_tiles_are_balanced_with_the_half_tail_first(d, r, want):
+    """Issue 29 item 2: the fewest K-tiles within the tile limit, their block counts within one of each other
+    (larger first), the lanes / 2 tail first; together they cover 0..d once."""
+    tiles = K.k_tiles(d, r, PAPER)
+    assert [k1 - k0 for k0, k1 in tiles] == want
+    cover = sorted(tiles)
+    assert cover[0][0] == 0 and cover[-1][1] == d and all(a[1] == b[0] for a, b in zip(cover, cover[1:]))
+    full = [k1 - k0 for k0, k1 in tiles if (k1 - k0) % PAPER.lanes == 0]
+    per = K.tile_bytes(PAPER) // (2 * r) // PAPER.lanes * PAPER.lanes
+    assert len(full) == -(-(d // 512 * 512) // per)
+    assert not full or (max(full) - min(full) <= PAPER.lanes and max(full) <= per)
+
+
+def test_load_chunks_are_a_quarter_of_the_return_ring():
+    """Issue 29 item 3: E2 LOADs in chunks of a quarter of the return ring, so the next chunks stream in while
+    the earlier ones return; a return ring too small for a quarter granule uses whole-ring chunks."""
+    assert K.load_chunk_bytes(PAPER) == PAPER.output_buffer_bytes // 4 == 128 << 10
+    small = replace(TINY, output_buffer_bytes=128)            # a quarter (32 B) is below one 64 B granule
+    assert K.load_chunk_bytes(small) == 128
+    lay = K.lora_layout(4096, 128, config=PAPER)
+    e2 = K.lora_e2_loads(lay, config=PAPER)
+    assert len(e2.program) == 2 * 4096 * 128 * 2 // (128 << 10)
+    assert all(dsc.operand_bytes == 128 << 10 for dsc, _ in e2.program)
 
 
 def test_attention_program_shape():

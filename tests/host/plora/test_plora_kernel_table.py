@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import sim.perf.ndp as ndp
+from firmware.ndp.kernels import load_chunk_bytes
 from sim.perf.ndp import NDPPerfModel, TABLE_PATH, TABLE_SOURCES, table_fingerprint, load_kernel_table
 
 
@@ -62,8 +63,7 @@ def _mismatches(entries):
             got = m._attention_cycles(*k[1:])
         elif k[0] == "load":
             full, rest = k[1:]
-            per = min(m.config.output_buffer_bytes, m.config.dram_buffer_bytes, (1 << 20) - 1)
-            per = per // m.config.align_bytes * m.config.align_bytes
+            per = load_chunk_bytes(m.config)
             m.load_s(full * per + rest)
             got = m._kcache[k]
         else:

@@ -95,7 +95,10 @@ def test_paper_interface_and_bounds():
     from firmware.ndp.descriptor import load
     full = m.program_cycles(m.kernel_program("attention", 128, 30208, 4)) / 1e9
     assert m.attention_s(30000, 128, 4, 1) == pytest.approx(full, rel=1e-12)
-    assert m.load_s(5 << 20) == pytest.approx(m.program_cycles([load(0, 1, 256 << 10)] * 10) / 1e9, rel=1e-12)
+    from firmware.ndp.kernels import load_chunk_bytes
+    per = load_chunk_bytes(m.config)                 # 128 KiB: a quarter of the return ring
+    assert m.load_s(5 << 20) == pytest.approx(m.program_cycles([load(0, 1, per // 2)] * ((5 << 20) // per)) / 1e9,
+                                              rel=1e-12)
     for bad in (lambda: m.lora_e4_s(0, 16, 1), lambda: m.attention_s(-1, 128, 8, 8),
                 lambda: m.attention_s(64, 128, 6, 4), lambda: m.load_s(float("nan"))):
         with pytest.raises(ValueError):
@@ -115,3 +118,42 @@ def test_paper_gemv_reaches_the_delivered_bandwidth():
     one = NDPPerfModel(replace(PAPER, gemv_pairs=False), DeviceMemoryModel(64))
     g = paper_figures(one)
     assert g["gemv_delivered_bw_frac"] < 0.93 and g["gemv_device_bw_frac"] <= 15 / 16, g["gemv_delivered_bw_frac"]
+
+
+def _greedy_k_tiles(d, r, config):
+    """The K-tiling before issue 29 item 2 (the mutant): whole tiles of the limit, the rest in a short last tile,
+    the half-block tail last."""
+    from firmware.ndp.kernels import tile_bytes
+    L = config.lanes
+    per = min(tile_bytes(config) // (2 * r), config.max_k) // L * L
+    tail = d % L
+    full = d - tail
+    out = [(k0, min(full, k0 + per)) for k0 in range(0, full, per)]
+    return out + ([(full, d)] if tail else [])
+
+
+def test_paper_batch4_gemm_tails_and_loads(monkeypatch):
+    """Issue 29 items 2 and 3 in the model at the paper geometry. Balanced K-tiles with the half-block tail first:
+    E4 and E3 at R = 128, batch 4, alone from an idle device, >= 90 % of the MAC peak at every D >= 4096
+    (D = 5120 and 11008 included); the greedy tiling (the mutant) stays below 90 % there. LOADs in quarters of
+    the return ring: >= 85 % of the device's bandwidth from 4 MiB up and of the lesser of the device and the
+    CXL link from 1 MiB up; whole-ring chunks (the mutant) stay near 50 % of the device's."""
+    import sim.perf.ndp as ndp
+    from sim.bench.ndp import paper_figures
+    from firmware.ndp import kernels as K
+    f = paper_figures(NDPPerfModel.paper(table=None))
+    alone = {(g["kernel"], g["D"]): g["alone"] for g in f["gemm_batch4"] if g["R"] == 128}
+    assert min(v for (_, d), v in alone.items() if d >= 4096) >= 0.90, alone
+    assert f["gemm_batch4_min_frac_alone_d4096"] >= 0.90
+    assert all(le["device_efficiency"] >= 0.85 for le in f["load_eff"] if le["bytes"] >= 4 << 20), f["load_eff"]
+    assert all(le["efficiency"] >= 0.85 for le in f["load_eff"] if le["bytes"] >= 1 << 20), f["load_eff"]
+    monkeypatch.setattr(K, "k_tiles", _greedy_k_tiles)
+    monkeypatch.setattr(K, "load_chunk_bytes", lambda c: c.output_buffer_bytes // c.align_bytes * c.align_bytes)
+    ndp._KERNEL_CACHES.clear()
+    try:
+        g = paper_figures(NDPPerfModel.paper(table=None))
+    finally:
+        ndp._KERNEL_CACHES.clear()
+    worse = {(x["kernel"], x["D"]): x["alone"] for x in g["gemm_batch4"] if x["R"] == 128}
+    assert worse["e4", 5120] < 0.90 and worse["e4", 11008] < 0.90, worse
+    assert max(le["device_efficiency"] for le in g["load_eff"]) < 0.55, g["load_eff"]
