@@ -24,7 +24,8 @@ own aligned region; the STORE programs (:func:`lora_store`, :func:`kv_store`) wr
 * Attention: the KV share is cut into **token tiles** of ``L_t`` tokens (a multiple of ``lanes``); each tile is
   scores GEMM/GEMV on K^T (d x L_t, KEEP), SOFTMAX (CHAIN, KEEP: anchors returned), context GEMM/GEMV TRANS on
   V (L_t x d, CHAIN): one partial output per tile, merged by the host (:func:`sim.golden.attention.merge_partials`)
-  exactly like the partials of several devices.
+  exactly like the partials of several devices. A decode batch's shares on one device run as one descriptor
+  stream (:func:`attention_batch`), so one share's fixed costs overlap the next share's reads.
 
 Batches beyond the buffers are cut into **batch chunks** (the largest for which every descriptor validates).
 """
@@ -41,7 +42,7 @@ from .descriptor import Descriptor, gemv, gemm, softmax, load, store
 
 __all__ = ["Kernel", "KernelError", "store_granule", "region_bytes", "tile_bytes", "k_tiles", "n_panels",
            "token_tile", "load_chunk_bytes", "lora_layout", "kv_layout", "store_tensor", "lora_store", "kv_store", "lora_e2_loads",
-           "lora_e3", "lora_e4", "attention_integral", "trans_layout", "trans_unlayout"]
+           "lora_e3", "lora_e4", "attention_integral", "attention_batch", "trans_layout", "trans_unlayout"]
 
 _FIELD_MAX = (1 << FIELD_BITS) - 1      # largest byte size one descriptor field can describe
 
@@ -550,3 +551,39 @@ def attention_integral(q, layout: dict, *, config: NDPConfig) -> Kernel:
     return Kernel("attention_integral", program, {"d": d, "l": layout["l"], "rows": rows,
                                                   "tiles": len(layout["tiles"]), "tile": layout["tile"]},
                   assemble)
+
+
+def attention_batch(entries, *, config: NDPConfig) -> Kernel:
+    """A decode batch's attention shares on one device as **one descriptor stream** (issue 29 item 1): for each
+    entry ``(q, layout)`` -- one (request, KV head) share, ``q`` its pre-scaled query (or GQA group) and ``layout``
+    its :func:`kv_layout` -- the descriptors of :func:`attention_integral`, one entry after the other.
+
+    Why one stream: the core overlaps successive descriptors (the memory engine reads the next operand while
+    earlier descriptors compute, drain and return; docs/ndp_core.md), so an entry's fixed costs (decode, the
+    scores' drain, the SOFTMAX, the context's drain and the return of its partial) hide under the next entry's
+    K^T reads, instead of being paid from an idle device per entry. The entries share the owner's state slot in
+    order: each scores KEEP replaces the kept result after the previous entry's context CHAIN has read it (the
+    core's in-order units; the golden core's sequential semantics).
+
+    ``results`` -> one list per entry of its tiles' ``(o, m, sum)`` partials (as :func:`attention_integral`),
+    merged by the host with the other devices' partials (:func:`sim.golden.attention.merge_partials`)."""
+    _cfg(config)
+    entries = list(entries)
+    if not entries:
+        raise ValueError("entries must hold at least one (q, layout) share")
+    ks = []
+    for i, e in enumerate(entries):
+        if not (isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], dict)):
+            raise ValueError(f"entries[{i}] must be a (q, kv_layout dict) pair, got {type(e).__name__}")
+        ks.append(attention_integral(e[0], e[1], config=config))
+    counts = [len(k.program) for k in ks]
+
+    def assemble(res):
+        out, i = [], 0
+        for k, n in zip(ks, counts):
+            out.append(k._assemble(res[i:i + n]))
+            i += n
+        return out
+    return Kernel("attention_batch", [e for k in ks for e in k.program],
+                  {"entries": len(ks), "descriptors": counts, "tokens": [k.meta["l"] for k in ks],
+                   "rows": [k.meta["rows"] for k in ks]}, assemble)

@@ -16,7 +16,8 @@ partial output and anchors, the GPU merges them (sim/golden/attention.py)::
 
     T_ATT = max(T_ATT_GPU, L_link + max(T_ATT_dev, T_link_att)) + T_merge
     T_ATT_GPU = sum dup_r * kv_bytes_token_layer / W_hbm       (memory-bound decode attention)
-    T_ATT_dev = max_d sum_r attention_s(tokens of r on d)      (the NDP model)
+    T_ATT_dev = max_d [sum_r share_s(tokens of r on d) + first_d]   (the NDP model: a device runs its shares as
+                                                                  one descriptor stream, attention_batch_s)
     T_link_att = max(out, in) / W_link:  out = q to every device holding tokens + the new token's K, V;
                                          in = partial output (FP16) + anchors (FP16 max, FP32 sum) per device
     T_merge = sum_r parts_r * q_heads * (2 head_dim + 6) / W_hbm
@@ -161,8 +162,12 @@ class CostModel:
         self.partial_bytes = shape.q_heads * (shape.head_dim * 2.0 + 6.0)
         self.standalone_s = lru_cache(maxsize=None)(self._standalone_s)
         self.resident = lru_cache(maxsize=None)(self._resident)
-        self._att_tab = None
-        self._att_lut = None
+        self._att_tab = {}
+        self._att_lut = {}
+        # a device runs a layer's attention shares as one descriptor stream (sim/perf/ndp.py attention_batch_s):
+        # each request's share at its cost inside the stream, plus once the first pair's unhidden latency; a model
+        # without that interface (the stand-in) prices each share alone
+        self._stream = hasattr(ndp, "attention_stream_s")
         self._rates = None
         # the LoRA terms depend only on the model shape and the device model: runs in one process share them
         key = _ndp_key(ndp)
@@ -228,38 +233,59 @@ class CostModel:
         n = self.n_dev
         return np.maximum(0, (L - d + n - 1) // n) - np.maximum(0, (a - d + n - 1) // n)
 
-    def _ndp_attention_exact(self, tokens: np.ndarray) -> np.ndarray:
+    def _ndp_fn(self, kind):
+        """The device model's per-request attention seconds: ``"share"`` a share inside a stream
+        (``attention_stream_s``; without it ``attention_s``), ``"alone"`` a share from an idle device."""
+        if kind == "share" and self._stream:
+            return self.ndp.attention_stream_s
+        return self.ndp.attention_s
+
+    def _ndp_attention_exact(self, tokens: np.ndarray, kind: str = "share") -> np.ndarray:
         s = self.shape
         scale = self.kv_bits / 16.0       # a narrower KV streams proportionally fewer bytes (design choice)
+        fn = self._ndp_fn(kind)
         if getattr(self.ndp, "kind", "") == "standin":
-            return np.asarray(self.ndp.attention_s(tokens * scale, s.head_dim, s.q_heads, s.kv_heads), float)
-        if self._att_tab is None:
+            return np.asarray(fn(tokens * scale, s.head_dim, s.q_heads, s.kv_heads), float)
+        if kind not in self._att_tab:
             # a model with a scalar interface: sample it (every count to 1024, every 64 to 16384, then 100
             # log-spaced points to 2M tokens) and interpolate linearly between the samples
             grid = np.unique(np.concatenate([np.arange(0, 1025), np.arange(1024, 16385, 64),
                                              np.geomspace(16384, 1 << 21, 100).round()]))
-            vals = np.array([self.ndp.attention_s(float(x), s.head_dim, s.q_heads, s.kv_heads) if x > 0 else 0.0
-                             for x in grid])
-            self._att_tab = (grid, vals)
-        g, v = self._att_tab
+            vals = np.array([fn(float(x), s.head_dim, s.q_heads, s.kv_heads) if x > 0 else 0.0 for x in grid])
+            self._att_tab[kind] = (grid, vals)
+        g, v = self._att_tab[kind]
         return np.interp(tokens * scale, g, v)
 
-    def _ndp_attention(self, tokens) -> np.ndarray:
-        """``attention_s`` of one request's share of ``tokens`` (integer counts, vectorized) on one device,
-        from a lookup table over every count (grown by powers of two as needed)."""
+    def _ndp_attention(self, tokens, kind: str = "share") -> np.ndarray:
+        """Device seconds of one request's share of ``tokens`` (integer counts, vectorized) on one device: inside
+        the device's stream of the layer's shares (``kind="share"``) or from an idle device (``"alone"``), from
+        a lookup table over every count (grown by powers of two as needed)."""
         tok = np.asarray(tokens)
         if tok.dtype.kind != "i":
             if not np.all(tok == np.round(tok)):
-                return self._ndp_attention_exact(tok.astype(float))
+                return self._ndp_attention_exact(tok.astype(float), kind)
             tok = tok.astype(np.int64)
         top = int(tok.max()) if tok.size else 0
-        lut = self._att_lut
+        lut = self._att_lut.get(kind)
         if lut is None or len(lut) <= top:
             size = max(1 << 12, 1 << (top.bit_length()))
-            lut = self._ndp_attention_exact(np.arange(size, dtype=float))
+            lut = self._ndp_attention_exact(np.arange(size, dtype=float), kind)
             lut[0] = 0.0
-            self._att_lut = lut
+            self._att_lut[kind] = lut
         return lut[tok]
+
+    def device_attention(self, cnt) -> np.ndarray:
+        """Per device (columns of ``cnt``, the (n_req, n_dev) tokens each device holds): one layer's attention
+        of its shares run as one stream, ``sum_r share(cnt[r, d]) + max_r (alone - share)(cnt[r, d]) /
+        kv_heads`` (the first pair's unhidden latency, once; sim/perf/ndp.py ``attention_batch_s``). With a
+        model that prices shares alone only: ``sum_r alone(cnt[r, d])``."""
+        cnt = np.asarray(cnt)
+        per = self._ndp_attention(cnt)
+        out = per.sum(axis=0)
+        if self._stream and cnt.size:
+            extra = (self._ndp_attention(cnt, "alone") - per) / self.shape.kv_heads
+            out = out + np.where(cnt > 0, extra, 0.0).max(axis=0)
+        return out
 
     def gpu_attention_s(self, n_req: int, tokens_total: float) -> float:
         """GPU decode attention of ``n_req`` requests over ``tokens_total`` HBM-resident tokens in one layer
@@ -293,7 +319,7 @@ class CostModel:
             total = max(gpu_s, (Lk + link_s) if in_b > 0 else 0.0)
             return AttentionCost(gpu_s, 0.0, np.zeros(self.n_dev), out_b, in_b, link_s, 0.0, total)
         cnt = self.device_tokens(L, a)
-        per_dev = self._ndp_attention(cnt).sum(axis=0)
+        per_dev = self.device_attention(cnt)
         active = cnt > 0
         n_active = active.sum(axis=1)
         out_b = float(n_active.sum()) * self.q_bytes
@@ -312,12 +338,21 @@ class CostModel:
     # --- aggregate estimate the memory manager ranks with -------------------------------------------------
     def attention_rates(self):
         """(per-token GPU seconds, per-token device seconds, per-request-per-device device seconds) of the
-        linearized attention estimate (from the NDP model at 1 and 4097 tokens)."""
+        linearized attention estimate (from the NDP model at 1 and 4097 tokens: a share's cost inside the
+        device's stream)."""
         if self._rates is None:
             t1, t2 = self._ndp_attention(np.array([1, 4097]))
             per_tok_dev = (t2 - t1) / 4096.0
             self._rates = (self.kv_tok_layer / self.gpu.W_hbm, float(per_tok_dev), max(float(t1 - per_tok_dev), 0.0))
         return self._rates
+
+    def attention_first_s(self) -> float:
+        """Once per device with a share: the first pair's latency the stream does not hide (the device model's
+        ``attention_fixed_s`` at a one-beat share; 0 for a model that prices shares alone)."""
+        if not self._stream:
+            return 0.0
+        s = self.shape
+        return float(self.ndp.attention_fixed_s(np.array([1.0]), s.head_dim, s.q_heads, s.kv_heads))
 
     def attention_estimate(self, n_req: int, gpu_tokens: float, dev_tokens: float, *,
                            distributed: bool = True, n_dev_req: float | None = None) -> float:
@@ -332,7 +367,8 @@ class CostModel:
             return max(gpu_s, self.link.L + dev_tokens * self.kv_tok_layer / self.link.W if dev_tokens > 0 else 0.0)
         m = n_req if n_dev_req is None else n_dev_req
         n_act = min(self.n_dev, max(1.0, dev_tokens / max(m, 1))) if dev_tokens > 0 and m > 0 else 0.0
-        dev_s = dev_tokens * d_rate / self.n_dev + m * d_fixed * n_act / self.n_dev
+        dev_s = dev_tokens * d_rate / self.n_dev + m * d_fixed * n_act / self.n_dev \
+            + (self.attention_first_s() if dev_tokens > 0 else 0.0)
         link_s = max(m * n_act * self.q_bytes + n_req * self.kv_tok_layer,
                      m * n_act * self.partial_bytes) / self.link.W
         merge = (m * n_act + n_req * (gpu_tokens > 0)) * self.partial_bytes / self.gpu.W_hbm

@@ -148,6 +148,12 @@ PAPER_BATCH = (1, 4, 16, 64, 256)
 PAPER_TOKENS = (1024, 4096, 16384, 32768)
 PAPER_GQA = (1, 4, 8)
 HEAD_DIM = 128
+#: Decode attention of a batch on one device (issue 29 item 1): (name, KV heads, query heads, head dim) of the two
+#: shapes the issue names (Llama-2-7B: 32 KV heads; Llama-3-8B: 8 KV heads, GQA groups of 4; head dim 128: the
+#: models' config.json on their model cards, as host/models), the shares and the batches it reports
+ATTN_MODELS = (("llama-2-7b", 32, 32, 128), ("llama-3-8b", 8, 32, 128))
+ATTN_SHARES = (16, 64, 256, 1024, 4096)
+ATTN_BATCHES = (1, 8, 32, 128)
 #: LOAD sizes of ``load_eff`` (issue 29 item 3: 16 KiB .. 64 MiB)
 LOAD_BYTES = tuple(16 << (10 + 2 * i) for i in range(7))
 #: CXL 3.1 link of a PLoRA device, per direction (PLoRA VII-A: each device attached over CXL 3.1 at 128 GB/s;
@@ -220,6 +226,26 @@ def paper_figures(model=None) -> dict:
         tl = m.load_s(nb)
         load_eff.append({"bytes": nb, "device_s": tl, "device_efficiency": nb / bw / tl,
                          "efficiency": nb / lesser / max(tl, first + nb / CXL_LINK_BPS)})
+    # decode attention of a batch (issue 29 item 1): every request's share on this device of every KV head as one
+    # descriptor stream (NDPPerfModel.attention_batch_s), against the time the device memory takes to deliver the
+    # shares' K and V bytes alone (its stream of those lines: refresh, row switches and first latency included);
+    # "per_pair" is the same batch priced pair by pair from an idle device (attention_s, before the stream)
+    attention = []
+    for name, kvh, qh, hd in ATTN_MODELS:
+        for share in ATTN_SHARES:
+            for b in ATTN_BATCHES:
+                tok = np.full(b, share)
+                t_stream = m.attention_batch_s(tok, hd, qh, kvh)
+                t_pairs = float(np.sum(m.attention_s(tok, hd, qh, kvh)))
+                kv_bytes = b * kvh * share * hd * 2 * 2
+                mem_s = m.memory.stream(-(-kv_bytes // m.memory.line_bytes)) * m.memory.ratio / m.hz
+                # scores and context: 2 x (q_heads x share x head dim) MACs per request
+                mac_s = 2 * 2 * b * qh * share * hd / peak
+                attention.append({"model": name, "kv_heads": kvh, "q_heads": qh, "head_dim": hd,
+                                  "share_tokens": share, "batch": b, "kv_bytes": kv_bytes, "device_s": t_stream,
+                                  "memory_alone_s": mem_s, "mac_peak_s": mac_s, "efficiency": mem_s / t_stream,
+                                  "roofline_efficiency": max(mem_s, mac_s) / t_stream,
+                                  "efficiency_per_pair": mem_s / t_pairs})
     # back to back: 32 E4 descriptors (rank 16, D = 4096, batch 1, 128 KiB each) vs the same 4 MiB in the
     # largest descriptors the firmware issues (one E4 at D = 16384, R = 128: 8 K-tiles of 512 KiB)
     small = m.program_cycles([e for _ in range(32) for e in m.kernel_program("e4", 4096, 16, 1)])
@@ -234,10 +260,40 @@ def paper_figures(model=None) -> dict:
             "gemm_batch4_min_frac_alone": min(g["alone"] for g in r128),
             "gemm_batch4_min_frac_alone_d4096": min(g["alone"] for g in r128 if g["D"] >= 4096),
             "gemm_batch4_min_frac_all_ranks": min(g["steady"] for g in gemm_b4), "gemm_batch4": gemm_b4,
-            "load_eff": load_eff,
+            "load_eff": load_eff, "attention_batch": attention,
             "gemm_shape": {"kernel": "e4", "D": 4096, "R": 128, "batch": 256},
             "back_to_back_frac": large / small, "back_to_back_cycles": {"32_small": small, "one_large": large},
             "shapes": shapes}
+
+
+def attention_figure(attention: list, path) -> Path:
+    """Attention efficiency against the share's length (``paper_figures()["attention_batch"]``): per model, the
+    batch of 32 as one descriptor stream and the same pairs priced one by one from an idle device; PNG at
+    ``path`` (matplotlib, Agg)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name, *_ in ATTN_MODELS:
+        rows = sorted((a for a in attention if a["model"] == name and a["batch"] == 32),
+                      key=lambda a: a["share_tokens"])
+        x = [a["share_tokens"] for a in rows]
+        line, = ax.plot(x, [100 * a["efficiency"] for a in rows], marker="o", label=f"{name}: batch stream")
+        ax.plot(x, [100 * a["efficiency_per_pair"] for a in rows], marker="x", linestyle="--",
+                color=line.get_color(), label=f"{name}: pair by pair from idle (before)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tokens of a request's share on the device")
+    ax.set_ylabel("% of the memory's time for the K, V bytes")
+    ax.set_title("NDP decode attention, paper geometry (model), batch 32")
+    ax.set_ylim(0, 105)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    return p
 
 
 def main(argv=None):
@@ -332,7 +388,8 @@ def main(argv=None):
           "(NDPPerfModel.paper(), not RTL)")
     pf = paper_figures()
     out.update({k: pf[k] for k in ("gemv_device_bw_frac", "gemv_delivered_bw_frac", "gemm_peak_frac",
-                                   "back_to_back_frac", "gemm_batch4_min_frac", "load_eff", "shapes")})
+                                   "back_to_back_frac", "gemm_batch4_min_frac", "load_eff", "attention_batch",
+                                   "shapes")})
     out["paper_model"] = {k: v for k, v in pf.items() if k != "shapes"}
     out["figure_sources"] = {
         "model_rtl_max_rel_err": "RTL-measured (tiny slice, Verilator) vs the model on the same shapes",
@@ -346,6 +403,11 @@ def main(argv=None):
         "gemm_batch4_min_frac": "model, paper geometry: min over every D of the shape table at R = 128, batch 4, "
                                 "E4 and E3, in steady state (the kernel back to back); paper_model.gemm_batch4 has "
                                 "every (D, R) alone and in steady state",
+        "attention_batch": "model, paper geometry: one layer's decode attention of a batch on one device as one "
+                           "descriptor stream; efficiency = the device memory's time for the shares' K and V bytes "
+                           "alone / device time (efficiency_per_pair: the pairs priced one by one from idle); "
+                           "roofline_efficiency = max(that memory time, the MACs at the 2.048 TFLOPS peak) / device "
+                           "time (a GQA group of 4 needs twice the MAC time of the memory time)",
         "load_eff": "model, paper geometry: E2 LOADs; efficiency = bytes / min(device peak BW, CXL 3.1 128 GB/s) / "
                     "max(device time, first granule's time + bytes / link BW); device_efficiency = bytes / device "
                     "peak BW / device time"}
@@ -364,6 +426,15 @@ def main(argv=None):
     print("   E2 LOADs: " + ", ".join(f"{le['bytes'] >> 10} KiB {100 * le['efficiency']:.0f}% "
                                     f"(device {100 * le['device_efficiency']:.0f}%)" for le in pf["load_eff"])
           + " of the lesser of the device and the CXL link (device: of the device's bandwidth)")
+    print("   decode attention of a batch on one device, one descriptor stream (per pair from idle): of the memory's "
+          "time for the K and V bytes")
+    print(f"   {'model':>11} {'share':>6} " + " ".join(f"{'b=' + str(b):>15}" for b in ATTN_BATCHES))
+    for name, *_ in ATTN_MODELS:
+        for share in ATTN_SHARES:
+            row = {a["batch"]: a for a in pf["attention_batch"] if a["model"] == name and a["share_tokens"] == share}
+            print(f"   {name:>11} {share:>6} " + " ".join(
+                f"{100 * row[b]['efficiency']:>6.1f}% ({100 * row[b]['efficiency_per_pair']:>4.1f}%)"
+                for b in ATTN_BATCHES))
     print(f"   back to back: 32 E4 (R=16, D=4096) reach {100 * pf['back_to_back_frac']:.1f}% of the bandwidth of the "
           f"same 4 MiB in 512 KiB descriptors")
     print(f"   memory model: {pf['memory_model']}")
@@ -378,6 +449,8 @@ def main(argv=None):
     for (k, d, r), v in by.items():
         if k == "attention":
             print(f"   {k:>9} {d:>6} {r:>4} " + " ".join(f"{100 * v[t]:>6.1f}%" for t in PAPER_TOKENS))
+    fig = attention_figure(pf["attention_batch"], "build/bench/ndp_attention.png")
+    print(f"   attention efficiency against the share's length: {fig}")
     e2 = [sh["efficiency"] for sh in pf["shapes"] if sh["kernel"] == "e2"]
     print(f"   e2 (LOAD for the GPU): {100 * min(e2):.1f}% .. {100 * max(e2):.1f}%")
     path = Path("build/bench/ndp.json")

@@ -46,7 +46,11 @@ __all__ = ["DATA_ROWS", "data_config", "slice_config", "kernel_program", "run", 
 DATA_ROWS = 32
 #: the issue's two shapes, an E3 (D = 4096, R = 16, batch 1) and the E2 LOADs of that adapter, and a GEMV over
 #: 1 MiB of device-resident data (E4 D = 4096, R = 128, batch 1: the GEMV PEs at two beats per cycle)
-CASES = ("e4", "attention", "e3", "e2", "gemv")
+CASES = ("e4", "attention", "e3", "e2", "gemv", "attention_batch")
+#: ``attention_batch`` (issue 29 item 1): a decode batch of 8 (request, KV head) shares at head dim 128 as one
+#: descriptor stream (firmware kernels.attention_batch): shares of 16, 64, 256 and 1,024 tokens, each with one
+#: query row (GQA 1) and with a group of 4 (GQA 4)
+BATCH_SHARES = ((16, 1), (64, 1), (256, 1), (1024, 1), (16, 4), (64, 4), (256, 4), (1024, 4))
 
 
 def data_config(rows: int = DATA_ROWS) -> DRAMConfig:
@@ -66,10 +70,11 @@ def _rand(rng, shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float16).view(np.uint16)
 
 
-def kernel_program(case: str, cfg, seed: int = 0):
+def kernel_program(case: str, cfg, seed: int = 0, shares=None):
     """(stores, kernel) programs of ``case`` (``"e4"``: D = 4096, R = 8, batch 1; ``"attention"``: head dim 128,
     4,096 tokens, one query row; ``"e3"``: D = 4096, R = 16, batch 1; ``"e2"``: the LOADs of that adapter;
-    ``"gemv"``: E4 at D = 4096, R = 128, batch 1) with random FP16 data."""
+    ``"gemv"``: E4 at D = 4096, R = 128, batch 1; ``"attention_batch"``: the shares ``[(tokens, GQA group), ...]``
+    (default :data:`BATCH_SHARES`) as one stream) with random FP16 data."""
     from firmware.ndp import kernels as K
     rng = np.random.default_rng(seed)
     if case in ("e4", "e3", "e2", "gemv"):
@@ -86,6 +91,15 @@ def kernel_program(case: str, cfg, seed: int = 0):
         k, v = _rand(rng, (l, hd), 0.5), _rand(rng, (l, hd), 0.5)
         return (K.kv_store(k, v, kv, config=cfg).program,
                 K.attention_integral(_rand(rng, (g, hd)), kv, config=cfg).program)
+    if case == "attention_batch":
+        hd, base, stores, entries = 128, 0, [], []
+        for l, g in (shares or BATCH_SHARES):
+            kv = K.kv_layout(hd, l, config=cfg, rows=g, base=base)
+            base = kv["end"]
+            k, v = _rand(rng, (l, hd), 0.5), _rand(rng, (l, hd), 0.5)
+            stores += K.kv_store(k, v, kv, config=cfg).program
+            entries.append((_rand(rng, (g, hd)), kv))
+        return stores, K.attention_batch(entries, config=cfg).program
     raise ValueError(f"unknown case {case!r}; allowed: {', '.join(CASES)}")
 
 
@@ -136,7 +150,7 @@ def _violations(run, channels, config):
 
 
 def run(case: str, *, channels: int = 2, backend: str = "verilator", seed: int = 0, timing_only: bool = False,
-        dut=None, split: bool = True, preload: bool = False) -> dict:
+        dut=None, split: bool = True, preload: bool = False, shares=None) -> dict:
     """Run ``case`` on the slice; returns the figures (RTL CK cycles of the whole program and of the STOREs
     alone, the kernel's as their difference, the model's, bit-exactness, DRAM timing violations). ``split``:
     also run the STOREs alone for the kernel's own cycles (off: the whole program only, e.g. on Amaranth's
@@ -147,7 +161,7 @@ def run(case: str, *, channels: int = 2, backend: str = "verilator", seed: int =
     from sim.perf.ndp import NDPPerfModel, DeviceMemoryModel
     dram = LPDDR5X_8533 if timing_only else data_config()
     cfg = slice_preset(channels) if timing_only else slice_config(channels)
-    stores, kernel = kernel_program(case, cfg, seed)
+    stores, kernel = kernel_program(case, cfg, seed, shares)
     image = None
     if preload and not timing_only:
         if dut is not None:

@@ -18,8 +18,12 @@ descriptor by descriptor, in program order:
   result) enters the input ring at one beat per cycle and is loaded into the PE array before the first pass;
 * **return**: result beats leave on ``y`` at one beat per cycle, then the completion, in order.
 
+A decode batch's attention runs on a device as one descriptor stream (firmware ``kernels.attention_batch``):
+:meth:`NDPPerfModel.attention_batch_s` prices it as every (request, KV head) pair at its steady-state cost in the
+stream plus the first pair's unhidden latency once, within 3 % of the recurrence over the whole program.
+
 Fixed latencies of the RTL that the shape formulas do not give (decode to the first read, the gap between two
-descriptors' compute, result to completion, the CHAIN copy's start) are the :class:`Calibration` constants,
+descriptors' compute, result to completion, the CHAIN copy's start, the return unit's hand-over) are the :class:`Calibration` constants,
 measured from the RTL by ``python -m sim.perf.ndp --calibrate`` (data/ndp_rtl_calibration.json, with the shapes
 and cycles measured), never typed in.
 
@@ -499,10 +503,41 @@ class NDPPerfModel:
 
     def attention_s(self, tokens, head_dim, q_heads, kv_heads):
         """One layer's decode attention of one request over ``tokens`` KV positions on this device (vectorized
-        over ``tokens``; 0 costs nothing): per KV head the integral kernel (kernels.attention_integral: per
-        token tile scores, SOFTMAX, context) with the GQA group of ``q_heads / kv_heads`` query rows. Token
-        counts are padded up to whole beats of ``lanes`` tokens (the kernel's unit; padded keys are masked by
-        the host)."""
+        over ``tokens``; 0 costs nothing), from an idle device: per KV head the integral kernel
+        (kernels.attention_integral: per token tile scores, SOFTMAX, context) with the GQA group of ``q_heads /
+        kv_heads`` query rows. Token counts are padded up to whole beats of ``lanes`` tokens (the kernel's unit;
+        padded keys are masked by the host). A batch's shares run as one stream: :meth:`attention_batch_s`."""
+        return self._attention_vec(tokens, head_dim, q_heads, kv_heads, self._attention_cycles)
+
+    def attention_batch_s(self, tokens, head_dim, q_heads, kv_heads) -> float:
+        """One layer's decode attention of a whole batch on this device, run as **one descriptor stream**
+        (firmware ``kernels.attention_batch``: every request's share of every KV head, one after the other, so
+        each pair's fixed costs overlap the next pair's reads; issue 29 item 1). ``tokens``: the requests'
+        shares on this device (1-D; 0 costs nothing). Seconds =
+        ``sum_r kv_heads * attention_stream_s(tokens_r) + attention_fixed_s(tokens)``: each pair at its
+        steady-state cost in the stream (:meth:`attention_stream_s`), plus once the part of the first pair's time
+        that nothing before it hides (:meth:`attention_fixed_s`)."""
+        per = self.attention_stream_s(tokens, head_dim, q_heads, kv_heads)
+        return float(np.sum(per)) + self.attention_fixed_s(tokens, head_dim, q_heads, kv_heads)
+
+    def attention_stream_s(self, tokens, head_dim, q_heads, kv_heads):
+        """Per request (vectorized over ``tokens``): its ``kv_heads`` (request, KV head) pairs at their
+        steady-state cost inside a batch's descriptor stream -- a pair's cycles when the same pair runs before and
+        after it (the increment of the stream by one pair). Tokens are padded to whole beats as in
+        :meth:`attention_s`."""
+        return self._attention_vec(tokens, head_dim, q_heads, kv_heads, self._attention_inc)
+
+    def attention_fixed_s(self, tokens, head_dim, q_heads, kv_heads) -> float:
+        """The part of a batch stream's time that the steady-state costs leave out: the first pair runs from an
+        idle device (its first read's latency; the last pair's drain and return after the stream). Taken as the
+        largest over the batch's shares (design choice: the stream's order is the host's; the largest is an upper
+        bound over the first-pair choices); 0 for an empty batch."""
+        lone = np.atleast_1d(self._attention_vec(tokens, head_dim, q_heads, kv_heads, self._attention_cycles))
+        inc = np.atleast_1d(self.attention_stream_s(tokens, head_dim, q_heads, kv_heads))
+        extra = (lone - inc) / kv_heads        # per pair: lone(P) - inc(P) (kv_heads validated above)
+        return float(extra.max()) if extra.size and np.any(lone > 0) else 0.0
+
+    def _attention_vec(self, tokens, head_dim, q_heads, kv_heads, fn):
         head_dim, q_heads, kv_heads = _pos("head_dim", head_dim), _pos("q_heads", q_heads), _pos("kv_heads", kv_heads)
         if q_heads % kv_heads:
             raise ValueError(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")
@@ -515,8 +550,28 @@ class NDPPerfModel:
         out = np.zeros_like(tok)
         for v in np.unique(padded):
             if v > 0:
-                out[padded == v] = kv_heads * self._attention_cycles(head_dim, int(v), g) / self.hz
+                out[padded == v] = kv_heads * fn(head_dim, int(v), g) / self.hz
         return float(out) if np.ndim(tokens) == 0 else out
+
+    def _attention_inc(self, hd, tokens, g):
+        """Core cycles one (request, KV head) pair of ``tokens`` adds to a stream of such pairs: the program of
+        three pairs minus that of two (whole tiles beyond four extrapolated at the steady cost of a tile, as
+        :meth:`_attention_cycles`)."""
+        key = ("att_inc", hd, tokens, g)
+        if key not in self._kcache:
+            from firmware.ndp import kernels as K
+            tile = K.token_tile(hd, tokens, g, self.config)
+            n = -(-tokens // tile)
+            if n <= 4:
+                prog = self.kernel_program("attention", hd, tokens, g)
+                t = self.program_cycles(prog * 3) - self.program_cycles(prog * 2)
+            else:
+                rest = tokens - (n - 1) * tile
+                t4 = self._attention_inc(hd, 3 * tile + rest, g)
+                t3 = self._attention_inc(hd, 2 * tile + rest, g)
+                t = t4 + (n - 4) * (t4 - t3)
+            self._kcache[key] = t
+        return self._kcache[key]
 
     def _attention_cycles(self, hd, tokens, g):
         key = ("att", hd, tokens, g)
@@ -660,6 +715,15 @@ def validation_programs(config):
     for hd, l, g in ((16, 96, 1), (32, 64, 2)):
         kv = K.kv_layout(hd, l, config=config, rows=g)
         out[f"att_hd{hd}_l{l}_g{g}"] = K.attention_integral(z((g, hd)), kv, config=config).program
+    # a decode batch's attention as one descriptor stream (kernels.attention_batch): 8 shares of 8..64 tokens,
+    # one query row each, and the same with GQA groups of 4
+    for g in (1, 4):
+        entries, base = [], 0
+        for l in (16, 64, 8, 32, 16, 24, 64, 8):
+            kv = K.kv_layout(16, l, config=config, rows=g, base=base)
+            base = kv["end"]
+            entries.append((z((g, 16)), kv))
+        out[f"att_batch8_hd16_g{g}"] = K.attention_batch(entries, config=config).program
     lays, base = [], 0
     for _ in range(4):
         lays.append(K.lora_layout(64, 24, config=config, base=base))

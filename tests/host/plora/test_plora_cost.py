@@ -171,3 +171,25 @@ def test_device_attention_lookup_matches_the_model():
     got = s._ndp_attention(toks)
     assert np.array_equal(got[:5], exact[:5])                             # sampled exactly up to 1024
     assert np.allclose(got, exact, rtol=0.04)                             # interpolated beyond
+
+
+def test_device_attention_is_the_devices_descriptor_stream():
+    """Issue 29 item 1 in the host: with the calibrated device model a device's attention time in a layer is its
+    shares run as one descriptor stream (NDPPerfModel.attention_batch_s, column by column), below the same shares
+    priced one by one from an idle device; the stand-in model (no stream interface) keeps pricing shares alone."""
+    from sim.perf.ndp import NDPPerfModel
+    from host.plora.ndp_model import NDPStandIn
+    from host.plora.system import shape_of
+    from host.models import get_model
+    shape = shape_of(get_model("llama2-7b"))
+    ndp = NDPPerfModel.paper(table=None)
+    c = make_cost(shape=shape, ndp=ndp, n_dev=4)
+    cnt = np.array([[256, 255, 0, 3], [1024, 1024, 0, 0], [7, 0, 0, 2048]])
+    got = c.device_attention(cnt)
+    for d in range(4):
+        want = ndp.attention_batch_s(cnt[:, d], 128, 32, 32) if cnt[:, d].any() else 0.0
+        assert got[d] == pytest.approx(want, rel=1e-12, abs=0)
+        alone = float(np.sum(ndp.attention_s(cnt[:, d], 128, 32, 32)))
+        assert got[d] <= alone and (not cnt[:, d].any() or got[d] < 0.8 * alone)
+    s = make_cost(shape=shape, ndp=NDPStandIn(), n_dev=4)
+    assert np.allclose(s.device_attention(cnt), NDPStandIn().attention_s(cnt, 128, 32, 32).sum(axis=0), rtol=1e-12)

@@ -61,6 +61,8 @@ def _mismatches(entries):
         k = ndp._dec(key)
         if k[0] == "att":
             got = m._attention_cycles(*k[1:])
+        elif k[0] == "att_inc":
+            got = m._attention_inc(*k[1:])
         elif k[0] == "load":
             full, rest = k[1:]
             per = load_chunk_bytes(m.config)

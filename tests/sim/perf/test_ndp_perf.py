@@ -157,3 +157,31 @@ def test_paper_batch4_gemm_tails_and_loads(monkeypatch):
     worse = {(x["kernel"], x["D"]): x["alone"] for x in g["gemm_batch4"] if x["R"] == 128}
     assert worse["e4", 5120] < 0.90 and worse["e4", 11008] < 0.90, worse
     assert max(le["device_efficiency"] for le in g["load_eff"]) < 0.55, g["load_eff"]
+
+
+def test_paper_attention_batch_stream_prices_the_whole_program():
+    """Issue 29 item 1 in the model: ``attention_batch_s`` (each pair at its steady cost in the stream, plus the
+    first pair's unhidden latency once) within 3 % of the model run over the batch's whole descriptor program
+    (kernels.attention_batch at the paper geometry, mixed shares, GQA 1 and 4), and below the same pairs priced
+    one by one from an idle device (``attention_s``)."""
+    from firmware.ndp import kernels as K
+    from hdl.ndp.config import PAPER
+    from dataclasses import replace
+    m = NDPPerfModel.paper(table=None)
+    big = replace(PAPER, device_bytes=1 << 40)
+    rng = np.random.default_rng(1)
+    for g, kvh in ((1, 3), (4, 2)):
+        toks = rng.integers(1, 5000, size=5)
+        entries, base = [], 0
+        for t in toks:
+            padded = int(-(-t // m.lanes) * m.lanes)
+            for _ in range(kvh):
+                kv = K.kv_layout(128, padded, config=big, rows=g, base=base)
+                base = kv["end"]
+                entries.append((np.zeros((g, 128), np.uint16), kv))
+        whole = m.program_cycles(K.attention_batch(entries, config=big).program) / 1e9
+        est = m.attention_batch_s(toks, 128, g * kvh, kvh)
+        alone = float(np.sum(m.attention_s(toks, 128, g * kvh, kvh)))
+        assert abs(est - whole) / whole <= 0.03, (g, toks, est, whole)
+        assert whole < alone
+    assert m.attention_batch_s(np.zeros(3), 128, 32, 8) == 0.0
