@@ -328,19 +328,18 @@ def kv_store(k_bits, v_bits, layout: dict, *, config: NDPConfig) -> Kernel:
 # ---- LoRA ----------------------------------------------------------------------------------------------------
 
 def load_chunk_bytes(config) -> int:
-    """Bytes of one LOAD of :func:`lora_e2_loads`: a quarter of the return ring (and at most the DRAM ring and the
-    20-bit field), a whole number of :func:`store_granule`.
+    """Bytes of one LOAD of :func:`lora_e2_loads`: as much as the return ring, the DRAM ring and the 20-bit field
+    take, a whole number of :func:`store_granule`.
 
-    Why a quarter (issue 29 item 3): the return unit streams a descriptor's beats on ``y`` once its result is
-    in the return ring, and a LOAD needs room there for all of its beats. A LOAD as large as the ring waited
-    for the previous one to leave entirely, so reads and returns took turns (~50 % of the device's bandwidth);
-    with a quarter, the next chunks stream in while the earlier ones return. Smaller chunks start returning
-    sooner but cost a descriptor each (docs/ndp_perf.md, "E2 LOADs")."""
+    A LOAD needs room in the return ring for all of its beats, so LOADs as large as the ring return one after the
+    other (reads and returns take turns: ~46 % of the device's bandwidth at the paper geometry). Smaller chunks
+    overlap them at the core (quarter-ring chunks: 88 % at 4 MiB) but were not kept (issue 29 item 3,
+    docs/ndp_perf.md "E2 LOADs"): the GPU reads a LOAD through the CXL link, 8.5x slower than the device, so the
+    device side never shows (>= 99 % of the link from 1 MiB up either way), while every extra descriptor costs
+    the CXL front end its queue round trip (the end-to-end demo's prefill steps with E2: +18.5 % device cycles
+    with quarter-ring chunks)."""
     g = store_granule(_cfg(config))
-    per = min(config.output_buffer_bytes // 4, config.dram_buffer_bytes, _FIELD_MAX) // g * g
-    if per < g:
-        per = min(config.output_buffer_bytes, config.dram_buffer_bytes, _FIELD_MAX) // g * g
-    return per
+    return min(config.output_buffer_bytes, config.dram_buffer_bytes, _FIELD_MAX) // g * g
 
 
 def _load_chunks(addr, nbytes, config, name):

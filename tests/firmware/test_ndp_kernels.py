@@ -132,16 +132,17 @@ def test_k_tiles_are_balanced_with_the_half_tail_first(d, r, want):
     assert not full or (max(full) - min(full) <= PAPER.lanes and max(full) <= per)
 
 
-def test_load_chunks_are_a_quarter_of_the_return_ring():
-    """Issue 29 item 3: E2 LOADs in chunks of a quarter of the return ring, so the next chunks stream in while
-    the earlier ones return; a return ring too small for a quarter granule uses whole-ring chunks."""
-    assert K.load_chunk_bytes(PAPER) == PAPER.output_buffer_bytes // 4 == 128 << 10
-    small = replace(TINY, output_buffer_bytes=128)            # a quarter (32 B) is below one 64 B granule
-    assert K.load_chunk_bytes(small) == 128
+def test_load_chunks_fill_the_return_ring():
+    """E2 LOADs in chunks as large as the return ring (and the DRAM ring and the 20-bit field) allow, whole
+    store granules: the fewest descriptors (issue 29 item 3: smaller chunks were measured and not kept)."""
+    assert K.load_chunk_bytes(PAPER) == PAPER.output_buffer_bytes == 512 << 10
+    assert K.load_chunk_bytes(TINY) == TINY.output_buffer_bytes
+    small = replace(TINY, output_buffer_bytes=4 * TINY.dram_buffer_bytes)   # the DRAM ring the smaller
+    assert K.load_chunk_bytes(small) == TINY.dram_buffer_bytes
     lay = K.lora_layout(4096, 128, config=PAPER)
     e2 = K.lora_e2_loads(lay, config=PAPER)
-    assert len(e2.program) == 2 * 4096 * 128 * 2 // (128 << 10)
-    assert all(dsc.operand_bytes == 128 << 10 for dsc, _ in e2.program)
+    assert len(e2.program) == 2 * 4096 * 128 * 2 // (512 << 10)
+    assert all(dsc.operand_bytes == 512 << 10 for dsc, _ in e2.program)
 
 
 def test_attention_program_shape():

@@ -96,7 +96,7 @@ def test_paper_interface_and_bounds():
     full = m.program_cycles(m.kernel_program("attention", 128, 30208, 4)) / 1e9
     assert m.attention_s(30000, 128, 4, 1) == pytest.approx(full, rel=1e-12)
     from firmware.ndp.kernels import load_chunk_bytes
-    per = load_chunk_bytes(m.config)                 # 128 KiB: a quarter of the return ring
+    per = load_chunk_bytes(m.config)                 # 512 KiB: the return ring
     assert m.load_s(5 << 20) == pytest.approx(m.program_cycles([load(0, 1, per // 2)] * ((5 << 20) // per)) / 1e9,
                                               rel=1e-12)
     for bad in (lambda: m.lora_e4_s(0, 16, 1), lambda: m.attention_s(-1, 128, 8, 8),
@@ -135,9 +135,10 @@ def _greedy_k_tiles(d, r, config):
 def test_paper_batch4_gemm_tails_and_loads(monkeypatch):
     """Issue 29 items 2 and 3 in the model at the paper geometry. Balanced K-tiles with the half-block tail first:
     E4 and E3 at R = 128, batch 4, alone from an idle device, >= 90 % of the MAC peak at every D >= 4096
-    (D = 5120 and 11008 included); the greedy tiling (the mutant) stays below 90 % there. LOADs in quarters of
-    the return ring: >= 85 % of the device's bandwidth from 4 MiB up and of the lesser of the device and the
-    CXL link from 1 MiB up; whole-ring chunks (the mutant) stay near 50 % of the device's."""
+    (D = 5120 and 11008 included); the greedy tiling (the mutant) stays below 90 % there. E2 LOADs: >= 85 % of
+    the lesser of the device and the CXL link from 1 MiB up (the link); at the device alone whole-ring chunks take
+    turns with their returns (< 50 %), quarter-ring chunks (measured, not kept: each descriptor costs the CXL
+    front end) would not (>= 85 % from 4 MiB)."""
     import sim.perf.ndp as ndp
     from sim.bench.ndp import paper_figures
     from firmware.ndp import kernels as K
@@ -145,10 +146,10 @@ def test_paper_batch4_gemm_tails_and_loads(monkeypatch):
     alone = {(g["kernel"], g["D"]): g["alone"] for g in f["gemm_batch4"] if g["R"] == 128}
     assert min(v for (_, d), v in alone.items() if d >= 4096) >= 0.90, alone
     assert f["gemm_batch4_min_frac_alone_d4096"] >= 0.90
-    assert all(le["device_efficiency"] >= 0.85 for le in f["load_eff"] if le["bytes"] >= 4 << 20), f["load_eff"]
     assert all(le["efficiency"] >= 0.85 for le in f["load_eff"] if le["bytes"] >= 1 << 20), f["load_eff"]
+    assert max(le["device_efficiency"] for le in f["load_eff"]) < 0.50, f["load_eff"]
     monkeypatch.setattr(K, "k_tiles", _greedy_k_tiles)
-    monkeypatch.setattr(K, "load_chunk_bytes", lambda c: c.output_buffer_bytes // c.align_bytes * c.align_bytes)
+    monkeypatch.setattr(K, "load_chunk_bytes", lambda c: c.output_buffer_bytes // 4)
     ndp._KERNEL_CACHES.clear()
     try:
         g = paper_figures(NDPPerfModel.paper(table=None))
@@ -156,7 +157,7 @@ def test_paper_batch4_gemm_tails_and_loads(monkeypatch):
         ndp._KERNEL_CACHES.clear()
     worse = {(x["kernel"], x["D"]): x["alone"] for x in g["gemm_batch4"] if x["R"] == 128}
     assert worse["e4", 5120] < 0.90 and worse["e4", 11008] < 0.90, worse
-    assert max(le["device_efficiency"] for le in g["load_eff"]) < 0.55, g["load_eff"]
+    assert all(le["device_efficiency"] >= 0.85 for le in g["load_eff"] if le["bytes"] >= 4 << 20), g["load_eff"]
 
 
 def test_paper_attention_batch_stream_prices_the_whole_program():
