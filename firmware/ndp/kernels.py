@@ -41,8 +41,9 @@ from hdl.ndp.descriptor import ErrorCode, FIELD_BITS, ANCHOR_ELEMS
 from .descriptor import Descriptor, gemv, gemm, softmax, load, store
 
 __all__ = ["Kernel", "KernelError", "store_granule", "region_bytes", "tile_bytes", "k_tiles", "n_panels",
-           "token_tile", "load_chunk_bytes", "lora_layout", "kv_layout", "store_tensor", "lora_store", "kv_store", "lora_e2_loads",
-           "lora_e3", "lora_e4", "attention_integral", "attention_batch", "trans_layout", "trans_unlayout"]
+           "token_tile", "load_chunk_bytes", "lora_layout", "kv_layout", "store_tensor", "lora_store", "kv_store",
+           "lora_e2_loads", "lora_e3", "lora_e4", "attention_integral", "attention_batch", "trans_layout",
+           "trans_unlayout"]
 
 _FIELD_MAX = (1 << FIELD_BITS) - 1      # largest byte size one descriptor field can describe
 

@@ -23,9 +23,9 @@ A decode batch's attention runs on a device as one descriptor stream (firmware `
 stream plus the first pair's unhidden latency once, within 3 % of the recurrence over the whole program.
 
 Fixed latencies of the RTL that the shape formulas do not give (decode to the first read, the gap between two
-descriptors' compute, result to completion, the CHAIN copy's start, the return unit's hand-over) are the :class:`Calibration` constants,
-measured from the RTL by ``python -m sim.perf.ndp --calibrate`` (data/ndp_rtl_calibration.json, with the shapes
-and cycles measured), never typed in.
+descriptors' compute, result to completion, the CHAIN copy's start, the return unit's hand-over) are the
+:class:`Calibration` constants, measured from the RTL by ``python -m sim.perf.ndp --calibrate``
+(data/ndp_rtl_calibration.json, with the shapes and cycles measured), never typed in.
 
 Memory models (pluggable, ``stream(lines)`` in memory cycles and ``ratio`` = core cycles per memory cycle):
 :class:`BurstMemoryModel` (sim/ndp/memory.py's fixed-latency memory), :class:`ControllerMemoryModel` (the
@@ -706,7 +706,7 @@ def validation_programs(config):
         out[f"e3_d{d}_r{r}_b{b}"] = K.lora_e3(z((b, d)), lay, config=config).program
     lay = K.lora_layout(128, 16, config=config)
     out["e2_d128_r16"] = K.lora_e2_loads(lay, config=config).program
-    # E2 of an adapter many LOAD chunks long (return-ring quarters streaming while earlier ones return)
+    # E2 of an adapter several LOAD chunks long (each as large as the return ring: LOADs take turns with returns)
     lay = K.lora_layout(256, 16, config=config)
     out["e2_d256_r16"] = K.lora_e2_loads(lay, config=config).program
     # E4 with the half-block tail first and balanced K-tiles (20.5 blocks of lanes rows; 8 blocks per tile at most)
