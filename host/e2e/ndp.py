@@ -192,9 +192,11 @@ class WaveScript:
                         win_limit=depth * 64)
         addr = self.data_base
         self.kernels, self.items = [], []          # items: (job index, descriptor, input)
+        self.layouts = []                          # each job's firmware layout, as placed
         self.stores = []                           # (address, bits) of the preload
         for j, job in enumerate(self.jobs):
             lay = job.layout(config, addr)
+            self.layouts.append(lay)
             if lay["end"] > depth * 64:
                 raise ValueError(f"wave run: the tensors need {lay['end']} bytes, the window holds {depth * 64}")
             for a, t in job.placed(lay, config):

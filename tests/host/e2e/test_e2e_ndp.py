@@ -143,3 +143,19 @@ def test_dram_trace_problems_are_raised_here_or_beside(beside):
     with pytest.raises(RuntimeError, match="trace / errors not collected"):
         devs.run_wave(0, [])                                                   # a later wave raises it
     devs.finish()
+
+
+def test_attention_wave_is_the_batch_stream():
+    """Issue 29 item 1 in the end-to-end run: a layer's attention wave on a device submits its shares' descriptors
+    back to back, exactly the program of ``firmware.ndp.kernels.attention_batch`` over the wave's (query, layout)
+    entries (the device runs them as one stream through the command ring)."""
+    from firmware.ndp import kernels as fw
+    from sim.golden.attention import prepare_query
+    rng = np.random.default_rng(7)
+    cfg = e2e_ndp_config()
+    jobs = [NDPJob(("att", i), "ATT", {"K": _bits(rng, (l, 64)), "V": _bits(rng, (l, 64))}, _bits(rng, (64,)))
+            for i, l in enumerate((8, 24, 16, 40))]
+    ws = WaveScript(jobs, cfg, drive=False)
+    batch = fw.attention_batch([(prepare_query(j.x), lay) for j, lay in zip(jobs, ws.layouts)], config=cfg)
+    assert [d for _, d, _ in ws.items] == [d for d, _ in batch.program]
+    assert all(np.array_equal(a, b) for (_, _, a), (_, b) in zip(ws.items, batch.program) if b is not None)
