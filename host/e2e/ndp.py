@@ -47,7 +47,8 @@ def e2e_ndp_config(depth: int = DEPTH):
     K-tile (:func:`firmware.ndp.kernels.tile_bytes`: half the ring) holds 256 rows of A at rank 16 and a token
     tile 128 tokens of head dim 64, and 4 KiB input and return rings (a batch of FFN inputs, an E2 LOAD chunk).
     Design choice: fewer, larger tiles keep the descriptor count (and the simulation time) of a wave small; the
-    kernels tile everything larger (d_in = 688: K-tiles of 256, 256, 176 rows; B panels of 128 columns)."""
+    kernels tile everything larger (d_in = 688 at rank 16: balanced K-tiles of 232, 232, 224 rows; B panels of 128
+    columns)."""
     return replace(TINY, name="e2e", input_buffer_bytes=4096, output_buffer_bytes=4096, dram_buffer_bytes=32768,
                    device_bytes=depth * 64)
 

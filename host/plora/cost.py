@@ -167,7 +167,8 @@ class CostModel:
         # a device runs a layer's attention shares as one descriptor stream (sim/perf/ndp.py attention_batch_s):
         # each request's share at its cost inside the stream, plus once the first pair's unhidden latency; a model
         # without that interface (the stand-in) prices each share alone
-        self._stream = hasattr(ndp, "attention_stream_s")
+        self._stream = hasattr(ndp, "attention_stream_s") and hasattr(ndp, "attention_fixed_s")
+        self._first = None
         self._rates = None
         # the LoRA terms depend only on the model shape and the device model: runs in one process share them
         key = _ndp_key(ndp)
@@ -349,10 +350,11 @@ class CostModel:
     def attention_first_s(self) -> float:
         """Once per device with a share: the first pair's latency the stream does not hide (the device model's
         ``attention_fixed_s`` at a one-beat share; 0 for a model that prices shares alone)."""
-        if not self._stream:
-            return 0.0
-        s = self.shape
-        return float(self.ndp.attention_fixed_s(np.array([1.0]), s.head_dim, s.q_heads, s.kv_heads))
+        if self._first is None:
+            s = self.shape
+            self._first = float(self.ndp.attention_fixed_s(np.array([1.0]), s.head_dim, s.q_heads, s.kv_heads)) \
+                if self._stream else 0.0
+        return self._first
 
     def attention_estimate(self, n_req: int, gpu_tokens: float, dev_tokens: float, *,
                            distributed: bool = True, n_dev_req: float | None = None) -> float:

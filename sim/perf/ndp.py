@@ -834,7 +834,8 @@ def calibrate(path=CALIBRATION_PATH, *, refit=False) -> dict:
     out = {"source": "python -m sim.perf.ndp --calibrate: Verilator, tests/hdl/ndp/test_core.py's DUT "
                      "(tiny geometry 8 lanes x 2 PE rows, 512-bit burst memory, latency 8)",
            "config": cfg.name, "memory": {"kind": "burst", "line_bytes": mem.line_bytes, "latency": mem.latency},
-           "constants": asdict(cal), "measured": rows}
+           "constants": asdict(cal), "fit_starts": [asdict(Calibration())] + [asdict(st) for st in starts],
+           "measured": rows}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(out, indent=1) + "\n")
     return out

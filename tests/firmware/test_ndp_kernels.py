@@ -118,7 +118,8 @@ def test_tiles_accumulate_on_the_device():
 @pytest.mark.parametrize("d,r,want", [
     (5120, 128, [2048, 1536, 1536]),                        # greedy: 2048, 2048, 1024
     (11008, 128, [256, 2048, 2048, 2048, 1536, 1536, 1536]),  # greedy: 5 x 2048, 512, then the 256-row tail
-    (4096, 128, [2048, 2048]), (768, 8, [256, 512]), (14336, 64, [3584] * 4), (256, 16, [256])])
+    (4096, 128, [2048, 2048]), (768, 8, [256, 512]), (14336, 64, [3584] * 4), (256, 16, [256]),
+    (14336, 8, [14336]), (3 * 16384, 8, [16384] * 3)])                  # r = 8: max_k (16,384 rows) binds
 def test_k_tiles_are_balanced_with_the_half_tail_first(d, r, want):
     """Issue 29 item 2: the fewest K-tiles within the tile limit, their block counts within one of each other
     (larger first), the lanes / 2 tail first; together they cover 0..d once."""
@@ -126,9 +127,10 @@ def test_k_tiles_are_balanced_with_the_half_tail_first(d, r, want):
     assert [k1 - k0 for k0, k1 in tiles] == want
     cover = sorted(tiles)
     assert cover[0][0] == 0 and cover[-1][1] == d and all(a[1] == b[0] for a, b in zip(cover, cover[1:]))
-    full = [k1 - k0 for k0, k1 in tiles if (k1 - k0) % PAPER.lanes == 0]
-    per = K.tile_bytes(PAPER) // (2 * r) // PAPER.lanes * PAPER.lanes
-    assert len(full) == -(-(d // 512 * 512) // per)
+    L = PAPER.lanes
+    full = [k1 - k0 for k0, k1 in tiles if (k1 - k0) % L == 0]
+    per = min(K.tile_bytes(PAPER) // (2 * r), PAPER.max_k) // L * L
+    assert len(full) == -(-(d // L * L) // per)
     assert not full or (max(full) - min(full) <= PAPER.lanes and max(full) <= per)
 
 
