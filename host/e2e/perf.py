@@ -413,9 +413,20 @@ class NDPTiming:
             c = self._att_cache[key] = self.program_s(programs.attention(q, lay, config=self.config).program)
         return c
 
-    def attention_s(self, tokens, head_dim, q_heads, kv_heads):
-        """One request's decode attention over ``tokens`` on this device (all its KV heads; whole beats only:
-        the share's tail stays on the GPU), in jobs of at most :meth:`max_share` tokens."""
+    def _att_inc(self, t, head_dim):
+        """Seconds one attention job of ``t`` tokens adds to a wave of such jobs (the wave's descriptors back to
+        back: three jobs minus two)."""
+        from . import programs
+        key = ("inc", t, head_dim)
+        c = self._att_cache.get(key)
+        if c is None:
+            q = np.zeros(head_dim, np.uint16)
+            lay = programs.kv_layout(head_dim, t, config=self.config)
+            prog = programs.attention(q, lay, config=self.config).program
+            c = self._att_cache[key] = self.program_s(prog * 3) - self.program_s(prog * 2)
+        return c
+
+    def _att_jobs(self, tokens, head_dim, kv_heads, fn):
         if not hasattr(self, "_att_cache"):
             self._att_cache = {}
         tok = np.asarray(tokens, np.float64)
@@ -427,9 +438,31 @@ class NDPTiming:
             if t <= 0:
                 return 0.0
             full, rest = divmod(t, cap)
-            return kv_heads * (full * self._att_one(cap, head_dim) + (self._att_one(rest, head_dim) if rest else 0))
+            return kv_heads * (full * fn(cap, head_dim) + (fn(rest, head_dim) if rest else 0))
         out = np.vectorize(one, otypes=[float])(tok)
         return float(out) if np.ndim(tokens) == 0 else out
+
+    def attention_s(self, tokens, head_dim, q_heads, kv_heads):
+        """One request's decode attention over ``tokens`` on this device (all its KV heads; whole beats only:
+        the share's tail stays on the GPU), in jobs of at most :meth:`max_share` tokens, from an idle device."""
+        return self._att_jobs(tokens, head_dim, kv_heads, self._att_one)
+
+    def attention_stream_s(self, tokens, head_dim, q_heads, kv_heads):
+        """As :meth:`attention_s`, each job at its cost inside a layer's attention wave (the device runs the
+        wave's jobs back to back: :class:`host.e2e.ndp.WaveScript`; sim/perf/ndp.py ``attention_stream_s``)."""
+        return self._att_jobs(tokens, head_dim, kv_heads, self._att_inc)
+
+    def attention_fixed_s(self, tokens, head_dim, q_heads, kv_heads) -> float:
+        """Once per wave: the first job's time that the stream costs leave out, the largest over the shares'
+        jobs (sim/perf/ndp.py ``attention_fixed_s``); 0 for no share."""
+        if not hasattr(self, "_att_cache"):
+            self._att_cache = {}
+        L, cap = self.config.lanes, self.max_share(head_dim)
+        best = 0.0
+        for t in {int(t) // L * L for t in np.atleast_1d(np.asarray(tokens, np.float64))}:
+            for j in ({cap} if t >= cap else set()) | ({t % cap} if t % cap else set()):
+                best = max(best, self._att_one(j, head_dim) - self._att_inc(j, head_dim))
+        return best
 
 
 def _up(v, m):

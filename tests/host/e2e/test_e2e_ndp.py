@@ -2,6 +2,8 @@
 cycle stamps, the calibrated performance model against the RTL on waves it was not fitted on, run_stamped; on the
 burst memory and on two LPDDR5X-8533 channels (controllers, DRAM models, every channel's command trace checked)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -159,3 +161,29 @@ def test_attention_wave_is_the_batch_stream():
     batch = fw.attention_batch([(prepare_query(j.x), lay) for j, lay in zip(jobs, ws.layouts)], config=cfg)
     assert [d for _, d, _ in ws.items] == [d for d, _ in batch.program]
     assert all(np.array_equal(a, b) for (_, _, a), (_, b) in zip(ws.items, batch.program) if b is not None)
+
+
+def test_timing_prices_an_attention_wave_as_its_stream():
+    """The end-to-end timing model's stream interface (``attention_stream_s`` per share + ``attention_fixed_s``
+    once) within 3 % of its own replay of the whole wave (``kernels.attention_batch`` of the shares), and below
+    the shares priced one by one from idle (``attention_s``)."""
+    from firmware.ndp import kernels as fw
+    cfg = e2e_ndp_config()
+    tm = NDPTiming(cfg, load_calibration(memory="burst", channels=2))
+    shares = np.array([8, 24, 16, 40, 200])          # 200: two jobs (a full token tile and the rest)
+    kv_heads, hd = 2, 64
+    big = replace(cfg, device_bytes=1 << 30)          # the layouts only: timing needs no device memory
+    entries, base = [], 0
+    for t in shares:
+        cap = tm.max_share(hd)
+        for l in [cap] * (int(t) // cap) + ([int(t) % cap] if t % cap else []):
+            for _ in range(kv_heads):
+                lay = fw.kv_layout(hd, l, config=big, base=base)
+                base = lay["end"]
+                entries.append((np.zeros(hd, np.uint16), lay))
+    whole = tm.program_s(fw.attention_batch(entries, config=big).program)
+    est = float(np.sum(tm.attention_stream_s(shares, hd, 4, kv_heads))) + tm.attention_fixed_s(shares, hd, 4, kv_heads)
+    alone = float(np.sum(tm.attention_s(shares, hd, 4, kv_heads)))
+    assert abs(est - whole) / whole <= 0.03, (est, whole)
+    assert whole < alone
+    assert tm.attention_fixed_s(np.zeros(2), hd, 4, kv_heads) == 0.0
