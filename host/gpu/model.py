@@ -158,6 +158,13 @@ class GPUModel:
             nbytes = 2.0 * (M * K + K * N + M * N)
         return self._price(flops, nbytes, M > 0)
 
+    def kernel(self, flops, nbytes) -> OpTime:
+        """One GEMM-like kernel of ``flops`` and ``nbytes`` of HBM traffic on the calibrated GEMM fit (its launch
+        floor ``t0`` included; e.g. a fused LoRA kernel of many adapters). 0 when ``flops`` and ``nbytes`` are."""
+        flops = np.asarray(flops, dtype=np.float64)
+        nbytes = np.asarray(nbytes, dtype=np.float64)
+        return self._price(flops, nbytes, (flops > 0) | (nbytes > 0))
+
     def _price(self, flops, nbytes, active=True) -> OpTime:
         g = self.cal.gemm
         cal = soft_roofline(flops, nbytes, peak_flops=self._peak, bw_bytes=self._bw, t0_s=g.t0_s,

@@ -100,6 +100,10 @@ def cmd_run(args):
         print(f"note: {note}")
     if "ndp_model" in s:
         print(f"NDP timing model: {s['ndp_model']}")
+    if "cost_model_err" in s:
+        e = s["cost_model_err"]
+        print(f"cost model (Algorithm 1's estimate) vs executed timeline: mean {100 * e['mean']:+.1f} %, "
+              f"mean |err| {100 * e['mean_abs']:.1f} %, p99 |err| {100 * e['p99_abs']:.1f} %")
     print(f"wrote {Path(args.out)}")
     return 0
 

@@ -195,6 +195,9 @@ def run_point(spec: RunSpec) -> dict:
                cpu_s=time.process_time() - c0)
     for kind, v in s.get("gpu_mem_gb", {}).items():
         row[f"gpu_mem_gb_{kind}"] = v
+    err = s.get("cost_model_err")
+    if err is not None:                   # PLoRA-family: how far Algorithm 1's estimate was from the timeline
+        row["cost_model_err_mean"], row["cost_model_err_p99"] = err["mean"], err["p99_abs"]
     dec = s.get("strategy_counts", {}).get("decisions", {})
     for name in STRATEGIES:
         row[f"decisions_{name}"] = dec.get(name, 0)

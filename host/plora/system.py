@@ -10,12 +10,15 @@ One class, :class:`PLoRASystem`, parameterized by a :class:`host.plora.config.Va
   temperature metric (a step per iteration) and the pre-caching of the hottest non-serving adapters into free
   HBM using only idle link time; a new request's prompt KV is duplicated in HBM up to the balanced P_KV
   (:meth:`host.plora.cost.CostModel.balanced_dup_fraction`) as far as free HBM allows;
-* **the price** of an iteration: the base model on the GPU (``host.gpu.GPUModel``, calibrated), then per
-  layer the LoRA wave and the decode attention of the cost model (:mod:`host.plora.cost`, with the calibrated
-  GPU attention for the duplicated share and the NDP model for the devices' shares), the prefill attention on
-  the GPU (the prompt's KV streams to the devices meanwhile), and the link: the iteration lasts at least as long
-  as the link is busy (waves, attention, prefill KV, adapter loads). Host-mediated variants (PLoRA-NoCXL) pay a
-  kernel stop per adapter job and per attention exchange in every layer.
+* **the estimate** of an iteration, which Algorithm 1 ranks with: the base model on the GPU (``host.gpu.GPUModel``,
+  calibrated), then per layer the LoRA wave and the decode attention of the cost model (:mod:`host.plora.cost`,
+  with the calibrated GPU attention for the duplicated share and the NDP model for the devices' shares), the
+  prefill attention on the GPU, and the link: at least as long as the link is busy. Host-mediated variants
+  (PLoRA-NoCXL) add a kernel stop per adapter job and per attention exchange in every layer;
+* **the time** of an iteration, which the run reports: the same work *executed* job by job on the execution
+  timeline (:mod:`host.plora.timeline`: one GPU stream, each link direction a FIFO, each device's descriptor
+  queue, the host's launch path), never the estimate. ``estimate_s`` (per iteration) and ``cost_model_err``
+  (summary) say how far the estimate was from it.
 
 Prefill tokens of an adapter use the fastest strategy its current caching level allows (no new caching for a
 prompt), decode tokens the strategy Algorithm 1 chose.
@@ -30,6 +33,7 @@ from .cost import CostModel, GPUParams, LinkParams, WaveSums
 from .lora import (ModelShape, RANKS, E1, E2, E3, E4, STRATEGIES, LEVEL_OF, LEVEL_NONE, LEVEL_NAMES, adapter_bytes)
 from .manager import AdapterState, ManagerState, select, apply, rebuild_wave
 from .ndp_model import make_ndp_model
+from .timeline import LayerWork, Timeline
 from .temperature import Temperature
 
 __all__ = ["PLoRASystem", "shape_of", "adapter_ranks", "PricedIteration"]
@@ -122,6 +126,8 @@ class PLoRASystem(System):
                               gpu=GPUParams(gpu.name, gpu.hbm_gb, gpu.hbm_bw_gbps, gpu.fp16_tflops),
                               kv_bits=kv_bits, lora_waves_per_layer=lora_waves_per_layer, gpu_attention_s=gpu_att)
         self.max_batch = max_batch
+        # the run's time comes from executing each iteration on this model of the resources, not from self.cost
+        self.timeline = Timeline(self.n_dev, link.bw_gbps * 1e9, link.rtt_ns * 1e-9)
 
     # --- run set-up --------------------------------------------------------------------------------------
     def bind(self, table):
@@ -174,6 +180,7 @@ class PLoRASystem(System):
         self._precache_level = {}
         self._hot_dirty = True
         self._idle_adapters = set()
+        self._est_err = []
 
     # --- memory ------------------------------------------------------------------------------------------
     def can_admit(self, idx, now):
@@ -341,10 +348,12 @@ class PLoRASystem(System):
 
     # --- the price ---------------------------------------------------------------------------------------
     def _wave(self, adapters, counts, strategies, pre_adapters=(), pre_tokens=()):
-        """Per-layer LoRA wave sums of decode adapters (with strategies) and prefill tokens."""
+        """Per-layer LoRA wave sums of decode adapters (with strategies) and prefill tokens, and the per-adapter
+        rows (``(devices, rows (n, 5), strategies)``) the execution timeline runs as jobs."""
         cost = self.cost
         w = WaveSums.empty(self.n_dev)
         n_strat = np.zeros(4)
+        devs, rows_l, strat_l = [], [], []
         if len(adapters):
             need = int(counts.max())
             if self._tab is None or self._tab.shape[1] <= need:
@@ -357,6 +366,9 @@ class PLoRASystem(System):
             w.dev = np.bincount(adapters % self.n_dev, weights=rows[:, 2], minlength=self.n_dev)
             w.link_users = int(np.count_nonzero(rows[:, 0] + rows[:, 1]))
             n_strat = np.bincount(strategies, minlength=4).astype(float)
+            devs.append(adapters % self.n_dev)
+            rows_l.append(rows)
+            strat_l.append(np.asarray(strategies))
         for a, tok in zip(pre_adapters, pre_tokens):
             a, tok = int(a), int(tok)
             rank = int(self.ranks[a])
@@ -365,8 +377,16 @@ class PLoRASystem(System):
             times = cost.standalone_s(rank, tok)
             ok = [x for x in self.variant.allowed if LEVEL_OF[x] <= lvl] or [E3 if self.variant.uses_ndp else E2]
             best = min(ok, key=lambda x: times[x])
-            w.add(cost.terms(rank, tok)[best], cost.device_of(a))
-        return w, n_strat
+            row = cost.terms(rank, tok)[best]
+            w.add(row, cost.device_of(a))
+            devs.append(np.array([cost.device_of(a)]))
+            rows_l.append(row[None, :])
+            strat_l.append(np.array([best]))
+        if rows_l:
+            jobs = (np.concatenate(devs), np.concatenate(rows_l), np.concatenate(strat_l))
+        else:
+            jobs = (np.zeros(0, np.int64), np.zeros((0, 5)), np.zeros(0, np.int64))
+        return w, n_strat, jobs
 
     def _strategies_of(self, adapters):
         out = self.strat[adapters]
@@ -408,7 +428,7 @@ class PLoRASystem(System):
             pt = np.bincount(inv, weights=pre_tok).astype(np.int64)
         else:
             pu, pt = (), ()
-        w, n_strat = self._wave(uniq, counts, strat, pu, pt)
+        w, n_strat, jobs = self._wave(uniq, counts, strat, pu, pt)
         lora_s = cost.wave_s(w)
         it = self.gpu_model.iteration(self.model, tp=1, prefill_q=batch.new_tokens[pre],
                                       prefill_kv=batch.kv_after[pre], decode_requests=int(len(dec_req)),
@@ -420,7 +440,7 @@ class PLoRASystem(System):
         prefill_kv_bytes = float(pre_tok.sum()) * cost.kv_tok_layer      # per layer, to the devices
         host_s = self._host_s(w, len(dec_req) > 0)
         return dict(L=L, w=w, n_strat=n_strat, lora_s=lora_s, base=base, prefill_att=prefill_att,
-                    prefill_kv_bytes=prefill_kv_bytes, host_s=host_s, dec_req=dec_req)
+                    prefill_kv_bytes=prefill_kv_bytes, host_s=host_s, dec_req=dec_req, jobs=jobs)
 
     def _attention(self, dec_req, kv_after, offset=0, dup=None):
         return self.cost.attention(kv_after + offset, self.dup[dec_req] if dup is None else dup,
@@ -449,23 +469,56 @@ class PLoRASystem(System):
         r.strategy_n = p["n_strat"]
         return r
 
+    # --- the execution timeline (host/plora/timeline.py): what the run's time comes from --------------------
+    def _gpu_kernel_s(self, flops: float, nbytes: float) -> float:
+        return float(self.gpu_model.kernel(flops, nbytes).calibrated_s) if (flops > 0 or nbytes > 0) else 0.0
+
+    def _gpu_add_s(self, nbytes: float) -> float:
+        return float(self.gpu_model.elementwise("add", nbytes).calibrated_s) if nbytes > 0 else 0.0
+
+    def _layer_work(self, p, kv_after, dup, load_bytes) -> LayerWork:
+        """One layer's work of the iteration priced by ``p`` (:meth:`_price_parts`) with decode requests of
+        ``kv_after`` tokens, ``dup`` of them duplicated in HBM, and ``load_bytes`` of adapter loads pending."""
+        cost, L = self.cost, p["L"]
+        devs, rows, strat = p["jobs"]
+        e1 = strat == E1
+        after = (strat == E2) | (strat == E4)
+        e3 = strat == E3
+        on_dev = ~e1 & ((rows[:, 0] > 0) | (rows[:, 1] > 0) | (rows[:, 2] > 0))
+        w = LayerWork(base_s=p["base"] / L, job_dev=devs[on_dev], job_out=rows[on_dev, 0], job_s=rows[on_dev, 2],
+                      job_in=rows[on_dev, 1],
+                      gpu_e1_s=self._gpu_kernel_s(float(rows[e1, 4].sum()), float(rows[e1, 3].sum())),
+                      gpu_after_s=self._gpu_kernel_s(float(rows[after, 4].sum()), float(rows[after, 3].sum()))
+                      + self._gpu_add_s(3.0 * float(rows[e3, 1].sum())),
+                      prefill_att_s=p["prefill_att"] / L, prefill_out=p["prefill_kv_bytes"],
+                      load_in=load_bytes, waves=cost.waves,
+                      host_stop_s=KERNEL_STOP_S if self.variant.host_mediated else 0.0)
+        Lt = np.asarray(kv_after, np.int64)
+        a = np.asarray(dup, np.int64)
+        if len(Lt):
+            w.att_gpu_s = cost.gpu_attention_s(int(np.count_nonzero(a)), float(a.sum()))
+            if self.variant.distributed:
+                cnt = cost.device_tokens(Lt, a)
+                n_act = (cnt > 0).sum(axis=0).astype(float)
+                new_tok = np.bincount((Lt - 1) % self.n_dev, minlength=self.n_dev).astype(float)
+                w.att_out = n_act * cost.q_bytes + new_tok * cost.kv_tok_layer
+                w.att_in = n_act * cost.partial_bytes
+                w.att_s = cost.device_attention(cnt)
+                parts = float(n_act.sum() + np.count_nonzero(a))
+                w.merge_s = self._gpu_add_s(parts * cost.partial_bytes + len(Lt) * cost.q_bytes)
+            else:
+                w.remote_in = float((Lt - a).sum()) * cost.kv_tok_layer
+                w.new_kv_out = float(len(Lt)) * cost.kv_tok_layer
+        return w
+
+    def _execute(self, p, kv_after, dup, load_bytes, spans=True):
+        return self.timeline.run(self._layer_work(p, kv_after, dup, load_bytes), p["L"], spans=spans)
+
     def price_parts(self, batch):
         """The :class:`PricedIteration` of ``batch`` (no state change; for breakdown figures)."""
         p = self._price_parts(batch)
         att = self._attention(p["dec_req"], batch.kv_after[~batch.prefill])
         return self._assemble(p, att, self.pending_load)
-
-    def _spans(self, r, start=0.0, label="iteration"):
-        spans = [Span("GPU 0", label, start, max(r.gpu_busy_s, 1e-12), {"base_s": r.base_s, "lora_s": r.lora_s,
-                                                                         "attention_s": r.att_s})]
-        if r.link_busy_s > 0:
-            spans.append(Span("link", label, start, r.link_busy_s, {"lora_s": r.lora_link_s,
-                                                                     "attention_s": r.att_link_s,
-                                                                     "adapter_loads_s": r.load_s}))
-        for d in range(self.n_dev):
-            if r.dev_busy_s[d] > 0:
-                spans.append(Span(f"device {d}", label, start, float(r.dev_busy_s[d])))
-        return spans
 
     def _record(self, r, kv_after, dec_req):
         tot = float(kv_after.sum())
@@ -489,52 +542,85 @@ class PLoRASystem(System):
         self.peak["kv_dup"] = max(self.peak["kv_dup"], kvd)
         self.adapter_iters += n_strat * k
 
+    def _executed_parts(self, p, ex):
+        """The per-iteration breakdown of what the timeline executed (seconds, all layers)."""
+        L = p["L"]
+        base = p["base"]
+        lora = max(0.0, ex.lora_s - L * (base / L))
+        return {"base_s": base, "lora_s": lora, "attention_s": ex.attention_s,
+                "prefill_attention_s": p["prefill_att"], "host_s": ex.busy_s["host"],
+                "link_busy_s": max(ex.busy_s["link out"], ex.busy_s["link in"])}
+
+    def _note_estimate(self, est, executed, k=1):
+        """Record how far the cost model's estimate of an iteration was from what the timeline executed."""
+        if executed > 0:
+            self._est_err.append((est / executed - 1.0, k))
+
     def price(self, batch, now):
         p = self._price_parts(batch)
         kv_after = batch.kv_after[~batch.prefill]
         att = self._attention(p["dec_req"], kv_after)
-        r = self._assemble(p, att, self.pending_load)
+        r = self._assemble(p, att, self.pending_load)            # Algorithm 1's estimate (VI-B)
+        ex = self._execute(p, kv_after, self.dup[p["dec_req"]], self.pending_load)
+        dur = ex.duration_s
+        self._note_estimate(r.duration_s, dur)
         self.pending_load = 0.0
-        self.prefetch_budget = max(0.0, r.duration_s - r.link_busy_s) * self.cost.link.W
-        rec, br, dupf, cached, kvd = self._record(r, kv_after, p["dec_req"])
-        self._account(r.duration_s, dupf, cached, kvd, r.strategy_n)
-        return IterationResult(r.duration_s, breakdown=br, spans=self._spans(r), record=rec)
+        self.prefetch_budget = max(0.0, dur - ex.busy_s["link in"]) * self.cost.link.W
+        rec, _, dupf, cached, kvd = self._record(r, kv_after, p["dec_req"])
+        rec["estimate_s"] = r.duration_s
+        self._account(dur, dupf, cached, kvd, r.strategy_n)
+        return IterationResult(dur, breakdown=self._executed_parts(p, ex), spans=ex.spans, record=rec)
 
     def price_decode_run(self, batch, max_iters, now):
         p = self._price_parts(batch)
         kv_after = batch.kv_after
         dec = p["dec_req"]
         k = int(max_iters)
-        # decode attention grows smoothly (near linearly) with the contexts: price the stretch's first and last
-        # iterations, interpolate between them
+        # decode attention grows smoothly (near linearly) with the contexts: execute the stretch's first and last
+        # iterations on the timeline, interpolate between them
         pts = np.unique(np.array([0, k - 1], np.int64))
         # the duplicated prefixes grow within the stretch as they would iteration by iteration
         dups = {0: self.dup[dec], k - 1: self._dup_grown(dec, kv_after + (k - 1))}
-        rs = [self._assemble(p, self._attention(dec, kv_after, int(o), dups[int(o)]),
-                             self.pending_load if o == 0 else 0.0) for o in pts]
+        rs, exs = [], []
+        for o in pts:
+            o = int(o)
+            rs.append(self._assemble(p, self._attention(dec, kv_after, o, dups[o]), 0.0))
+            exs.append(self._execute(p, kv_after + o, dups[o], 0.0, spans=o == 0))
         self._end_dup = (dec, dups[k - 1])
-        dur_pts = np.array([r.duration_s for r in rs])
-        durs = np.interp(np.arange(k), pts, dur_pts)
+        it = np.arange(k)
+        durs = np.interp(it, pts, [e.duration_s for e in exs])
+        est = np.interp(it, pts, [r.duration_s for r in rs])
+        ests = [r.duration_s for r in rs]
+        if self.pending_load > 0:
+            # the adapter loads pending at the stretch's start ride on its first iteration only
+            rs[0] = self._assemble(p, self._attention(dec, kv_after, 0, dups[0]), self.pending_load)
+            exs[0] = self._execute(p, kv_after, dups[0], self.pending_load)
+            durs[0], est[0], ests[0] = exs[0].duration_s, rs[0].duration_s, rs[0].duration_s
+        for j in range(len(pts)):
+            # each executed end point stands for half the stretch (all of it when k == 1)
+            self._note_estimate(ests[j], exs[j].duration_s, k / len(pts))
         r0 = rs[0]
         self.pending_load = 0.0
-        idle = np.maximum(0.0, durs - np.interp(np.arange(k), pts, [r.link_busy_s for r in rs]))
-        self.prefetch_budget = float(idle.sum()) * self.cost.link.W
-        rec, br, dupf, cached, kvd = self._record(r0, kv_after, dec)
+        idle = np.maximum(0.0, durs - np.interp(it, pts, [e.busy_s["link in"] for e in exs]))
+        # what the next iteration's idle link-in time can carry: the stretch's last iteration's idle time (as a
+        # step-by-step run would have it), not the whole stretch's
+        self.prefetch_budget = float(idle[-1]) * self.cost.link.W
+        rec, _, dupf, cached, kvd = self._record(r0, kv_after, dec)
         self._account(float(durs.sum()), dupf, cached, kvd, r0.strategy_n, k)
-        parts = {n: np.interp(np.arange(k), pts, [getattr(r, a) for r in rs])
-                 for n, a in (("base_s", "base_s"), ("lora_s", "lora_s"), ("attention_s", "att_s"),
-                              ("host_s", "host_s"), ("link_busy_s", "link_busy_s"))}
-        parts["prefill_attention_s"] = np.zeros(k)
-        total = float(durs.sum())
-        spans = [Span("GPU 0", f"decode x{k}", 0.0, max(total * min(1.0, r0.gpu_busy_s / r0.duration_s), 1e-12))]
-        frac_link = sum(r.link_busy_s / r.duration_s for r in rs) / len(rs)
-        if frac_link > 0:
-            spans.append(Span("link", f"decode x{k}", 0.0, total * min(frac_link, 1.0)))
-        frac_dev = sum(r.dev_busy_s / r.duration_s for r in rs) / len(rs)
-        for d in np.flatnonzero(frac_dev > 0).tolist():
-            spans.append(Span(f"device {d}", f"decode x{k}", 0.0, total * min(float(frac_dev[d]), 1.0)))
-        return RunResult(durs, breakdown=parts, spans=spans,
-                         record={n: np.full(k, v) for n, v in rec.items()})
+        pe = [self._executed_parts(p, e) for e in exs]
+        parts = {n: np.interp(it, pts, [x[n] for x in pe]) for n in pe[0]}
+        records = {n: np.full(k, v) for n, v in rec.items()}
+        records["estimate_s"] = est
+        # the trace: the first iteration's lanes as executed, then one span per lane for the rest of the stretch
+        spans = list(exs[0].spans)
+        if k > 1:
+            d0 = exs[0].duration_s
+            rest = float(durs[1:].sum())
+            for lane, b in exs[-1].busy_s.items():
+                if b > 0:
+                    spans.append(Span(lane, f"decode x{k - 1}", d0, rest * min(1.0, b / exs[-1].duration_s),
+                                      {"busy_fraction": b / exs[-1].duration_s}))
+        return RunResult(durs, breakdown=parts, spans=spans, record=records)
 
     def on_iteration_end(self, batch, result, now):
         k = 1 if isinstance(result, IterationResult) else len(result.durations_s)
@@ -571,7 +657,23 @@ class PLoRASystem(System):
             "pool_gb": {"adapters": gb(self.store_bytes), "kv_peak": gb(self.kv.peak_tokens * self.cost.kv_tok),
                         "capacity": gb(self.n_dev * self.device.capacity_bytes)},
             "ndp_model": getattr(self.ndp, "kind", type(self.ndp).__name__),
+            "cost_model_err": self.cost_model_err(),
         }
+
+    def cost_model_err(self) -> dict:
+        """How far Algorithm 1's estimate (the VI-B cost model) was from the executed timeline, over the
+        iterations (weighted; relative error ``estimate / executed - 1``): ``mean`` (signed), ``mean_abs``,
+        ``p99_abs`` and ``max_abs``."""
+        if not self._est_err:
+            return {"mean": 0.0, "mean_abs": 0.0, "p99_abs": 0.0, "max_abs": 0.0, "iterations": 0}
+        e = np.array([x for x, _ in self._est_err])
+        wt = np.array([k for _, k in self._est_err], float)
+        a = np.abs(e)
+        order = np.argsort(a)
+        cw = np.cumsum(wt[order]) / wt.sum()
+        p99 = float(a[order][min(np.searchsorted(cw, 0.99), len(a) - 1)])
+        return {"mean": float(np.average(e, weights=wt)), "mean_abs": float(np.average(a, weights=wt)),
+                "p99_abs": p99, "max_abs": float(a.max()), "iterations": float(wt.sum())}
 
 
 class _TempView:

