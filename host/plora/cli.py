@@ -33,6 +33,13 @@ def _run_args(p):
     p.add_argument("--requests", type=int, default=1000, help="requests in the workload (default 1000)")
     p.add_argument("--rate", type=float, default=10.0, help="mean arrival rate, requests/s (default 10)")
     p.add_argument("--kv-bits", type=int, default=16, choices=[16, 8, 4])
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--concurrency", type=int, default=None,
+                      help="closed loop: this many clients, each sending its next request when its last one "
+                           "finishes (the arrival rate is ignored)")
+    mode.add_argument("--fixed-batch", type=int, default=None,
+                      help="closed loop at this many clients with the batch capped at it: every system decodes at "
+                           "the same batch (TPOT at matched batch)")
     p.add_argument("--ndp-model", default="auto", choices=["auto", "calibrated", "standin"])
 
 
@@ -78,7 +85,8 @@ def _spec(args):
     try:
         return RunSpec(model=args.model, workload=args.workload, system=args.system, link_gbps=args.link_gbps,
                        link_latency_ns=args.link_latency_ns, devices=args.devices, seed=args.seed,
-                       n_requests=args.requests, rate_per_s=args.rate, kv_bits=args.kv_bits, ndp=args.ndp_model)
+                       n_requests=args.requests, rate_per_s=args.rate, kv_bits=args.kv_bits, ndp=args.ndp_model,
+                       concurrency=args.concurrency, fixed_batch=args.fixed_batch)
     except ValueError as e:
         raise SystemExit(f"ndpim plora run: {e}") from None
 
@@ -95,6 +103,9 @@ def cmd_run(args):
     print(f"{spec.system} on {spec.model} / {spec.workload}: " + ", ".join(f"{k} {s[k]:.4g}" for k in keys))
     print(f"gpu_mem_gb: {json.dumps({k: round(float(v), 3) for k, v in s['gpu_mem_gb'].items()})}")
     print(f"strategy_counts: {json.dumps(s['strategy_counts'].get('decisions', {}))}")
+    print(f"regime: mean batch {s['mean_batch']:.1f}, {s['adapters_touched']} adapters touched "
+          f"({s['adapter_demand_gb']:.1f} GB), hbm_pressure {s['hbm_pressure']:.2f} (peak {s['hbm_pressure_peak']:.2f}, "
+          f"offered {s['hbm_pressure_offered']:.2f}), evictions {s['evictions']}")
     cfg = json.loads((Path(args.out) / "config.json").read_text())
     for note in cfg.get("workload", {}).get("notes", []):
         print(f"note: {note}")

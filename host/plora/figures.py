@@ -16,6 +16,9 @@ link_latency       TPOT vs one-way link latency 50 .. 2000 ns, two round trips p
 devices            TPOT vs device count 1 .. 64 (llama2-7b, uniform-long)
 tp_study           per-layer LoRA wave, TP-4 .. TP-64, 7B .. 1.2T, naive vs sharded (analytic)
 kv_precision       TPOT with FP16 / INT8 / INT4 KV caches
+rate_sweep         throughput vs TPOT per system over open-loop arrival rates up to saturation, and the throughput
+                   each sustains at the TPOT SLO (llama2-7b, uniform)
+matched_batch      TPOT at matched batch: every system closed-loop at the same fixed batch (llama2-7b, uniform)
 =================  =========================================================================================
 
 Every sweep runs through ``host.sweep``'s executor (process pool or Dask), with a progress bar.
@@ -46,8 +49,16 @@ DEVICE_BW = (275.0, 550.0, 1100.0, 2200.0, 4400.0)
 BUFFERS = (1, 2, 3, 4)
 PREFILL_BATCHES = (256, 512, 1024)
 KV_BITS = (16, 8, 4)
+#: Open-loop arrival rates of the rate sweep (requests/s; design choice: from the workloads' default 10 up past
+#: the rate where every system saturates on llama2-7b uniform, 4x steps with 2x between)
+RATES = (2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+#: The TPOT SLO of ``rate_sweep``'s throughput-at-SLO (design choice, the papers state none: p99 TPOT of 100 ms,
+#: 10 tokens/s per user, faster than reading speed)
+TPOT_SLO_MS = 100.0
+#: Fixed batches of ``matched_batch`` (design choice: a light, a typical and a heavy decode batch)
+MATCHED_BATCHES = (16, 64, 128)
 FIGURES = ("tpot_grid", "ttft_prefill", "ablation", "layer_breakdown", "kv_dup", "strategy_mix", "sensitivity",
-           "link_ladder", "link_latency", "devices", "tp_study", "kv_precision")
+           "link_ladder", "link_latency", "devices", "tp_study", "kv_precision", "rate_sweep", "matched_batch")
 
 
 def grid_specs(*, n_requests=100, seed=0, models=MODELS, workloads=GRID_WORKLOADS, systems=SYSTEM_NAMES):
@@ -80,6 +91,11 @@ def sweep_specs(name, *, n_requests=100, seed=0):
         return [pressed.with_(system=s, link_latency_ns=l) for s in ("plora", "pure-cxl") for l in LATENCIES_NS]
     if name == "devices":
         return [pressed.with_(system=s, devices=d) for s in ("plora", "pure-cxl") for d in DEVICE_COUNTS]
+    if name == "rate_sweep":
+        return [base.with_(system=s, rate_per_s=r) for s in MAIN for r in RATES]
+    if name == "matched_batch":
+        return [base.with_(system=s, fixed_batch=b, n_requests=max(n_requests, 4 * b)) for s in MAIN
+                for b in MATCHED_BATCHES]
     if name == "kv_precision":
         return [base.with_(workload="uniform-long", system=s, kv_bits=b) for s in ("plora", "s-lora", "pure-cxl")
                 for b in KV_BITS]
@@ -254,6 +270,51 @@ def _lines(df, x, out, name, xlabel, hue="system", logx=True, logy=True, title=N
     _save(fig, out, name)
 
 
+def throughput_at_slo(df, slo_ms: float = TPOT_SLO_MS):
+    """Per system: the highest throughput of a rate-sweep point whose p99 TPOT meets ``slo_ms`` (NaN: none does)."""
+    rows = []
+    for s, g in df.groupby("system"):
+        ok = g[g["tpot_ms_p99"].astype(float) <= slo_ms]
+        best = ok.loc[ok["throughput_tok_s"].astype(float).idxmax()] if len(ok) else None
+        rows.append({"system": s, "slo_tpot_ms_p99": slo_ms,
+                     "throughput_tok_s_at_slo": float(best["throughput_tok_s"]) if best is not None else float("nan"),
+                     "rate_per_s_at_slo": float(best["rate_per_s"]) if best is not None else float("nan"),
+                     "max_throughput_tok_s": float(g["throughput_tok_s"].astype(float).max())})
+    return rows
+
+
+def fig_rate_sweep(df, out):
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
+    for s, g in df.groupby("system"):
+        g = g.sort_values("rate_per_s")
+        a.plot(g["throughput_tok_s"], g["tpot_ms_mean"], "o-", ms=3, label=s)
+        b.plot(g["rate_per_s"], g["hbm_pressure_offered"], "o-", ms=3, label=s)
+    a.axhline(TPOT_SLO_MS, color="k", lw=0.6, ls="--")
+    a.set_xlabel("throughput (output tokens/s)")
+    a.set_ylabel("mean TPOT (ms)")
+    a.set_yscale("log")
+    a.set_title("llama2-7b, uniform: open-loop rates " + ", ".join(f"{r:g}" for r in RATES) + " req/s", fontsize=8)
+    b.axhline(1.0, color="k", lw=0.6, ls="--")
+    b.set_xscale("log")
+    b.set_xlabel("arrival rate (requests/s)")
+    b.set_ylabel("HBM pressure offered")
+    a.legend(fontsize=7)
+    _save(fig, out, "rate_sweep")
+
+
+def fig_matched_batch(df, out):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    _bars(ax, df, "fixed_batch", "system", "tpot_ms_mean", sorted(set(df["fixed_batch"])),
+          [s for s in MAIN if s in set(df["system"])], log=True)
+    ax.set_xlabel("fixed batch (closed loop)")
+    ax.set_ylabel("mean TPOT (ms)")
+    ax.set_title("llama2-7b, uniform: TPOT at matched batch", fontsize=9)
+    ax.legend(fontsize=7, ncol=3)
+    _save(fig, out, "matched_batch")
+
+
 def fig_sensitivity(df, out):
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.3))
@@ -395,6 +456,14 @@ def _make(out, names, n_requests, seed, ex, reuse):
     if "devices" in names:
         _lines(sweep("devices"), "devices", out, "devices", "devices in the pool", title="llama2-7b, uniform-long")
         done["devices"] = out / "devices.csv"
+    if "rate_sweep" in names:
+        df = sweep("rate_sweep")
+        fig_rate_sweep(df, out)
+        _csv(throughput_at_slo(df), out, "rate_sweep_slo")
+        done["rate_sweep"] = out / "rate_sweep.csv"
+    if "matched_batch" in names:
+        fig_matched_batch(sweep("matched_batch"), out)
+        done["matched_batch"] = out / "matched_batch.csv"
     if "tp_study" in names:
         from .tp_study import tp_study
         rows = tp_study()

@@ -29,7 +29,10 @@ class RunSpec:
     one Grace memory); ``n_requests`` / ``rate_per_s`` /
     ``arrival``: the workload's size and arrivals (``"gamma"`` at ``rate_per_s`` with ``cv``, or ``"burst"``:
     all at t = 0); ``ndp_tflops`` / ``device_bw_gbps`` / ``buffers`` / ``buffer_mb``: device sensitivity knobs
-    (stand-in model); ``max_batch`` / ``max_tokens``: the batcher."""
+    (stand-in model); ``max_batch`` / ``max_tokens``: the batcher; ``concurrency``: closed loop with that many
+    clients (each sends its next request when its previous one finishes; the arrival process is ignored);
+    ``fixed_batch``: closed loop with ``fixed_batch`` clients and the batch capped at ``fixed_batch`` (every
+    system decodes at the same batch: TPOT at matched batch)."""
 
     model: str = "llama2-7b"
     workload: str = "uniform"
@@ -52,6 +55,8 @@ class RunSpec:
     max_batch: int = DEFAULT_MAX_BATCH
     max_tokens: int = DEFAULT_MAX_TOKENS
     lora_waves_per_layer: int = 1
+    concurrency: int | None = None
+    fixed_batch: int | None = None
     tag: str = ""
 
     def __post_init__(self):
@@ -79,6 +84,12 @@ class RunSpec:
             raise ValueError(f"arrival must be 'gamma' or 'burst', got {self.arrival!r}")
         if self.kv_bits not in (16, 8, 4):
             raise ValueError(f"kv_bits must be 16, 8 or 4, got {self.kv_bits}")
+        for name in ("concurrency", "fixed_batch"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 100_000):
+                raise ValueError(f"{name} must be an int in 1..100000 (or None), got {v!r}")
+        if self.concurrency is not None and self.fixed_batch is not None:
+            raise ValueError("give concurrency (closed loop) or fixed_batch (closed loop at the batch cap), not both")
         if self.output_tokens is not None and self.output_tokens < 1:
             raise ValueError(f"output_tokens must be >= 1, got {self.output_tokens}")
 
@@ -141,7 +152,7 @@ def build_system(spec: RunSpec, workload=None):
     from .baselines import SLoRASystem, CPULoRAOffloadSystem
     model = get_model(spec.model)
     link = _link(spec)
-    common = dict(link=link, kv_bits=spec.kv_bits, seed=spec.seed, max_batch=spec.max_batch,
+    common = dict(link=link, kv_bits=spec.kv_bits, seed=spec.seed, max_batch=spec.fixed_batch or spec.max_batch,
                   max_tokens=spec.max_tokens)
     if spec.system in VARIANTS:
         v = VARIANTS[spec.system]
@@ -160,13 +171,30 @@ def build_system(spec: RunSpec, workload=None):
     return SLoRASystem(model, n_gpus=n_gpus, **common)
 
 
+def _regime(out, system) -> dict:
+    """The run's load regime (host/plora/pressure.py) and its evictions."""
+    from .pressure import serving_pressure
+    model = system.model
+    kv_tok = model.kv_bytes_per_token(1, system.kv_bits / 8.0)
+    r = serving_pressure(out.table, system.shape, system.ranks, hbm_bytes=system.gpu.hbm_gb * 1e9,
+                         weight_bytes=float(model.weight_bytes(1)), kv_bytes_per_token=kv_tok)
+    ev = out.summary.get("strategy_counts", {}).get("evictions")
+    r["evictions"] = int(sum(ev.values())) if isinstance(ev, dict) else 0
+    return r
+
+
 def run_spec(spec: RunSpec, *, out_dir=None, engine_config=None):
     """Run ``spec``; write the run directory to ``out_dir`` if given. Returns the engine's RunOutput."""
     from host.serving import Engine, EngineConfig
     w = build_workload(spec)
     system = build_system(spec, w)
     cfg = engine_config or EngineConfig(trace=out_dir is not None, record_iterations=True)
+    closed = spec.fixed_batch or spec.concurrency
+    if closed is not None:
+        from dataclasses import replace as _replace
+        cfg = _replace(cfg, concurrency=int(closed))
     out = Engine(system, cfg).run(w)
+    out.summary.update(_regime(out, system))
     out.summary["link"] = {"gbps": float(system.link.bw_gbps), "rtt_ns": float(system.link.rtt_ns)}
     if hasattr(system, "n_dev"):
         out.summary["devices"] = int(system.n_dev)
@@ -190,6 +218,9 @@ def run_point(spec: RunSpec) -> dict:
         return row
     s = out.summary
     row.update({k: s.get(k, float("nan")) for k in SUMMARY_KEYS})
+    for k in ("adapters_touched", "adapter_demand_gb", "hbm_pressure", "hbm_pressure_peak", "hbm_pressure_offered",
+              "evictions"):
+        row[k] = s.get(k, float("nan"))
     row.update(finished=s["finished"], mean_batch=s["mean_batch"], iterations=s["iterations"],
                devices_used=s.get("devices", np.nan), error="", wall_s=time.perf_counter() - t0,
                cpu_s=time.process_time() - c0)

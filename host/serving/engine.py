@@ -42,6 +42,9 @@ class EngineConfig:
 
     ``fuse_decode``: offer stretches of identical decode iterations to ``System.price_decode_run``.
     ``max_time_s``: stop after the iteration that crosses this time (unfinished requests stay unfinished).
+    ``concurrency``: closed loop with that many clients: the first ``concurrency`` requests (in arrival order)
+    arrive at the first arrival time, and each finished request releases the next one at its finish time (zero
+    think time; the requests' own arrival times are otherwise ignored and overwritten in the output).
     ``record_iterations``: keep per-iteration rows. ``trace``: keep spans for the Chrome trace, at most
     ``trace_max_events`` of them (later ones are counted, not kept). ``progress``: a tqdm bar of finished
     requests, shown when the run lasts more than 2 s.
@@ -54,8 +57,12 @@ class EngineConfig:
     trace: bool = True
     trace_max_events: int = 200_000
     progress: bool = False
+    concurrency: int | None = None
 
     def __post_init__(self):
+        if self.concurrency is not None and (isinstance(self.concurrency, bool) or int(self.concurrency) < 1):
+            raise ValueError(f"EngineConfig.concurrency must be an int >= 1 (or None: open loop), got "
+                             f"{self.concurrency!r}")
         if not self.max_time_s > 0:
             raise ValueError(f"EngineConfig.max_time_s must be > 0, got {self.max_time_s}")
         if self.max_iterations < 1:
@@ -164,6 +171,17 @@ class Engine:
         system.bind(table)
         view = SchedulerView(table, system)
         order = np.argsort(table.arrival_s, kind="stable")
+        closed = None
+        if cfg.concurrency is not None and n:
+            # closed loop: the first clients' requests arrive together, the rest are released by finishes
+            from collections import deque
+            t_first = float(table.arrival_s[order[0]])
+            table.arrival_s = table.arrival_s.copy()          # the caller's arrays are not touched
+            closed = deque(order[cfg.concurrency:].tolist())
+            order = order[:cfg.concurrency]
+            table.arrival_s[order] = t_first
+            table.arrival_s[np.asarray(closed, dtype=np.int64)] = np.inf
+        n_sched = len(order)
         arr_sorted = table.arrival_s[order]
         self._table, self._view, self._system = table, view, system
         self._log = _IterationLog() if cfg.record_iterations else None
@@ -174,8 +192,8 @@ class Engine:
         self._finished = 0
         ptr = 0
         arr_list = arr_sorted.tolist()
-        next_arr = arr_list[0] if n else float("inf")
-        t = float(arr_sorted[0]) if n else 0.0
+        next_arr = arr_list[0] if n_sched else float("inf")
+        t = float(arr_sorted[0]) if n_sched else 0.0
         iters = 0
         self._bar = None
         if cfg.progress:
@@ -184,13 +202,13 @@ class Engine:
         while self._finished < n:
             if t > cfg.max_time_s or iters >= cfg.max_iterations:
                 break
-            if ptr < n and next_arr <= t:
+            if ptr < n_sched and next_arr <= t:
                 j = int(np.searchsorted(arr_sorted, t, side="right"))
                 new = order[ptr:j]
                 table.state[new] = WAITING
                 view.waiting.extend(new.tolist())
                 ptr = j
-                next_arr = arr_list[ptr] if ptr < n else float("inf")
+                next_arr = arr_list[ptr] if ptr < n_sched else float("inf")
             view.now = t
             system.before_batch(view, t)
             batch = system.form_batch(view, t)
@@ -198,7 +216,7 @@ class Engine:
                 if len(view.running):
                     raise RuntimeError(f"{system.name}: form_batch returned no batch at t={t:.6f} s while "
                                        f"{len(view.running)} requests are running")
-                if ptr < n:
+                if ptr < n_sched:
                     t = max(t, next_arr)
                     continue
                 head = view.waiting[0]
@@ -230,6 +248,12 @@ class Engine:
                 done = self._apply_iteration(batch, res, t)
                 iters += 1
                 t = t + res.duration_s
+            if closed and len(done):
+                # each finished request's client sends its next request now
+                new = [closed.popleft() for _ in range(min(len(done), len(closed)))]
+                table.arrival_s[new] = t
+                table.state[new] = WAITING
+                view.waiting.extend(new)
         if self._bar is not None:
             self._bar.close()
         summary = summarize(table, self._n_req_per_iter, self._n_tok_per_iter, self._gaps, self._iter_rep)
