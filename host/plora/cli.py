@@ -18,11 +18,11 @@ __all__ = ["add_parser", "cmd_run", "cmd_sweep", "cmd_figures", "cmd_kernel_tabl
 
 
 def _run_args(p):
-    from .config import SYSTEM_NAMES
+    from .config import ALL_SYSTEMS
     from .run import MODELS, WORKLOADS
     p.add_argument("--model", required=True, choices=list(MODELS))
     p.add_argument("--workload", required=True, choices=list(WORKLOADS))
-    p.add_argument("--system", required=True, choices=list(SYSTEM_NAMES))
+    p.add_argument("--system", required=True, choices=list(ALL_SYSTEMS))
     p.add_argument("--link-gbps", type=float, default=None,
                    help="link bandwidth per direction, GB/s (default: the system's link preset)")
     p.add_argument("--link-latency-ns", type=float, default=None,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from .lora import E1, E2, E3, E4, STRATEGIES
 from .ndp_model import NDPDeviceSpec, PLORA_DEVICE
 
-__all__ = ["Variant", "VARIANTS", "PLORA_FAMILY", "SYSTEM_NAMES", "KERNEL_STOP_S", "WORKSPACE_FRACTION", "PLORA_X4",
+__all__ = ["Variant", "VARIANTS", "PLORA_FAMILY", "SYSTEM_NAMES", "ALL_SYSTEMS", "HBM_KV_VARIANTS", "KERNEL_STOP_S", "WORKSPACE_FRACTION", "PLORA_X4",
            "PLoRADeviceConfig",
            "GRACE_MEMORY", "N_DEVICES", "DEFAULT_MAX_BATCH", "DEFAULT_MAX_TOKENS", "default_link_name"]
 
@@ -59,6 +59,7 @@ class Variant:
     distributed: bool = True
     host_mediated: bool = False
     precache: bool = True
+    kv_in_hbm: bool = False
     device: NDPDeviceSpec = PLORA_DEVICE
     n_dev: int = N_DEVICES
     link: str = "cxl3.1"
@@ -69,6 +70,9 @@ class Variant:
             raise ValueError(f"Variant {self.name}: allowed must be a non-empty subset of E1..E4")
         if not self.selection and len(self.allowed) != 1:
             raise ValueError(f"Variant {self.name}: without selection exactly one strategy is applied")
+        if self.kv_in_hbm and self.distributed:
+            raise ValueError(f"Variant {self.name}: kv_in_hbm is for systems without distributed attention (with "
+                             f"D, Algorithm 1 places the KV)")
 
     @property
     def uses_ndp(self) -> bool:
@@ -77,34 +81,45 @@ class Variant:
     def describe(self) -> dict:
         return {"name": self.name, "allowed": [STRATEGIES[s] for s in self.allowed], "selection": self.selection,
                 "distributed_attention": self.distributed, "host_mediated": self.host_mediated,
-                "precache": self.precache, "device": self.device.name, "link": self.link, "about": self.about}
+                "precache": self.precache, "kv_in_hbm": self.kv_in_hbm, "device": self.device.name, "link": self.link, "about": self.about}
 
 
 _ALL = (E1, E2, E3, E4)
-VARIANTS = {v.name: v for v in (
+_KV_POOL = ("; KV in the pool, read by the GPU over the link every layer (KV placement belongs to D, "
+            "PLoRA V-B(1))")
+_BASE_VARIANTS = (
     Variant(name="plora", allowed=_ALL, about="NSD: NDP, strategy selection, distributed attention"),
-    Variant(name="ns", allowed=_ALL, distributed=False, about="NDP + strategy selection, no distributed attention"),
+    Variant(name="ns", allowed=_ALL, distributed=False, about="NDP + strategy selection, no distributed attention"
+            + _KV_POOL),
     Variant(name="n-e3", allowed=(E3,), selection=False, distributed=False, precache=False,
-            about="NDP only, E3 for every adapter"),
+            about="NDP only, E3 for every adapter" + _KV_POOL),
     Variant(name="n-e4", allowed=(E4,), selection=False, distributed=False, precache=False,
-            about="NDP only, E4 for every adapter"),
+            about="NDP only, E4 for every adapter" + _KV_POOL),
     Variant(name="nd-e3", allowed=(E3,), selection=False, precache=False,
             about="NDP + distributed attention, E3 for every adapter"),
     Variant(name="nd-e4", allowed=(E4,), selection=False, precache=False,
             about="NDP + distributed attention, E4 for every adapter"),
     Variant(name="pure-cxl", allowed=(E1, E2), distributed=False,
-            about="the same devices as plain memory: the GPU loads adapters (E2) and KV over CXL, no NDP"),
+            about="the same devices as plain memory: the GPU loads adapters (E2) and KV over CXL, no NDP" + _KV_POOL),
     Variant(name="grace-hopper", allowed=(E1, E2), distributed=False, device=GRACE_MEMORY, n_dev=1,
-            link="nvlink-c2c", about="Grace CPU memory over NVLink-C2C (450 GB/s), GPU loads, no NDP"),
+            link="nvlink-c2c", about="Grace CPU memory over NVLink-C2C (450 GB/s), GPU loads, no NDP" + _KV_POOL),
     Variant(name="plora-nocxl", allowed=_ALL, host_mediated=True,
             about="PLoRA's devices without accelerator load/store: host-launched kernel per adapter, "
                   "kernel stop per exchange"),
-)}
+)
+#: The systems without D as they were before issue 30: KV kept in HBM as far as it fits (not in the grid)
+HBM_KV_VARIANTS = tuple(
+    Variant(**{**v.__dict__, "name": f"{v.name}-hbmkv", "kv_in_hbm": True,
+               "about": v.about.replace(_KV_POOL, "") + "; KV kept in HBM as far as it fits"})
+    for v in _BASE_VARIANTS if not v.distributed)
+VARIANTS = {v.name: v for v in _BASE_VARIANTS + HBM_KV_VARIANTS}
 #: Names the host-memory baselines use (host.plora.baselines).
 BASELINES = ("s-lora", "s-lora-2gpu", "s-lora-4gpu", "cpu-lora-offload")
 PLORA_FAMILY = tuple(VARIANTS)
 SYSTEM_NAMES = ("plora", "s-lora", "pure-cxl", "cpu-lora-offload", "grace-hopper", "plora-nocxl", "n-e3", "n-e4",
                 "ns", "nd-e3", "nd-e4", "s-lora-2gpu", "s-lora-4gpu")
+#: Every system a run may name: the grid's and the KV-in-HBM variants of the systems without D
+ALL_SYSTEMS = SYSTEM_NAMES + tuple(v.name for v in HBM_KV_VARIANTS)
 
 
 def default_link_name(system: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import (VARIANTS, SYSTEM_NAMES, default_link_name, DEFAULT_MAX_BATCH, DEFAULT_MAX_TOKENS)
+from .config import (VARIANTS, SYSTEM_NAMES, ALL_SYSTEMS, default_link_name, DEFAULT_MAX_BATCH, DEFAULT_MAX_TOKENS)
 from .lora import STRATEGIES
 
 __all__ = ["RunSpec", "MODELS", "WORKLOADS", "build_workload", "build_system", "run_spec", "run_point",
@@ -65,8 +65,8 @@ class RunSpec:
             raise ValueError(f"unknown model {self.model!r}; allowed: {sorted(ALL_MODELS)}")
         if self.workload not in WORKLOADS:
             raise ValueError(f"unknown workload {self.workload!r}; allowed: {list(WORKLOADS)}")
-        if self.system not in SYSTEM_NAMES:
-            raise ValueError(f"unknown system {self.system!r}; allowed: {list(SYSTEM_NAMES)}")
+        if self.system not in ALL_SYSTEMS:
+            raise ValueError(f"unknown system {self.system!r}; allowed: {list(ALL_SYSTEMS)}")
         checks = [("link_gbps", self.link_gbps, 0.0, False), ("link_latency_ns", self.link_latency_ns, 0.0, True),
                   ("ndp_tflops", self.ndp_tflops, 0.0, False), ("device_bw_gbps", self.device_bw_gbps, 0.0, False),
                   ("buffer_mb", self.buffer_mb, 0.0, False), ("rate_per_s", self.rate_per_s, 0.0, False),

@@ -221,7 +221,9 @@ class PLoRASystem(System):
                 p = cost.dup_fraction_for(st.n_req, st.kv_dup_tokens, st.kv_dev_tokens,
                                           st.n_req if st.n_dev_req is None else st.n_dev_req, prompt)
             else:
-                p = 1.0                       # the GPU reads HBM faster than it loads over the link
+                # without D the KV lives in the pool (PLoRA V-B(1): placement and duplication in HBM are D's);
+                # the "-hbmkv" variants keep it in HBM as far as it fits, as before issue 30
+                p = 1.0 if self.variant.kv_in_hbm else 0.0
             self.pfrac[i] = p
             dup = min(int(p * prompt), int(max(free, 0.0) // cost.kv_tok))
             self.dup[i] = max(dup, 0)

@@ -193,3 +193,19 @@ def test_cpu_lora_offload_stages_per_layer_then_caches():
     assert d[0] == pytest.approx(1e-6 + lora + 2 * (KERNEL_STOP_S + 1e-6) + 32768 / 1e9)
     # then it is cached in HBM: no staging
     assert d[1] < 2e-6 + lora + 1e-9
+
+
+def test_kv_placement_belongs_to_d():
+    """Without distributed attention the KV lives in the pool and the GPU reads it over the link every layer
+    (PLoRA V-B(1)); the "-hbmkv" variants keep it in HBM as far as it fits, as before issue 30."""
+    req = [Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)]
+    pool = run(req, plora("ns"), EngineConfig(fuse_decode=False))
+    hbm = run(req, plora("ns-hbmkv"), EngineConfig(fuse_decode=False))
+    assert list(pool.iterations["kv_dup_fraction"]) == [0.0, 0.0, 0.0]
+    assert list(hbm.iterations["kv_dup_fraction"][1:]) == [1.0, 1.0]
+    # the pool's KV crosses the link: 9 tokens x 128 B per layer at 1 GB/s, then the attention kernel may end
+    assert (pool.iterations["link_busy_s"][1:] > hbm.iterations["link_busy_s"][1:]).all()
+    assert pool.summary["tpot_ms_mean"] > hbm.summary["tpot_ms_mean"]
+    assert VARIANTS["ns-hbmkv"].kv_in_hbm and not VARIANTS["ns"].kv_in_hbm
+    with pytest.raises(ValueError, match="kv_in_hbm"):
+        VARIANTS["plora"].__class__(**{**VARIANTS["plora"].__dict__, "kv_in_hbm": True})
