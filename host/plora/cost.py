@@ -8,6 +8,7 @@ busiest resource plus one link round trip when anything crosses the link::
                   max(sum out_bytes, sum in_bytes) / W_link,              link, full duplex (W per direction)
                   max_c sum_{i on device c} dev_s_i )                     devices (adapter i on device i mod N)
              + L_link * [any bytes cross the link]
+             + t_host * sum host_ops                                             host-mediated systems only
 
 **Attention** (one per layer, PLoRA V-B and VI-B). Request ``r`` attends over ``L_r`` tokens; its first
 ``dup_r`` are duplicated in HBM (P_KV = sum dup / sum L), token ``i`` lives on device ``i mod N`` (token
@@ -103,6 +104,7 @@ class WaveSums:
     in_bytes: float
     dev: np.ndarray          # per device bucket, seconds
     link_users: int          # adapters whose strategy crosses the link
+    host_ops: float = 0.0    # host-mediated operations (counted for systems without accelerator load/store)
 
     @classmethod
     def empty(cls, n_dev: int) -> "WaveSums":
@@ -110,11 +112,13 @@ class WaveSums:
 
     def copy(self) -> "WaveSums":
         return WaveSums(self.gpu_bytes, self.gpu_flops, self.out_bytes, self.in_bytes, self.dev.copy(),
-                        self.link_users)
+                        self.link_users, self.host_ops)
 
     def add(self, terms_row, device: int, sign: float = 1.0):
         """Add (sign=+1) or remove (-1) one adapter's terms (a row of strategy_terms) on ``device``."""
-        out_b, in_b, dev_s, g_b, g_f = terms_row
+        out_b, in_b, dev_s, g_b, g_f = terms_row[:5]
+        if len(terms_row) > 5:
+            self.host_ops += sign * float(np.sum(terms_row[5:]))
         self.out_bytes += sign * out_b
         self.in_bytes += sign * in_b
         self.dev[device] += sign * dev_s
@@ -145,7 +149,7 @@ class CostModel:
     "two round trips per layer: one LoRA wave, one attention return")."""
 
     def __init__(self, shape: ModelShape, *, ndp, n_dev: int, link: LinkParams, gpu: GPUParams,
-                 kv_bits: int = 16, lora_waves_per_layer: int = 1, gpu_attention_s=None):
+                 kv_bits: int = 16, lora_waves_per_layer: int = 1, gpu_attention_s=None, host_op_s: float = 0.0):
         if isinstance(n_dev, bool) or not isinstance(n_dev, int) or n_dev < 1:
             raise ValueError(f"n_dev must be an int >= 1, got {n_dev!r}")
         if kv_bits not in (4, 8, 16):
@@ -155,6 +159,10 @@ class CostModel:
         self.shape, self.ndp, self.n_dev, self.link, self.gpu = shape, ndp, n_dev, link, gpu
         self.kv_bits = kv_bits
         self.waves = lora_waves_per_layer
+        if not (np.isfinite(host_op_s) and host_op_s >= 0):
+            raise ValueError(f"host_op_s must be >= 0, got {host_op_s!r}")
+        #: seconds per host-mediated operation (PLoRA-NoCXL: a kernel stop, KERNEL_STOP_S; 0: load/store access)
+        self.host_op_s = float(host_op_s)
         self.kv_tok_layer = shape.kv_bytes_per_token_layer(kv_bits)
         self.kv_tok = shape.kv_bytes_per_token(kv_bits)
         self._gpu_att = gpu_attention_s
@@ -177,7 +185,7 @@ class CostModel:
 
     # --- LoRA ---------------------------------------------------------------------------------------------
     def terms(self, rank: int, tokens: int) -> np.ndarray:
-        """Per-layer cost terms (4 x 5) of one adapter (:func:`host.plora.lora.strategy_terms`), cached."""
+        """Per-layer cost terms (4 x 7) of one adapter (:func:`host.plora.lora.strategy_terms`), cached."""
         key = (rank, tokens)
         t = self._terms_cache.get(key)
         if t is None:
@@ -187,7 +195,7 @@ class CostModel:
         return t
 
     def decode_table(self, rank: int, max_tokens: int) -> np.ndarray:
-        """``terms(rank, b)`` for every ``b`` in ``0..max_tokens`` as one (max_tokens + 1, 4, 5) array (the
+        """``terms(rank, b)`` for every ``b`` in ``0..max_tokens`` as one (max_tokens + 1, 4, 7) array (the
         per-iteration pricing gathers from it instead of calling :meth:`terms` per adapter)."""
         tab = self._tables.get(rank)
         if tab is None or len(tab) <= max_tokens:
@@ -209,7 +217,8 @@ class CostModel:
         gpu = np.maximum(t[:, 3] / self.gpu.W_hbm, t[:, 4] / self.gpu.F)
         link = np.maximum(t[:, 0], t[:, 1]) / self.link.W
         crosses = (t[:, 0] > 0) | (t[:, 1] > 0)
-        out = np.maximum(np.maximum(gpu, link), t[:, 2]) + self.waves * self.link.L * crosses
+        out = np.maximum(np.maximum(gpu, link), t[:, 2]) + self.waves * self.link.L * crosses \
+            + self.host_op_s * (t[:, 5] + t[:, 6])
         out.setflags(write=False)
         return out
 
@@ -218,7 +227,8 @@ class CostModel:
         gpu = max(s.gpu_bytes / self.gpu.W_hbm, s.gpu_flops / self.gpu.F)
         link = max(s.out_bytes, s.in_bytes) / self.link.W
         t = max(gpu, link, float(s.dev.max()) if len(s.dev) else 0.0)
-        return t + (self.waves * self.link.L if s.link_users > 0 else 0.0)
+        # a host-mediated system's launches and copies run one at a time on the host, in series with the wave
+        return t + (self.waves * self.link.L if s.link_users > 0 else 0.0) + self.host_op_s * s.host_ops
 
     def device_of(self, adapter_id: int) -> int:
         """The device bucket of an adapter (design choice: adapter i's layer l lives on device (i + l) mod N,
@@ -333,6 +343,8 @@ class CostModel:
         merge_s = float(parts.sum()) * self.partial_bytes / Wh
         # no device share: only the posted writes of the new tokens' K, V (no round trip to wait for)
         dev_side = (Lk + max(dev_s, link_s)) if n_active.sum() > 0 else link_s
+        # host-mediated: per device with a share a copy of the queries out, the kernel launch, a copy back
+        dev_side += self.host_op_s * 3.0 * float(np.count_nonzero(active.any(axis=0)))
         total = max(gpu_s, dev_side) + merge_s
         return AttentionCost(gpu_s, dev_s, per_dev, out_b, in_b, link_s, merge_s, total)
 
@@ -375,6 +387,8 @@ class CostModel:
                      m * n_act * self.partial_bytes) / self.link.W
         merge = (m * n_act + n_req * (gpu_tokens > 0)) * self.partial_bytes / self.gpu.W_hbm
         dev_side = self.link.L + max(dev_s, link_s) if dev_tokens > 0 else link_s
+        if dev_tokens > 0:
+            dev_side += self.host_op_s * 3.0 * n_act
         return max(gpu_s, dev_side) + merge
 
     def dup_fraction_for(self, n_req: int, gpu_tokens: float, dev_tokens: float, n_dev_req: float,

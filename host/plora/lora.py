@@ -19,6 +19,12 @@ E3 (P2)    x (B d_in per input group)  y (B d_out)             device: y = x A B
 E4 (P3)    x                           m (B R)                 device: m = x A; GPU: read B, 2 B R d_out
 =========  ==========================  ======================  ==========================================
 
+Two more terms count the host-mediated operations the strategy needs when the GPU cannot load or store into the
+pool (PLoRA-NoCXL, VII-A "must launch a kernel per adapter"; I: "every access pays a kernel stop and a
+CPU-initiated copy"): ``host_ops`` before the device works, a copy of the input per input group and a device
+kernel per touched matrix instance (E3, E4), and ``host_ops_after``, a copy of each instance's result (y, m) or
+of its A and B (E2) back to the GPU; E1 needs none. Other systems ignore them.
+
 and the HBM each needs resident (E1: A and B of every layer; E4: B of every layer). For experts, ``B``
 tokens each pick ``active`` of ``instances`` experts, independently and uniformly (a design choice: the
 router is not modelled), so the expected number of experts touched is ``n (1 - (1 - k/n)^B)`` and each
@@ -46,8 +52,9 @@ LEVEL_NONE, LEVEL_B, LEVEL_AB = 0, 1, 2
 LEVEL_NAMES = ("P2", "P3", "P1")
 #: The caching level each strategy needs in HBM.
 LEVEL_OF = (LEVEL_AB, LEVEL_NONE, LEVEL_NONE, LEVEL_B)
-#: Columns of strategy_terms: bytes out over the link, bytes in, device seconds, GPU HBM bytes, GPU FLOPs.
-TERMS = ("out_bytes", "in_bytes", "dev_s", "gpu_bytes", "gpu_flops")
+#: Columns of strategy_terms: bytes out over the link, bytes in, device seconds, GPU HBM bytes, GPU FLOPs, and the
+#: host-mediated operations (kernel launches and copies) a system without accelerator load/store pays.
+TERMS = ("out_bytes", "in_bytes", "dev_s", "gpu_bytes", "gpu_flops", "host_ops", "host_ops_after")
 
 
 @dataclass(frozen=True)
@@ -145,13 +152,13 @@ def _touched(m: LoraMatrix, tokens: int) -> float:
 
 
 def strategy_terms(shape: ModelShape, rank: int, tokens: int, ndp) -> np.ndarray:
-    """Per-layer cost terms (4 strategies x 5 :data:`TERMS`) of one adapter of ``rank`` serving ``tokens``
+    """Per-layer cost terms (4 strategies x 7 :data:`TERMS`) of one adapter of ``rank`` serving ``tokens``
     tokens (its batch B_i in decode). ``ndp`` is the NDP timing model (``host.plora.ndp_model``)."""
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
         raise ValueError(f"rank must be an int >= 1, got {rank!r}")
     if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 0:
         raise ValueError(f"tokens must be an int >= 0, got {tokens!r}")
-    t = np.zeros((4, 5))
+    t = np.zeros((4, 7))
     if tokens == 0:
         return t
     rank, tokens = int(rank), int(tokens)
@@ -166,9 +173,11 @@ def strategy_terms(shape: ModelShape, rank: int, tokens: int, ndp) -> np.ndarray
         # input activations: once per token per group (shared), else once per token per active instance
         if m.shared_input:
             x = 0.0 if m.group in groups_sent else tokens * m.d_in * FP16_BYTES
+            x_copies = 0.0 if m.group in groups_sent else 1.0
             groups_sent.add(m.group)
         else:
             x = rows * m.d_in * FP16_BYTES
+            x_copies = touched
         key = (m.d_in, m.d_out, per)
         dt = dev_calls.get(key)
         if dt is None:
@@ -187,4 +196,9 @@ def strategy_terms(shape: ModelShape, rank: int, tokens: int, ndp) -> np.ndarray
         t[E4, 2] += touched * dt[2]
         t[E4, 3] += touched * rank * m.d_out * FP16_BYTES
         t[E4, 4] += 2.0 * rows * rank * m.d_out
+        t[E2, 6] += touched                              # a host copy of A and B per matrix instance
+        t[E3, 5] += touched + x_copies                   # the input's copy, a kernel per instance
+        t[E4, 5] += touched + x_copies
+        t[E3, 6] += touched                              # a copy of each instance's result
+        t[E4, 6] += touched
     return t

@@ -124,7 +124,8 @@ class PLoRASystem(System):
         self.cost = CostModel(self.shape, ndp=self.ndp, n_dev=self.n_dev,
                               link=LinkParams(link.bw_gbps, link.rtt_ns),
                               gpu=GPUParams(gpu.name, gpu.hbm_gb, gpu.hbm_bw_gbps, gpu.fp16_tflops),
-                              kv_bits=kv_bits, lora_waves_per_layer=lora_waves_per_layer, gpu_attention_s=gpu_att)
+                              kv_bits=kv_bits, lora_waves_per_layer=lora_waves_per_layer, gpu_attention_s=gpu_att,
+                              host_op_s=KERNEL_STOP_S if variant.host_mediated else 0.0)
         self.max_batch = max_batch
         # the run's time comes from executing each iteration on this model of the resources, not from self.cost
         self.timeline = Timeline(self.n_dev, link.bw_gbps * 1e9, link.rtt_ns * 1e-9)
@@ -351,7 +352,7 @@ class PLoRASystem(System):
     # --- the price ---------------------------------------------------------------------------------------
     def _wave(self, adapters, counts, strategies, pre_adapters=(), pre_tokens=()):
         """Per-layer LoRA wave sums of decode adapters (with strategies) and prefill tokens, and the per-adapter
-        rows (``(devices, rows (n, 5), strategies)``) the execution timeline runs as jobs."""
+        rows (``(devices, rows (n, 7), strategies)``) the execution timeline runs as jobs."""
         cost = self.cost
         w = WaveSums.empty(self.n_dev)
         n_strat = np.zeros(4)
@@ -365,6 +366,7 @@ class PLoRASystem(System):
             rows = self._tab[self.rank_idx[adapters], counts, strategies]
             tot = rows.sum(axis=0)
             w.out_bytes, w.in_bytes, w.gpu_bytes, w.gpu_flops = float(tot[0]), float(tot[1]), float(tot[3]), float(tot[4])
+            w.host_ops = float(tot[5] + tot[6])
             w.dev = np.bincount(adapters % self.n_dev, weights=rows[:, 2], minlength=self.n_dev)
             w.link_users = int(np.count_nonzero(rows[:, 0] + rows[:, 1]))
             n_strat = np.bincount(strategies, minlength=4).astype(float)
@@ -387,7 +389,7 @@ class PLoRASystem(System):
         if rows_l:
             jobs = (np.concatenate(devs), np.concatenate(rows_l), np.concatenate(strat_l))
         else:
-            jobs = (np.zeros(0, np.int64), np.zeros((0, 5)), np.zeros(0, np.int64))
+            jobs = (np.zeros(0, np.int64), np.zeros((0, 7)), np.zeros(0, np.int64))
         return w, n_strat, jobs
 
     def _strategies_of(self, adapters):
@@ -403,13 +405,6 @@ class PLoRASystem(System):
         for a in adapters:
             s = self.state.adapters.get(a)
             self.strat[a] = -1 if s is None or s.strategy is None else s.strategy
-
-    def _host_s(self, w: WaveSums, dec_any: bool) -> float:
-        """PLoRA-NoCXL, per layer: a host-launched kernel stop for every adapter job that touches the devices
-        and one for the attention exchange."""
-        if not self.variant.host_mediated:
-            return 0.0
-        return KERNEL_STOP_S * (w.link_users + (1 if dec_any and self.variant.distributed else 0))
 
     def _price_parts(self, batch, att_points=None):
         """Everything but the decode attention, plus the decode-attention function of the context offset."""
@@ -440,7 +435,7 @@ class PLoRASystem(System):
         prefill_att = float(ops.get("attn_prefill", 0.0))
         base = float(it.total_s) - prefill_att - float(np.sum(ops.get("attn_decode", 0.0)))
         prefill_kv_bytes = float(pre_tok.sum()) * cost.kv_tok_layer      # per layer, to the devices
-        host_s = self._host_s(w, len(dec_req) > 0)
+        host_s = 0.0          # a host-mediated system's launches and copies are in lora_s and the attention
         return dict(L=L, w=w, n_strat=n_strat, lora_s=lora_s, base=base, prefill_att=prefill_att,
                     prefill_kv_bytes=prefill_kv_bytes, host_s=host_s, dec_req=dec_req, jobs=jobs)
 
@@ -493,8 +488,9 @@ class PLoRASystem(System):
                       gpu_after_s=self._gpu_kernel_s(float(rows[after, 4].sum()), float(rows[after, 3].sum()))
                       + self._gpu_add_s(3.0 * float(rows[e3, 1].sum())),
                       prefill_att_s=p["prefill_att"] / L, prefill_out=p["prefill_kv_bytes"],
-                      load_in=load_bytes, waves=cost.waves,
-                      host_stop_s=KERNEL_STOP_S if self.variant.host_mediated else 0.0)
+                      load_in=load_bytes, waves=cost.waves, host_stop_s=cost.host_op_s,
+                      job_stops=rows[on_dev, 5] if cost.host_op_s > 0 else None,
+                      job_stops_after=rows[on_dev, 6] if cost.host_op_s > 0 else None)
         Lt = np.asarray(kv_after, np.int64)
         a = np.asarray(dup, np.int64)
         if len(Lt):

@@ -15,9 +15,12 @@ lane          what it models
 ``link in``   devices -> GPU, FIFO at W_link, in the order the data is ready; delivered ``rtt / 2`` later
 ``device d``  the NDP core's descriptor queue, FIFO (PLoRA IV: the HDM submission queues feed one core per
               device); a job's time is the RTL-calibrated NDP model's (the same per-job times the estimate sums)
-``host``      the CPU's launch path of host-mediated systems (PLoRA-NoCXL): every device job and attention
-              exchange first takes a kernel stop (launch + synchronize, ``KERNEL_STOP_S``), one at a time; the
-              synchronize waits for the GPU work already queued (the base GEMMs and E1 kernel of the layer)
+``host``      the CPU's launch path of host-mediated systems (PLoRA-NoCXL): a device job takes host operations
+              (each a kernel stop, launch + synchronize, ``KERNEL_STOP_S``), one at a time, FIFO: before it, the
+              input's copy and a kernel launch per adapted matrix; after it, a copy of each result back; an
+              attention exchange two per device before (the queries' copy, the launch) and one after (the
+              partials' copy); the first synchronize waits for the GPU work already queued (the base GEMMs and
+              E1 kernel of the layer)
 ============  ==============================================================================================
 
 Per layer, from the time ``t`` the GPU finished the previous layer (the dependency graph; PLoRA V):
@@ -87,7 +90,9 @@ class LayerWork:
     prefill_att_s: float = 0.0            # GPU prefill attention
     prefill_out: float = 0.0              # prompt K, V to the devices (posted)
     load_in: float = 0.0                  # adapter-load bytes of the iteration (background, lowest priority)
-    host_stop_s: float = 0.0              # per host-mediated exchange (0: accelerator load/store)
+    host_stop_s: float = 0.0              # per host-mediated operation (0: accelerator load/store)
+    job_stops: np.ndarray | None = None   # host operations before each LoRA device job (default 1 each)
+    job_stops_after: np.ndarray | None = None   # host operations after it (its results' copies; default 0)
     waves: int = 1                        # LoRA waves per layer (each 1 / waves of the jobs, one after another)
 
 
@@ -129,6 +134,10 @@ class Timeline:
         j_out_s = np.asarray(w.job_out, float) / W / waves
         j_in_s = np.asarray(w.job_in, float) / W / waves
         j_s = np.asarray(w.job_s, float) / waves
+        j_host = (np.ones(len(j_s)) if w.job_stops is None else np.asarray(w.job_stops, float)) * w.host_stop_s \
+            / waves
+        j_host_after = (np.zeros(len(j_s)) if w.job_stops_after is None else np.asarray(w.job_stops_after, float)) \
+            * w.host_stop_s / waves
         nj = len(jd)
         dev_idx = [np.flatnonzero(jd == d) for d in range(n)] if nj else []
         att_s = np.zeros(n) if w.att_s is None else np.asarray(w.att_s, float)
@@ -180,10 +189,10 @@ class Timeline:
                     # a kernel stop synchronizes the GPU: the host's first stop waits for the work already queued
                     # on the stream (the base GEMMs, the E1 kernel)
                     disp = np.full(nj, max(tw, g))
-                    hf = fifo(disp, np.full(nj, w.host_stop_s), host)
-                    mark(3, float(hf[0] - w.host_stop_s))
+                    hf = fifo(disp, j_host, host)
+                    mark(3, float(hf[0] - j_host[0]))
                     host = float(hf[-1])
-                    b[3] += nj * w.host_stop_s
+                    b[3] += float(j_host.sum())
                     disp = hf
                 of = fifo(disp, j_out_s, lo)
                 mark(1, float(of[0] - j_out_s[0]))
@@ -200,7 +209,14 @@ class Timeline:
                         dev[d] = float(f[-1])
                         b[4 + d] += float(j_s[ix].sum())
                 order = np.argsort(df, kind="stable")
-                inf = fifo(df[order], j_in_s[order], li)
+                ready = df[order]
+                if w.host_stop_s > 0 and j_host_after.any():
+                    # the results' copies back: host operations once each job is done, FIFO behind the rest
+                    ha = j_host_after[order]
+                    ready = fifo(ready, ha, host)
+                    host = float(ready[-1])
+                    b[3] += float(ha.sum())
+                inf = fifo(ready, j_in_s[order], li)
                 mark(2, float(inf[0] - j_in_s[order[0]]))
                 li = float(inf[-1])
                 b[2] += float(j_in_s.sum())
@@ -212,11 +228,13 @@ class Timeline:
             if len(att_devs):
                 disp = np.full(len(att_devs), ta)
                 if w.host_stop_s > 0:
-                    hf = fifo(disp[:1], [w.host_stop_s], max(host, ta))
-                    mark(3, float(hf[0] - w.host_stop_s))
-                    host = float(hf[0])
-                    b[3] += w.host_stop_s
-                    disp[:] = host
+                    # per device: the queries' copy and the launch before it can start
+                    hs = np.full(len(att_devs), 2.0 * w.host_stop_s)
+                    hf = fifo(np.full(len(att_devs), ta), hs, max(host, ta))
+                    mark(3, float(hf[0] - hs[0]))
+                    host = float(hf[-1])
+                    b[3] += float(hs.sum())
+                    disp = hf
                 of = fifo(disp, att_out_s[att_devs], lo)
                 mark(1, float(of[0] - att_out_s[att_devs[0]]))
                 lo = float(of[-1])
@@ -230,7 +248,12 @@ class Timeline:
                     dev[d] = fin[j]
                     b[4 + d] += att_s[d]
                 order = np.argsort(fin, kind="stable")
-                inf = fifo(fin[order], att_in_s[att_devs][order], li)
+                ready = fin[order]
+                if w.host_stop_s > 0:               # the partials' copy back, once each device is done
+                    ready = fifo(ready, np.full(len(ready), w.host_stop_s), host)
+                    host = float(ready[-1])
+                    b[3] += w.host_stop_s * len(ready)
+                inf = fifo(ready, att_in_s[att_devs][order], li)
                 mark(2, float(inf[0] - att_in_s[att_devs][order[0]]))
                 li = float(inf[-1])
                 b[2] += float(att_in_s.sum())

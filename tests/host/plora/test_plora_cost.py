@@ -27,14 +27,16 @@ def test_strategy_terms_hand_computed():
     ab = SUM_IN_OUT * R * 2
     flops = 2 * B * R * SUM_IN_OUT
     # E1: nothing crosses the link; the GPU reads A and B from HBM
-    assert list(t[E1]) == [0, 0, 0, ab, flops]
-    # E2: A and B come in over the link, the device LOADs them (7 matrices, bytes/bw)
-    assert list(t[E2]) == pytest.approx([0, ab, ab / 1e9, 0, flops])
-    # E3: x out once per input group, y in, 7 device kernels of batch 3
-    assert list(t[E3]) == pytest.approx([B * X_ELEMS * 2, B * SUM_OUT * 2, 7 * 3e-6, 0, 0])
+    assert list(t[E1]) == [0, 0, 0, ab, flops, 0, 0]
+    # E2: A and B come in over the link, the device LOADs them (7 matrices, bytes/bw); host-mediated: a copy of
+    # each matrix's A and B back
+    assert list(t[E2]) == pytest.approx([0, ab, ab / 1e9, 0, flops, 0, 7])
+    # E3: x out once per input group, y in, 7 device kernels of batch 3; host-mediated: 4 input copies (q/k/v,
+    # o, gate/up, down) and 7 kernel launches before, 7 result copies after
+    assert list(t[E3]) == pytest.approx([B * X_ELEMS * 2, B * SUM_OUT * 2, 7 * 3e-6, 0, 0, 11, 7])
     # E4: x out, m (B x R per matrix) in; the GPU reads B and computes m B
     assert list(t[E4]) == pytest.approx([B * X_ELEMS * 2, 7 * B * R * 2, 7 * 1.5e-6, SUM_OUT * R * 2,
-                                         2 * B * R * SUM_OUT])
+                                         2 * B * R * SUM_OUT, 11, 7])
     assert not strategy_terms(SMALL, R, 0, ndp).any()
 
 

@@ -110,6 +110,17 @@ def test_host_launch_path_on_the_critical_path():
     assert ex.busy_s["host"] == pytest.approx(3 * 6.7 * US)
 
 
+def test_host_operations_before_and_after_a_device_job():
+    """Host-mediated: 2 operations (1 us each) before the job (the input's copy, the launch), 1 after (the result's
+    copy): host 0-2, x out 2-3, on the device 3.5-5.5, the copy 5.5-6.5, y 6.5-7.5, at the GPU 8 us."""
+    w = LayerWork(job_dev=np.array([0]), job_out=np.array([1000.0]), job_s=np.array([2 * US]),
+                  job_in=np.array([1000.0]), host_stop_s=1 * US, job_stops=np.array([2.0]),
+                  job_stops_after=np.array([1.0]))
+    ex = Timeline(1, 1e9, 1000e-9).run(w, 1)
+    assert ex.duration_s == pytest.approx(8 * US)
+    assert ex.busy_s["host"] == pytest.approx(3 * US)
+
+
 def test_adapter_loads_take_idle_link_time_then_delay_the_end():
     """Loads are lowest priority: 2 layers of 10 us GPU work with an idle link carry 20 kB at 1 GB/s; 30 kB leave
     10 kB after the last layer (10 us more)."""
