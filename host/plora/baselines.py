@@ -19,14 +19,17 @@ adapters reach HBM; assumptions (each a modelling choice, see docs/plora_host.md
   measured all-reduce), adapters sharded the same way (each GPU fetches its share over its own PCIe link),
   plus one all-reduce of the ``tokens x rank`` LoRA intermediate per adapted input group per layer.
 
-**CPU-LoRA-Offload** (the host-staged path of PLoRA III-B(1), Fig. 2(a)):
+**CPU-LoRA-Offload** (the host-staged path of PLoRA III-B(1), Fig. 2(a); VII-A "stages adapters through host
+memory over PCIe"):
 
-* KV reserved in HBM at admission (HBM x (1 - workspace) - weights); adapters live in host memory and are
-  cached in the HBM that KV does not hold (least-recently-used; never at the cost of admitted KV);
-* an adapter that is not cached reaches the SMs only across a kernel boundary: in every layer the running
-  kernel stops, the CPU copies the missing adapters' matrices of that layer over PCIe (cudaMemcpy), and the
-  next kernel reads them: per layer ``kernel stop + bytes / W_pcie + L_pcie``, serialized with compute (no
-  prefetch); the copied adapter is cached afterwards if it fits.
+* KV reserved in HBM at admission (HBM x (1 - workspace) - weights); adapters live in host memory;
+* every use of an adapter reaches the SMs only across a kernel boundary: in every layer of every iteration the
+  running kernel stops, the CPU copies the batch's adapters' matrices of that layer over PCIe (cudaMemcpy, one
+  copy for all of them), and the next kernel reads them: per layer ``kernel stop + bytes / W_pcie + L_pcie``,
+  serialized with compute (no prefetch). Nothing stays in HBM across iterations: the staging buffer holds one
+  layer's matrices (design choice: the paper's baseline stages adapters, it does not cache them);
+* ``cache=True`` (system ``cpu-lora-offload-cached``, the behaviour before issue 30): a staged adapter is cached in
+  the HBM that KV does not hold (least-recently-used; never at the cost of admitted KV) and is not staged again.
 """
 
 import numpy as np
@@ -316,12 +319,16 @@ class SLoRASystem(HostMemorySystem):
 
 
 class CPULoRAOffloadSystem(HostMemorySystem):
-    """CPU-LoRA-Offload: host-staged per-layer copies with a kernel stop per exchange, LRU cache in HBM."""
+    """CPU-LoRA-Offload: host-staged per-layer copies with a kernel stop per exchange, every iteration
+    (``cache=True``: an LRU cache in HBM, staged once)."""
 
     name = "cpu-lora-offload"
 
-    def __init__(self, model, **kw):
+    def __init__(self, model, *, cache: bool = False, **kw):
         super().__init__(model, n_gpus=1, **kw)
+        self.cache = bool(cache)
+        if self.cache:
+            self.name = "cpu-lora-offload-cached"
 
     def _admit_adapter_need(self, a):
         return 0.0                     # the adapter need not fit: it is staged layer by layer
@@ -330,7 +337,7 @@ class CPULoRAOffloadSystem(HostMemorySystem):
         """Bytes to stage this iteration (adapters not cached) and cache those that fit afterwards."""
         missing = uniq[~self.resident[uniq]]
         nbytes = float(self.a_bytes[missing].sum())
-        for a in missing.tolist():
+        for a in (missing.tolist() if self.cache else ()):
             sz = self._rounded(self.a_bytes[a])
             if self._make_room(sz):
                 self.resident[a] = True
@@ -362,11 +369,15 @@ class CPULoRAOffloadSystem(HostMemorySystem):
         nbytes, miss = self._stage(uniq)
         durs = np.asarray(it.total_s, float) + lora
         stage = self._staging_s(nbytes, miss)
-        durs[0] += stage
+        staging = np.zeros(k)
+        if self.cache:
+            staging[0] = stage               # staged once, then cached
+        else:
+            staging[:] = stage               # staged in every iteration
+            self.fetches += (k - 1) * miss
+        durs += staging
         self._account(float(durs.sum()), k, len(uniq))
         att = np.asarray(it.ops.get("attn_decode", np.zeros(k)), float)
-        staging = np.zeros(k)
-        staging[0] = stage
         return RunResult(durs, breakdown={"base_s": np.asarray(it.total_s, float) - att, "attention_s": att,
                                           "lora_s": np.full(k, lora), "staging_s": staging},
                          spans=self._spans(float(durs.sum()), 0.0, f"decode x{k}"))

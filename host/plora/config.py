@@ -119,14 +119,14 @@ PLORA_FAMILY = tuple(VARIANTS)
 SYSTEM_NAMES = ("plora", "s-lora", "pure-cxl", "cpu-lora-offload", "grace-hopper", "plora-nocxl", "n-e3", "n-e4",
                 "ns", "nd-e3", "nd-e4", "s-lora-2gpu", "s-lora-4gpu")
 #: Every system a run may name: the grid's and the KV-in-HBM variants of the systems without D
-ALL_SYSTEMS = SYSTEM_NAMES + tuple(v.name for v in HBM_KV_VARIANTS)
+ALL_SYSTEMS = SYSTEM_NAMES + tuple(v.name for v in HBM_KV_VARIANTS) + ("cpu-lora-offload-cached",)
 
 
 def default_link_name(system: str) -> str:
     """The link preset a system runs on by default."""
     if system in VARIANTS:
         return VARIANTS[system].link
-    if system in BASELINES:
+    if system in BASELINES or system == "cpu-lora-offload-cached":
         return "pcie5-x16"
     raise ValueError(f"unknown system {system!r}; allowed: {list(SYSTEM_NAMES)}")
 

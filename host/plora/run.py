@@ -165,8 +165,8 @@ def build_system(spec: RunSpec, workload=None):
                                   v.n_dev)
         return PLoRASystem(model, v, n_dev=n_dev, device=device, ndp=spec.ndp,
                            lora_waves_per_layer=spec.lora_waves_per_layer, **common)
-    if spec.system == "cpu-lora-offload":
-        return CPULoRAOffloadSystem(model, **common)
+    if spec.system in ("cpu-lora-offload", "cpu-lora-offload-cached"):
+        return CPULoRAOffloadSystem(model, cache=spec.system.endswith("-cached"), **common)
     n_gpus = {"s-lora": 1, "s-lora-2gpu": 2, "s-lora-4gpu": 4}[spec.system]
     return SLoRASystem(model, n_gpus=n_gpus, **common)
 

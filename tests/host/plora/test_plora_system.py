@@ -192,15 +192,25 @@ def test_slora_unified_pool_limits_admission():
     assert s.peak["kv"] + s.peak["adapters"] <= s.pool_bytes
 
 
-def test_cpu_lora_offload_stages_per_layer_then_caches():
+def test_cpu_lora_offload_stages_every_use():
+    """PLoRA III-B(1): each iteration, in every layer, a kernel stop and a host copy of the adapter's matrices over
+    PCIe, serialized with compute; nothing is cached (fused decode runs pay it in every iteration too). The
+    ``-cached`` variant (before issue 30) stages once and keeps the adapter in HBM."""
+    req = [Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)]
+    stage = 2 * (KERNEL_STOP_S + 1e-6) + 32768 / 1e9          # 2 layers x (stop + round trip) + the adapter
     s = CPULoRAOffloadSystem(tiny_model(), **host_kw())
-    out = run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)], s, EngineConfig(fuse_decode=False))
+    out = run(req, s, EngineConfig(fuse_decode=False))
     d = out.iterations["duration_s"]
     lora = float(s._lora_layer_s(np.array([0]), np.array([8]))) * 2
-    # first iteration: compute + per layer (kernel stop + round trip) + the adapter over the link
-    assert d[0] == pytest.approx(1e-6 + lora + 2 * (KERNEL_STOP_S + 1e-6) + 32768 / 1e9)
-    # then it is cached in HBM: no staging
-    assert d[1] < 2e-6 + lora + 1e-9
+    assert d[0] == pytest.approx(1e-6 + lora + stage)
+    assert list(d[1:]) == pytest.approx([1e-6 + lora + stage] * 2)
+    fused = run(req, CPULoRAOffloadSystem(tiny_model(), **host_kw()))
+    assert fused.summary["tpot_ms_mean"] == pytest.approx(out.summary["tpot_ms_mean"], rel=1e-9)
+    c = CPULoRAOffloadSystem(tiny_model(), cache=True, **host_kw())
+    dc = run(req, c, EngineConfig(fuse_decode=False)).iterations["duration_s"]
+    assert dc[0] == pytest.approx(1e-6 + lora + stage)
+    assert dc[1] < 2e-6 + lora + 1e-9                 # cached in HBM: no staging
+    assert c.name == "cpu-lora-offload-cached"
 
 
 def test_kv_placement_belongs_to_d():
