@@ -192,7 +192,10 @@ class Descriptor:
                 return not (k % lanes == 0 or (2 * k == lanes and n % 2 == 0))
             return not (n % lanes == 0 or (2 * n == lanes and k % 2 == 0))
         if self.is_softmax:
-            return self.input_dim1 % lanes != 0
+            # rows of whole beats, or (KEEP, an SFU at most half a beat wide) rows of half a beat: a decode
+            # share of lanes / 2 tokens (issue 29; hdl/ndp/core.py's SFU gearbox takes half of each beat)
+            half = 2 * self.input_dim1 == lanes and self.keep and 2 * config.sfu_lanes <= lanes
+            return self.input_dim1 % lanes != 0 and not half
         return t == DescType.STORE and self.operand_bytes % config.align_bytes != 0
 
     def _bad_flags(self) -> bool:

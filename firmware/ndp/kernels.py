@@ -41,9 +41,9 @@ from hdl.ndp.descriptor import ErrorCode, FIELD_BITS, ANCHOR_ELEMS
 from .descriptor import Descriptor, gemv, gemm, softmax, load, store
 
 __all__ = ["Kernel", "KernelError", "store_granule", "region_bytes", "tile_bytes", "k_tiles", "n_panels",
-           "token_tile", "load_chunk_bytes", "lora_layout", "kv_layout", "store_tensor", "lora_store", "kv_store",
-           "lora_e2_loads", "lora_e3", "lora_e4", "attention_integral", "attention_batch", "trans_layout",
-           "trans_unlayout"]
+           "token_tile", "half_beat_shares", "share_tokens", "load_chunk_bytes", "lora_layout", "kv_layout",
+           "store_tensor", "lora_store", "kv_store", "lora_e2_loads", "lora_e3", "lora_e4", "attention_integral",
+           "attention_batch", "trans_layout", "trans_unlayout"]
 
 _FIELD_MAX = (1 << FIELD_BITS) - 1      # largest byte size one descriptor field can describe
 
@@ -206,12 +206,34 @@ def n_panels(r: int, d: int, config) -> list:
     return out
 
 
+def half_beat_shares(config) -> bool:
+    """Whether a KV share of ``lanes / 2`` tokens runs as one tile of half a beat (instead of being padded to a
+    whole beat of ``lanes`` tokens): the SOFTMAX of half-beat rows needs an SFU at most half a beat wide
+    (``2 sfu_lanes <= lanes``; PAPER: 128 of 512 lanes; issue 29)."""
+    return 2 * _cfg(config).sfu_lanes <= config.lanes
+
+
+def share_tokens(l, config):
+    """Tokens a KV share of ``l`` tokens occupies on the device (vectorized): ``l`` padded up to whole beats of
+    ``lanes`` tokens, or to half a beat when ``l <= lanes / 2`` and :func:`half_beat_shares` (the host masks the
+    padded keys). 0 stays 0. The one rule the performance model and the hosts pad with."""
+    _cfg(config)
+    L = config.lanes
+    t = np.asarray(l, dtype=np.float64)
+    out = np.ceil(t / L) * L
+    if half_beat_shares(config):
+        out = np.where((t > 0) & (t <= L // 2), L // 2, out)
+    return out if np.ndim(l) else float(out)
+
+
 def token_tile(d: int, l: int, rows: int, config) -> int:
     """Tokens per attention tile: the largest multiple of ``lanes`` (at most ``l``) whose K^T tile (d x L_t)
     fits :func:`tile_bytes`, whose scores row fits ``max_k`` and the PE accumulators (L_t / lanes <=
     ``acc_columns``), and whose ``rows x L_t`` kept scores fit a state slot."""
     _cfg(config)
     L = config.lanes
+    if l == L // 2 and half_beat_shares(config):
+        return l                    # one tile of half a beat (scores ROW_HALF, SOFTMAX of half rows, TRANS_HALF)
     per = min(tile_bytes(config) // (2 * d), config.max_k, config.acc_columns * L,
               config.kept_slot_bytes // (2 * rows), l)
     per = per // L * L
@@ -251,9 +273,10 @@ def kv_layout(d: int, l: int, *, config: NDPConfig, rows: int = 1, base: int = 0
     "end"}``; tile i holds K^T (d x (t1 - t0), row-major) and V ((t1 - t0) x d, TRANS layout)."""
     _cfg(config)
     d, l, rows = _pos_int("d", d), _pos_int("l", l), _pos_int("rows", rows)
-    if l % config.lanes:
-        raise ValueError(f"l ({l}) must be a multiple of config.lanes ({config.lanes}): the softmax and the "
-                         f"scores work on whole beats of tokens")
+    if l % config.lanes and not (2 * l == config.lanes and half_beat_shares(config)):
+        raise ValueError(f"l ({l}) must be a multiple of config.lanes ({config.lanes}), or lanes / 2 with an SFU "
+                         f"at most half a beat wide: the softmax and the scores work on whole or half beats of "
+                         f"tokens")
     if rows > config.max_batch:
         raise ValueError(f"rows ({rows}) must be <= config.max_batch ({config.max_batch})")
     lt = token_tile(d, l, rows, config)

@@ -465,11 +465,14 @@ class _Core(wiring.Component):
                 m.d.comb += [sfu.i.valid.eq(in_rd.o.valid), sfu.i.payload.eq(in_rd.o.payload),
                              in_rd.o.ready.eq(sfu.i.ready)]
             else:
+                # a row of half a beat (L_len = lanes / 2, a KEEP SOFTMAX): the lower gear / 2 sub-beats of each
+                # input beat, the rest is the row's padding
+                g_last = Mux(xj.k == L // 2, gear // 2 - 1, gear - 1)
                 m.d.comb += [sfu.i.valid.eq(in_rd.o.valid),
                              sfu.i.payload.eq(in_rd.o.payload.word_select(gear_n[:exact_log2(gear)], 16 * SL)),
-                             in_rd.o.ready.eq(sfu.i.ready & (gear_n == gear - 1))]
+                             in_rd.o.ready.eq(sfu.i.ready & (gear_n == g_last))]
                 with m.If(sfu.i.valid & sfu.i.ready):
-                    m.d.sync += gear_n.eq(Mux(gear_n == gear - 1, 0, gear_n + 1))
+                    m.d.sync += gear_n.eq(Mux(gear_n == g_last, 0, gear_n + 1))
         with m.If(x_busy & x_go & ~in_rd.busy):
             m.d.sync += [x_busy.eq(0), rp_x.eq(rp_x + 1), f_i.eq(f_i + xj.free_in)]
 
@@ -610,16 +613,21 @@ class _Core(wiring.Component):
         sfu_gear_n = Signal(range(gear + 1))
         sfu_word_valid = Signal()
         sfu_word = Signal(W)
-        sfu_words = (oc.input_dim0 * oc.input_dim1) >> lsh       # R * L_len / lanes
+        half_row = oc.input_dim1 == L // 2                       # a KEEP SOFTMAX of half-beat rows
+        sfu_words = Mux(half_row, oc.input_dim0, (oc.input_dim0 * oc.input_dim1) >> lsh)   # R * L_len / lanes
         m.d.comb += sfu.o.ready.eq(w_busy & (w_kind == KIND_SFU) & (w_cnt != sfu_words))
         if gear == 1:
             m.d.comb += [sfu_word_valid.eq(sfu.o.valid & sfu.o.ready), sfu_word.eq(sfu.o.payload)]
         else:
+            o_last = Mux(half_row, gear // 2 - 1, gear - 1)
             with m.If(sfu.o.valid & sfu.o.ready):
                 m.d.sync += [sfu_gear_buf.eq(Cat(sfu_gear_buf[16 * SL:], sfu.o.payload)),
-                             sfu_gear_n.eq(Mux(sfu_gear_n == gear - 1, 0, sfu_gear_n + 1))]
-            m.d.comb += [sfu_word_valid.eq(sfu.o.valid & sfu.o.ready & (sfu_gear_n == gear - 1)),
-                         sfu_word.eq(Cat(sfu_gear_buf[16 * SL:], sfu.o.payload))]
+                             sfu_gear_n.eq(Mux(sfu_gear_n == o_last, 0, sfu_gear_n + 1))]
+            full_word = Cat(sfu_gear_buf[16 * SL:], sfu.o.payload)
+            # a half row's gear / 2 sub-beats are the upper half of the shift register: moved to the lower lanes,
+            # the upper lanes (the row's padding) zero
+            m.d.comb += [sfu_word_valid.eq(sfu.o.valid & sfu.o.ready & (sfu_gear_n == o_last)),
+                         sfu_word.eq(Mux(half_row, full_word[W // 2:], full_word))]
         anc_cnt = Signal(FIELD_BITS)
         anc_second = Signal()
         # -- the one result write per cycle (return ring or kept slot)

@@ -157,9 +157,11 @@ class DescriptorDecoder(wiring.Component):
         k, n = opd.dim0, opd.dim1
         trans_ok = ((k & lane_mask) == 0) | ((k == L // 2) & ~n[0])
         row_ok = ((n & lane_mask) == 0) | ((n == L // 2) & ~k[0])
+        # SOFTMAX rows of whole beats, or with KEEP and an SFU at most half a beat wide rows of half a beat
+        half_sm = ((inp.dim1 == L // 2) & keep) if 2 * cfg.sfu_lanes <= L else Const(0)
         not_multiple = Mux(
             s1.is_mm, Mux(trans, ~trans_ok, ~row_ok),
-            Mux(s1.is_softmax, (inp.dim1 & lane_mask) != 0,
+            Mux(s1.is_softmax, ((inp.dim1 & lane_mask) != 0) & ~half_sm,
                 s1.is_store & ((opd.bytes & align_mask) != 0)))
         store_beats = (inp.bytes + (2 * L - 1)) >> (lsh + 1)
         input_beats = Mux(s1.is_store, store_beats, Mux(s1.is_rc, s1.rc_input_beats, 0))

@@ -49,8 +49,10 @@ DATA_ROWS = 32
 CASES = ("e4", "attention", "e3", "e2", "gemv", "attention_batch")
 #: ``attention_batch`` (issue 29 item 1): a decode batch of 8 (request, KV head) shares at head dim 128 as one
 #: descriptor stream (firmware kernels.attention_batch): shares of 16, 64, 256 and 1,024 tokens, each with one
-#: query row (GQA 1) and with a group of 4 (GQA 4)
-BATCH_SHARES = ((16, 1), (64, 1), (256, 1), (1024, 1), (16, 4), (64, 4), (256, 4), (1024, 4))
+#: query row (GQA 1) and with a group of 4 (GQA 4), and shares of half a beat (``"half"``: ``lanes / 2`` tokens,
+#: one half-beat tile where the SFU is at most half a beat wide, kernels.half_beat_shares)
+BATCH_SHARES = ((16, 1), (64, 1), (256, 1), (1024, 1), (16, 4), (64, 4), (256, 4), (1024, 4), ("half", 1),
+                ("half", 4))
 
 
 def data_config(rows: int = DATA_ROWS) -> DRAMConfig:
@@ -94,6 +96,8 @@ def kernel_program(case: str, cfg, seed: int = 0, shares=None):
     if case == "attention_batch":
         hd, base, stores, entries = 128, 0, [], []
         for l, g in (shares or BATCH_SHARES):
+            if l == "half":
+                l = cfg.lanes // 2 if K.half_beat_shares(cfg) else cfg.lanes
             kv = K.kv_layout(hd, l, config=cfg, rows=g, base=base)
             base = kv["end"]
             k, v = _rand(rng, (l, hd), 0.5), _rand(rng, (l, hd), 0.5)

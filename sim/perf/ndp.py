@@ -90,7 +90,9 @@ class Calibration:
       when the return overlaps the drain;
     * ``ret_wait``: the return ring's freed space -> the output writer writes into it again;
     * ``ret_gap``: the return unit's hand-over from one descriptor to the next (its completion cycle, the start
-      of the return ring reader): the earliest a descriptor's return can follow the previous completion.
+      of the return ring reader): the earliest a descriptor's return can follow the previous completion;
+    * ``pair_free``: a TRANS_PAIR job's last word entered the adder tree -> the PE array's one DRAIN stage takes
+      the next job (of any descriptor).
     """
 
     start: float = 0.0
@@ -103,6 +105,7 @@ class Calibration:
     post_softmax: float = 0.0
     ret_wait: float = 0.0
     ret_gap: float = 0.0
+    pair_free: float = 0.0
 
 
 def load_calibration(path=CALIBRATION_PATH) -> Calibration:
@@ -233,6 +236,8 @@ class NDPPerfModel:
         self.memory = memory if memory is not None else BurstMemoryModel(config.align_bytes)
         self.cal = calibration if calibration is not None else load_calibration()
         self.overlap = bool(overlap)
+        #: the PE array's one DRAIN stage is shared by every descriptor's jobs (hdl/ndp/pe_array.py)
+        self.drain_stage = True
         self.pe = PEArray(lanes=config.lanes, batch=config.pe_batch, acc=config.acc, max_k=config.max_k,
                           acc_columns=config.acc_columns)
         sl = config.sfu_lanes
@@ -304,15 +309,22 @@ class NDPPerfModel:
                     j = pe.job(PEMode.TRANS_PAIR if pair else mode, rows, K, g)
                     beats, v = j["beats"], j["V"]          # A transfers (TRANS_PAIR: two beats each)
                     comp = beats + max(0, pe.min_nb - v) * ((beats - 1) // v) if v < pe.min_nb else beats
+                    # drain: the job's results out of the PE array; occ: the cycles its single DRAIN stage is
+                    # taken (the next job, of any descriptor, enters DRAIN after them): TRANS frees it once its
+                    # last word entered the adder tree, TRANS_PAIR ``pair_free`` cycles later (calibrated: its
+                    # two-column words leave the tree's root through the serializer), ROW once its words left
                     if mode in (PEMode.TRANS, PEMode.TRANS_HALF):
                         drain = rows * g + pe.tree_latency      # one scalar per cycle (TRANS_PAIR: rows 1)
+                        occ = rows * g                  # TRANS_PAIR: + the calibrated pair_free (in _run)
                     elif j["S"] == 1 and mode == PEMode.ROW:
                         drain = rows * j["words"] + pe.drain_latency      # PEArray.cycles, nb >= 8
+                        occ = rows * j["words"]
                     else:
                         drain = rows * j["words"] * pe.reduce_cycles(j["S"], mode == PEMode.ROW_HALF) \
                             + pe.loop_latency + 1
+                        occ = drain
                     a_beats = j["beats"] * (2 if pair else 1)
-                    passes.append([comp, drain, a_beats if r0 == 0 else None])
+                    passes.append([comp, drain, a_beats if r0 == 0 else None, occ, pair])
                     beats_first += a_beats if r0 == 0 else 0
             # the first row pass sweeps the operand once, column group after column group (the k-major layout
             # stores the groups one after the other): job j needs the lines up to its share of the operand
@@ -328,15 +340,15 @@ class NDPPerfModel:
         elif k == "softmax":
             R, Lt = d.input_dim0, d.input_dim1
             out["x"] = R * -(-Lt // L)
-            out["pass"] = [(self.sfu.cycles(R, -(-Lt // cfg.sfu_lanes)), 0, None)]
+            out["pass"] = [(self.sfu.cycles(R, -(-Lt // cfg.sfu_lanes)), 0, None, 0, False)]
             out["passes"] = 1
         elif k == "load":
             beats = -(-d.operand_bytes // (2 * L))
-            out["pass"] = [(beats, 0, 1.0)]
+            out["pass"] = [(beats, 0, 1.0, 0, False)]
             out["passes"] = 1
         else:                                              # store: x beats -> line writes
             out["x"] = -(-d.input_bytes // (2 * L))
-            out["pass"] = [(out["x"], 0, None)]
+            out["pass"] = [(out["x"], 0, None, 0, False)]
             out["passes"] = 1
         out["ret"] = -(-d.returned_elems() // L)
         return out
@@ -354,6 +366,7 @@ class NDPPerfModel:
         arrive_prev = 0.0
         comp_prev = -1e18                       # last A beat of the previous descriptor
         drain_prev = 0.0                        # previous descriptor's result written
+        pe_free = 0.0                           # the PE array's DRAIN stage free (one stage for every descriptor)
         done_prev = 0.0                         # previous completion
         cum = 0
         cum_ends, comp_ends = [], []
@@ -388,7 +401,8 @@ class NDPPerfModel:
             # ---- PE passes (jobs)
             t = max(comp_prev + c.gap, arrive_first + c.lead, x_ready + c.lead)
             drain_end = 0.0
-            for n, (comp, drain, frac) in enumerate(s["pass"]):
+            pe_kind = s["kind"] in ("row", "trans")
+            for n, (comp, drain, frac, occ, pair) in enumerate(s["pass"]):
                 if n:
                     t += c.gap
                 if frac is not None and lines:
@@ -401,7 +415,12 @@ class NDPPerfModel:
                     # LOAD data goes straight to the return ring: its last beat needs the ring to have room,
                     # i.e. the previous results returned down to ret_cap - ret beats
                     end = max(end, done_prev + c.ret_wait - self.ret_cap + 2 * s["ret"])
-                drain_end = max(end, drain_end) + drain
+                if pe_kind and self.drain_stage:
+                    d0 = max(end, drain_end, pe_free)
+                    pe_free = d0 + occ + (c.pair_free if pair else 0.0)
+                    drain_end = d0 + drain
+                else:
+                    drain_end = max(end, drain_end) + drain
                 t = end
             if s["kind"] != "load" and s["ret"]:
                 drain_end = max(drain_end, done_prev + c.ret_wait - self.ret_cap + 2 * s["ret"])
@@ -545,8 +564,8 @@ class NDPPerfModel:
         if np.any(tok < 0) or not np.all(np.isfinite(tok)):
             raise ValueError("tokens must be finite and >= 0")
         g = q_heads // kv_heads
-        L = self.lanes
-        padded = np.ceil(tok / L) * L
+        from firmware.ndp.kernels import share_tokens
+        padded = np.atleast_1d(share_tokens(tok, self.config)).reshape(tok.shape)
         out = np.zeros_like(tok)
         for v in np.unique(padded):
             if v > 0:
@@ -688,6 +707,16 @@ def calibration_programs(config):
         "load_256_x8": [(load(0, 1, 256), None)] * 8,
         "trans_48x16_x8": [(gemv(0, 48, 16, trans=True), z((1, 48)))] * 8,
     }
+    # short attention pairs back to back (kernels.attention_batch: 6 shares of one beat at head dim 32, GQA 1 and
+    # 4): one pair's drains meet the next pair's in the PE array's one DRAIN stage
+    from firmware.ndp import kernels as K
+    for g in (1, 4):
+        entries, base = [], 0
+        for _ in range(6):
+            kv = K.kv_layout(32, config.lanes, config=config, rows=g, base=base)
+            base = kv["end"]
+            entries.append((z((g, 32)), kv))
+        progs[f"att_stream6x1beat_hd32_g{g}"] = K.attention_batch(entries, config=config).program
     return progs
 
 
@@ -724,6 +753,15 @@ def validation_programs(config):
             base = kv["end"]
             entries.append((z((g, 16)), kv))
         out[f"att_batch8_hd16_g{g}"] = K.attention_batch(entries, config=config).program
+    # streams of very short pairs (one- and two-beat shares, head dim 16 and 32): the DRAIN stage shared across
+    # descriptors (the calibration's short-pair streams are one beat at head dim 32)
+    for hd, l, n, g in ((16, 1, 8, 1), (16, 1, 8, 4), (32, 2, 4, 1), (32, 2, 4, 2)):
+        entries, base = [], 0
+        for _ in range(n):
+            kv = K.kv_layout(hd, l * config.lanes, config=config, rows=g, base=base)
+            base = kv["end"]
+            entries.append((z((g, hd)), kv))
+        out[f"att_stream{n}x{l}beat_hd{hd}_g{g}"] = K.attention_batch(entries, config=config).program
     lays, base = [], 0
     for _ in range(4):
         lays.append(K.lora_layout(64, 24, config=config, base=base))

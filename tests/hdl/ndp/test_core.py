@@ -32,11 +32,12 @@ CFG = replace(TINY, name="tiny-test", device_bytes=MEM_BYTES, gemv_pairs=True)
 _DUTS = {}
 
 
-def dut_for(clock=None):
-    """The shared NDPBurstSystem (zeroed memory: programs STORE their data) for ``clock``."""
-    if clock not in _DUTS:
-        _DUTS[clock] = NDPBurstSystem(config=CFG, burst_bits=BURST_BITS, depth=DEPTH, clock=clock)
-    return _DUTS[clock]
+def dut_for(clock=None, config=None):
+    """The shared NDPBurstSystem (zeroed memory: programs STORE their data) for ``clock`` and ``config``."""
+    config = config or CFG
+    if (clock, config) not in _DUTS:
+        _DUTS[(clock, config)] = NDPBurstSystem(config=config, burst_bits=BURST_BITS, depth=DEPTH, clock=clock)
+    return _DUTS[(clock, config)]
 
 
 def rand_bits(rng, shape, scale=1.0):
@@ -51,18 +52,19 @@ def entry(e):
     return (e[0], e[1], e[2] if len(e) == 3 else 0)
 
 
-def run_core(backend, program, traffic=None, seed=0, clock=None):
+def run_core(backend, program, traffic=None, seed=0, clock=None, config=None):
     """Run ``program`` (entries (desc, input[, owner])) on the RTL and the golden core; returns
     (run, expected y, expected cpl)."""
-    golden = GoldenCore(CFG, MEM_BYTES)
+    config = config or CFG
+    golden = GoldenCore(config, MEM_BYTES)
     cpl = golden.run(program)
-    y = [w for c in cpl for w in beats(c.result, CFG.lanes)]
+    y = [w for c in cpl for w in beats(c.result, config.lanes)]
     exp_cpl = [(c.seq, c.status) for c in cpl]
-    dut = dut_for(clock)
+    dut = dut_for(clock, config)
     if traffic == "random":
         traffic = Traffic.random(stream_ports(dut), seed=seed, valid_prob=0.7, ready_prob=0.6)
     reqs = [d.request(o) for d, _, o in map(entry, program)]
-    run = backend.run_streams(dut, {"desc": reqs, "x": x_beats(program, CFG)},
+    run = backend.run_streams(dut, {"desc": reqs, "x": x_beats(program, config)},
                               {"y": len(y), "cpl": len(exp_cpl)}, traffic=traffic, max_cycles=400_000)
     return run, y, exp_cpl
 
@@ -175,6 +177,51 @@ def test_lora_and_attention_kernels():
         assert all(s == ErrorCode.OK for _, s in cpl)
         assert completions(run.outputs["cpl"]) == cpl
         assert run.outputs["y"] == y
+
+
+#: TINY's datapath with an SFU half a beat wide (4 of 8 lanes, as PAPER's 128 of 512): KV shares of lanes / 2
+#: tokens run as one half-beat tile (issue 29)
+HALF_CFG = replace(CFG, name="tiny-half-sfu", sfu_lanes=4)
+
+
+def test_half_beat_attention_shares():
+    """Shares of lanes / 2 tokens as one half-beat tile each (scores ROW_HALF, SOFTMAX of half-beat rows with
+    KEEP through the SFU gearbox's lower half, context TRANS_HALF), GQA 1 and 2, as one stream: bit-exact against
+    the golden core at full rate and under random traffic; a half-row SOFTMAX without KEEP is refused with
+    NOT_MULTIPLE and disturbs nothing (the next descriptor's result is exact); the host merges each share's
+    partials to the float64 attention."""
+    from sim.golden.attention import merge_partials, reference_attention, prepare_query
+    assert kernels.half_beat_shares(HALF_CFG) and not kernels.half_beat_shares(CFG)
+    assert kernels.share_tokens(3, HALF_CFG) == 4 and kernels.share_tokens(5, HALF_CFG) == 8
+    assert kernels.share_tokens(3, CFG) == 8
+    rng = np.random.default_rng(11)
+    base, prog, entries, refs = 0, [], [], []
+    for g in (1, 2, 1):
+        kv = kernels.kv_layout(16, 4, config=HALF_CFG, rows=g, base=base)
+        assert kv["tile"] == 4 and len(kv["tiles"]) == 1
+        base = kv["end"]
+        k, v = rand_bits(rng, (4, 16), 0.5), rand_bits(rng, (4, 16), 0.5)
+        q = rand_bits(rng, (g, 16))
+        prog += kernels.kv_store(k, v, kv, config=HALF_CFG).program
+        entries.append((prepare_query(q), kv))
+        refs.append(reference_attention(q, k, v))
+    kb = kernels.attention_batch(entries, config=HALF_CFG)
+    bad = (softmax(1, 4, chain=True), None)                      # half-beat rows need KEEP
+    prog = prog + kb.program[:3] + [bad] + kb.program[3:]
+    backend = get_backend("verilator")
+    for traffic in (None, "random"):
+        run, y, cpl = run_core(backend, prog, traffic=traffic, seed=2, config=HALF_CFG)
+        assert completions(run.outputs["cpl"]) == cpl and run.outputs["y"] == y
+    statuses_ = [s for _, s in cpl]
+    assert statuses_.count(ErrorCode.NOT_MULTIPLE) == 1 and statuses_.count(ErrorCode.OK) == len(prog) - 1
+    with pytest.raises(ValueError, match="lanes / 2"):
+        kernels.kv_layout(16, 4, config=CFG)                      # an SFU a whole beat wide: no half tiles
+    golden = GoldenCore(HALF_CFG, MEM_BYTES)
+    res = golden.run(prog[:len(prog) - len(kb.program) - 1])
+    res = golden.run(kb.program)
+    for (q_part, _), part, ref in zip(entries, kb.results(res), refs):
+        got = merge_partials({(0, i): p for i, p in enumerate(part)})
+        np.testing.assert_allclose(np.asarray(got, np.float64), ref, rtol=2e-2, atol=2e-3)
 
 
 def test_back_to_back_descriptors_overlap():
