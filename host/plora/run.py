@@ -189,6 +189,8 @@ def run_spec(spec: RunSpec, *, out_dir=None, engine_config=None):
     w = build_workload(spec)
     system = build_system(spec, w)
     cfg = engine_config or EngineConfig(trace=out_dir is not None, record_iterations=True)
+    if hasattr(system, "emit_spans"):
+        system.emit_spans = bool(cfg.trace)        # no trace: the timeline builds no spans
     closed = spec.fixed_batch or spec.concurrency
     if closed is not None:
         from dataclasses import replace as _replace

@@ -129,6 +129,7 @@ class PLoRASystem(System):
         self.max_batch = max_batch
         # the run's time comes from executing each iteration on this model of the resources, not from self.cost
         self.timeline = Timeline(self.n_dev, link.bw_gbps * 1e9, link.rtt_ns * 1e-9)
+        self.emit_spans = True          # False: the timeline builds no trace spans (sweeps; the time is the same)
 
     # --- run set-up --------------------------------------------------------------------------------------
     def bind(self, table):
@@ -510,7 +511,8 @@ class PLoRASystem(System):
         return w
 
     def _execute(self, p, kv_after, dup, load_bytes, spans=True):
-        return self.timeline.run(self._layer_work(p, kv_after, dup, load_bytes), p["L"], spans=spans)
+        return self.timeline.run(self._layer_work(p, kv_after, dup, load_bytes), p["L"],
+                                 spans=spans and self.emit_spans)
 
     def price_parts(self, batch):
         """The :class:`PricedIteration` of ``batch`` (no state change; for breakdown figures)."""

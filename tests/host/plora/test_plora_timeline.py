@@ -140,3 +140,13 @@ def test_attention_waits_for_the_lora_wave_and_contends_on_the_device():
     att = 0.5 + 0.5 + 2 + 0.5 + 0.5                 # q, latency, job, partial, latency
     assert ex.duration_s == pytest.approx((wave + att) * US)
     assert ex.lora_s == pytest.approx(wave * US) and ex.attention_s == pytest.approx(att * US)
+
+
+def test_spans_do_not_change_the_time():
+    """A sweep builds no trace spans (``emit_spans``); the executed time is the same with and without them."""
+    rng = np.random.default_rng(3)
+    tl = Timeline(2, 1e9, 1000e-9)
+    for _ in range(20):
+        w = _random_work(rng, 2)
+        a, b = tl.run(w, 8), tl.run(w, 8, spans=False)
+        assert a.duration_s == b.duration_s and b.spans == [] and (a.spans or not a.busy_s["GPU 0"])
