@@ -65,11 +65,9 @@ def adapter_ranks(table, n_adapters: int, seed: int) -> np.ndarray:
 
 
 class PricedIteration:
-    """Per-layer and per-iteration parts of one priced iteration (also used for the per-layer breakdown)."""
+    """Algorithm 1's estimate (VI-B) of one iteration: its duration and the adapters per strategy."""
 
-    __slots__ = ("base_s", "lora_s", "att_s", "att_gpu_s", "att_dev_s", "att_link_s", "merge_s", "prefill_att_s",
-                 "host_s", "layer_s", "link_busy_s", "dev_busy_s", "gpu_busy_s", "duration_s", "strategy_n",
-                 "dup_fraction", "wave", "lora_link_s", "load_s")
+    __slots__ = ("duration_s", "strategy_n")
 
 
 class PLoRASystem(System):
@@ -436,34 +434,23 @@ class PLoRASystem(System):
         prefill_att = float(ops.get("attn_prefill", 0.0))
         base = float(it.total_s) - prefill_att - float(np.sum(ops.get("attn_decode", 0.0)))
         prefill_kv_bytes = float(pre_tok.sum()) * cost.kv_tok_layer      # per layer, to the devices
-        host_s = 0.0          # a host-mediated system's launches and copies are in lora_s and the attention
+        # (a host-mediated system's launches and copies are in lora_s and the attention: cost.host_op_s)
         return dict(L=L, w=w, n_strat=n_strat, lora_s=lora_s, base=base, prefill_att=prefill_att,
-                    prefill_kv_bytes=prefill_kv_bytes, host_s=host_s, dec_req=dec_req, jobs=jobs)
+                    prefill_kv_bytes=prefill_kv_bytes, dec_req=dec_req, jobs=jobs)
 
     def _attention(self, dec_req, kv_after, offset=0, dup=None):
         return self.cost.attention(kv_after + offset, self.dup[dec_req] if dup is None else dup,
                                    distributed=self.variant.distributed)
 
     def _assemble(self, p, att, load_bytes):
-        cost = self.cost
-        L, w = p["L"], p["w"]
-        Wl = cost.link.W
+        """The estimate: every layer's LoRA wave and attention in series, plus the base model, or the link's busy
+        time if longer."""
+        L, w, Wl = p["L"], p["w"], self.cost.link.W
         wave_link = max(w.out_bytes, w.in_bytes) / Wl
-        prefill_link = p["prefill_kv_bytes"] / Wl
-        layer = p["lora_s"] + att.total_s + p["host_s"] + (p["prefill_att"] + p["base"]) / L
-        compute = L * layer
-        link_busy = L * (wave_link + att.link_s + prefill_link) + load_bytes / Wl
-        dur = max(compute, link_busy)
+        layer = p["lora_s"] + att.total_s + (p["prefill_att"] + p["base"]) / L
+        link_busy = L * (wave_link + att.link_s + p["prefill_kv_bytes"] / Wl) + load_bytes / Wl
         r = PricedIteration()
-        r.base_s, r.lora_s, r.att_s = p["base"], L * p["lora_s"], L * att.total_s
-        r.att_gpu_s, r.att_dev_s, r.att_link_s, r.merge_s = L * att.gpu_s, L * att.dev_s, L * att.link_s, L * att.merge_s
-        r.prefill_att_s, r.host_s = p["prefill_att"], L * p["host_s"]
-        r.layer_s, r.link_busy_s, r.duration_s = layer, link_busy, dur
-        r.lora_link_s = L * wave_link
-        r.load_s = load_bytes / Wl
-        r.dev_busy_s = L * (w.dev + att.dev_per_device_s)
-        r.gpu_busy_s = p["base"] + p["prefill_att"] + L * (att.gpu_s + att.merge_s + max(
-            w.gpu_bytes / cost.gpu.W_hbm, w.gpu_flops / cost.gpu.F))
+        r.duration_s = max(L * layer, link_busy)
         r.strategy_n = p["n_strat"]
         return r
 
@@ -514,12 +501,6 @@ class PLoRASystem(System):
         return self.timeline.run(self._layer_work(p, kv_after, dup, load_bytes), p["L"],
                                  spans=spans and self.emit_spans)
 
-    def price_parts(self, batch):
-        """The :class:`PricedIteration` of ``batch`` (no state change; for breakdown figures)."""
-        p = self._price_parts(batch)
-        att = self._attention(p["dec_req"], batch.kv_after[~batch.prefill])
-        return self._assemble(p, att, self.pending_load)
-
     def _record(self, r, kv_after, dec_req):
         tot = float(kv_after.sum())
         dupf = float(self.dup[dec_req].sum()) / tot if tot > 0 else 0.0
@@ -528,9 +509,7 @@ class PLoRASystem(System):
         rec = {"kv_dup_fraction": dupf, "hbm_adapters_gb": cached / 1e9, "hbm_kv_dup_gb": kvd / 1e9}
         for j, s in enumerate(STRATEGIES):
             rec[f"n_{s}"] = float(r.strategy_n[j])
-        br = {"base_s": r.base_s, "lora_s": r.lora_s, "attention_s": r.att_s, "prefill_attention_s": r.prefill_att_s,
-              "host_s": r.host_s, "link_busy_s": r.link_busy_s}
-        return rec, br, dupf, cached, kvd
+        return rec, dupf, cached, kvd
 
     def _account(self, dur, dupf, cached, kvd, n_strat, k=1):
         a = self.acc
@@ -544,10 +523,8 @@ class PLoRASystem(System):
 
     def _executed_parts(self, p, ex):
         """The per-iteration breakdown of what the timeline executed (seconds, all layers)."""
-        L = p["L"]
         base = p["base"]
-        lora = max(0.0, ex.lora_s - L * (base / L))
-        return {"base_s": base, "lora_s": lora, "attention_s": ex.attention_s,
+        return {"base_s": base, "lora_s": max(0.0, ex.lora_s - base), "attention_s": ex.attention_s,
                 "prefill_attention_s": p["prefill_att"], "host_s": ex.busy_s["host"],
                 "link_busy_s": max(ex.busy_s["link out"], ex.busy_s["link in"])}
 
@@ -566,7 +543,7 @@ class PLoRASystem(System):
         self._note_estimate(r.duration_s, dur)
         self.pending_load = 0.0
         self.prefetch_budget = max(0.0, dur - ex.busy_s["link in"]) * self.cost.link.W
-        rec, _, dupf, cached, kvd = self._record(r, kv_after, p["dec_req"])
+        rec, dupf, cached, kvd = self._record(r, kv_after, p["dec_req"])
         rec["estimate_s"] = r.duration_s
         self._account(dur, dupf, cached, kvd, r.strategy_n)
         return IterationResult(dur, breakdown=self._executed_parts(p, ex), spans=ex.spans, record=rec)
@@ -605,7 +582,7 @@ class PLoRASystem(System):
         # what the next iteration's idle link-in time can carry: the stretch's last iteration's idle time (as a
         # step-by-step run would have it), not the whole stretch's
         self.prefetch_budget = float(idle[-1]) * self.cost.link.W
-        rec, _, dupf, cached, kvd = self._record(r0, kv_after, dec)
+        rec, dupf, cached, kvd = self._record(r0, kv_after, dec)
         self._account(float(durs.sum()), dupf, cached, kvd, r0.strategy_n, k)
         pe = [self._executed_parts(p, e) for e in exs]
         parts = {n: np.interp(it, pts, [x[n] for x in pe]) for n in pe[0]}

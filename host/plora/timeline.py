@@ -148,11 +148,13 @@ class Timeline:
         load_spans = []
         layer = 0
         while layer < n_layers:
-            state = (round(load_left, 3), round(max(lo - t, 0.0), 15), round(max(li - t, 0.0), 15), round(max(host - t, 0.0), 15),
-                     tuple(np.round(np.maximum(dev - t, 0.0), 15).tolist()))
+            # the layer's start state: what each lane still has to do past ``t`` (a lane free before ``t`` acts as
+            # free at ``t``: every arrival of the layer is at ``t`` or later)
+            backlog = np.round(np.maximum(np.concatenate([[lo, li, host], dev]) - t, 0.0), 15)
+            state = (round(load_left, 3), tuple(backlog.tolist()))
             if repeat and prev_state is not None and state == prev_state:
                 # the rest repeats the previous layer exactly
-                dur, d_busy, d_lora, d_att, d_ends, layer_spans = prev
+                dur, d_busy, d_lora, d_att, layer_spans = prev
                 k = n_layers - layer
                 if spans:
                     for j in range(k):
@@ -162,8 +164,9 @@ class Timeline:
                 lora_tot += k * d_lora
                 att_tot += k * d_att
                 t += k * dur
-                lo, li, host = (t + e if e is not None else v for e, v in zip(d_ends[:3], (lo, li, host)))
-                dev = np.where(np.isnan(d_ends[3]), dev, t + np.nan_to_num(d_ends[3]))
+                # every repeated layer ends in the state it started in
+                lo, li, host = (float(x) for x in t + backlog[:3])
+                dev = t + backlog[3:]
                 break
             t0 = t
             b = np.zeros(4 + n)
@@ -298,10 +301,7 @@ class Timeline:
                                                 {"busy_s": float(b[lane])}))
                 out_spans += layer_spans
             busy += b
-            # the backlog each lane carries past this layer's end, relative to it (None / NaN: untouched)
-            d_ends = (lo - g if lo > g else None, li - g if li > g else None, host - g if host > g else None,
-                      np.where(dev > g, dev - g, np.nan))
-            prev_state, prev = state, (dur, b, ta - t0, g - ta, d_ends, layer_spans)
+            prev_state, prev = state, (dur, b, ta - t0, g - ta, layer_spans)
             t = g
             layer += 1
         if load_left > 0:                         # what the layers left idle did not cover: after them
