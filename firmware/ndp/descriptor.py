@@ -12,7 +12,7 @@ from amaranth.lib import data
 
 from hdl.ndp.descriptor import (
     CODE_BITS, FIELD_BITS, ADDR_BITS, HEADER_BITS, DESCRIPTOR_BITS, FLIT_BYTES, SEQ_BITS, FLAG_BITS,
-    FLAG_KEEP, FLAG_CHAIN, FLAG_ACC, FLAG_PARTIAL, FLAG_TRANS, OWNER_BITS, ANCHOR_ELEMS, DescType, DescOp, DType,
+    FLAG_KEEP, FLAG_CHAIN, FLAG_ACC, FLAG_PARTIAL, FLAG_TRANS, FLAG_GROUP, OWNER_BITS, ANCHOR_ELEMS, DescType, DescOp, DType,
     ELEMENT_BYTES, ErrorCode, DESCRIPTOR_LAYOUT, REQUEST_LAYOUT, command_layout,
 )
 
@@ -109,6 +109,16 @@ class Descriptor:
         return bool(self.flags & FLAG_TRANS)
 
     @property
+    def group(self) -> bool:
+        return bool(self.flags & FLAG_GROUP)
+
+    def grouped(self, config=None) -> bool:
+        """Whether the GROUP semantics apply (packed rows of ``config.group_lanes``; GEMM R x W results): the
+        GROUP flag on a GEMM or SOFTMAX, on a core with ``group_lanes`` (``config`` None: assumed so)."""
+        return (self.group and self.type == DescType.READ_COMPUTE and self.op in (DescOp.GEMM, DescOp.SOFTMAX)
+                and (config is None or config.group_lanes > 0))
+
+    @property
     def is_mm(self) -> bool:
         """READ_COMPUTE GEMV or GEMM."""
         return self.type == DescType.READ_COMPUTE and self.op in (DescOp.GEMV, DescOp.GEMM)
@@ -117,33 +127,38 @@ class Descriptor:
     def is_softmax(self) -> bool:
         return self.type == DescType.READ_COMPUTE and self.op == DescOp.SOFTMAX
 
-    def input_beats(self, lanes: int) -> int:
+    def input_beats(self, lanes: int, config=None) -> int:
         """``x`` beats of the input (as the GPU sends it): a STORE's bytes as whole beats; a READ_COMPUTE's
-        rows, each padded to whole beats (``input_dim0 * ceil(input_dim1 / lanes)``); 0 for LOAD."""
+        rows, each padded to whole beats (``input_dim0 * ceil(input_dim1 / lanes)``), or packed for GROUP
+        (``input_dim0 * input_dim1 / lanes``, :meth:`grouped`); 0 for LOAD."""
         if self.type == DescType.STORE:
             return -(-self.input_bytes // (2 * lanes))
         if self.type == DescType.READ_COMPUTE:
+            if self.grouped(config):
+                return self.input_dim0 * self.input_dim1 // lanes
             return self.input_dim0 * -(-self.input_dim1 // lanes)
         return 0
 
-    def result_shape(self) -> tuple:
-        """(rows, columns) of the result (GEMV 1 x N, GEMM B x N, SOFTMAX R x L values, LOAD the operand);
-        (0, 0) for STORE. A SOFTMAX's anchors come on top (:meth:`output_elems`)."""
+    def result_shape(self, config=None) -> tuple:
+        """(rows, columns) of the result (GEMV 1 x N, GEMM B x N or GROUP R x W, SOFTMAX R x L values, LOAD the
+        operand); (0, 0) for STORE. A SOFTMAX's anchors come on top (:meth:`output_elems`)."""
         if self.type == DescType.LOAD:
             return (self.operand_dim0, self.operand_dim1)
         if self.is_mm:
+            if self.grouped(config):
+                return (self.input_dim0, self.operand_dim0)
             return (1 if self.op == DescOp.GEMV else self.input_dim0, self.operand_dim1)
         if self.is_softmax:
             return (self.input_dim0, self.input_dim1)
         return (0, 0)
 
-    def returned_elems(self, element_bytes: int = 2) -> int:
+    def returned_elems(self, element_bytes: int = 2, config=None) -> int:
         """Elements the core returns on ``y``: LOAD its operand; GEMV/GEMM the result unless KEEP or PARTIAL;
         SOFTMAX the values and anchors, or only the anchors with KEEP; STORE nothing."""
         if self.type == DescType.LOAD:
             return self.operand_bytes // element_bytes
         if self.is_mm:
-            return 0 if (self.keep or self.partial) else self.output_elems(element_bytes)
+            return 0 if (self.keep or self.partial) else self.output_elems(element_bytes, config)
         if self.is_softmax:
             return ANCHOR_ELEMS * self.input_dim0 if self.keep else self.output_elems(element_bytes)
         return 0
@@ -158,7 +173,7 @@ class Descriptor:
         """STORE and READ_COMPUTE carry a GPU-supplied input; a LOAD's input fields are ignored."""
         return self.type in (DescType.STORE, DescType.READ_COMPUTE)
 
-    def output_elems(self, element_bytes: int = 2) -> int:
+    def output_elems(self, element_bytes: int = 2, config=None) -> int:
         """Elements of the result (module table in :mod:`hdl.ndp.descriptor`); 0 for STORE."""
         t, op = self.type, self.op
         if t == DescType.LOAD:
@@ -168,20 +183,27 @@ class Descriptor:
         if op == DescOp.GEMV:
             return self.operand_dim1
         if op == DescOp.GEMM:
-            return self.input_dim0 * self.operand_dim1
+            return self.input_dim0 * (self.operand_dim0 if self.grouped(config) else self.operand_dim1)
         if op == DescOp.SOFTMAX:
             return self.input_dim0 * (self.input_dim1 + ANCHOR_ELEMS)
         return 0
 
-    def _shape_ok(self) -> bool:
+    def _shape_ok(self, config) -> bool:
         t, op = self.type, self.op
         if t == DescType.STORE:
             return self.input_dim0 == self.operand_dim0 and self.input_dim1 == self.operand_dim1
         if t == DescType.READ_COMPUTE:
+            grp = self.grouped(config)
+            rows_ok = grp and self.input_dim0 % config.group_segments == 0
             if op == DescOp.GEMV:
                 return self.input_dim0 == 1 and self.input_dim1 == self.operand_dim0
             if op == DescOp.GEMM:
+                if grp:         # rows of W, the operand W x lanes (one segment per row of a beat)
+                    return (self.input_dim1 == self.operand_dim0 == config.group_lanes
+                            and self.operand_dim1 == config.lanes and rows_ok)
                 return self.input_dim1 == self.operand_dim0
+            if op == DescOp.SOFTMAX and grp:
+                return self.input_dim1 == config.group_lanes and rows_ok
         return True
 
     def _not_multiple(self, config) -> bool:
@@ -195,13 +217,15 @@ class Descriptor:
             # rows of whole beats, or (KEEP, an SFU at most half a beat wide) rows of half a beat: a decode
             # share of lanes / 2 tokens (issue 29; hdl/ndp/core.py's SFU gearbox takes half of each beat)
             half = 2 * self.input_dim1 == lanes and self.keep and 2 * config.sfu_lanes <= lanes
-            return self.input_dim1 % lanes != 0 and not half
+            return self.input_dim1 % lanes != 0 and not half and not self.grouped(config)
         return t == DescType.STORE and self.operand_bytes % config.align_bytes != 0
 
-    def _bad_flags(self) -> bool:
+    def _bad_flags(self, config) -> bool:
         f = self.flags
         if self.type != DescType.READ_COMPUTE:
             return f != 0
+        if self.group and (not self.grouped(config) or f & (FLAG_ACC | FLAG_PARTIAL | FLAG_TRANS)):
+            return True
         if self.op == DescOp.SOFTMAX:
             return bool(f & (FLAG_ACC | FLAG_PARTIAL | FLAG_TRANS))
         if f & (FLAG_ACC | FLAG_PARTIAL) and not f & FLAG_TRANS:
@@ -213,7 +237,7 @@ class Descriptor:
             return False
         if self.input_bytes > config.input_buffer_bytes:
             return True
-        if self.input_beats(config.lanes) * 2 * config.lanes > config.input_buffer_bytes:
+        if self.input_beats(config.lanes, config) * 2 * config.lanes > config.input_buffer_bytes:
             return True
         if self.is_mm or self.is_softmax:
             return self.input_dim1 > config.max_k
@@ -221,12 +245,13 @@ class Descriptor:
 
     def _output_too_large(self, config, esize) -> bool:
         lanes = config.lanes
-        ret = self.returned_elems(esize)
+        ret = self.returned_elems(esize, config)
         if -(-ret // lanes) * 2 * lanes > config.output_buffer_bytes:
             return True
-        rows, cols = self.result_shape()
+        rows, cols = self.result_shape(config)
         if self.keep and self.type == DescType.READ_COMPUTE:
-            if rows * -(-cols // lanes) * 2 * lanes > config.kept_slot_bytes:
+            kept_beats = rows * cols // lanes if self.grouped(config) else rows * -(-cols // lanes)
+            if kept_beats * 2 * lanes > config.kept_slot_bytes:
                 return True
         if self.is_mm and (self.acc or self.partial) and rows * cols > config.partial_slot_elems:
             return True
@@ -259,7 +284,7 @@ class Descriptor:
             return ErrorCode.INPUT_TOO_LARGE
         if opd and self.base_addr + self.operand_bytes > config.device_bytes:
             return ErrorCode.ADDRESS_OVERFLOW
-        if not self._shape_ok():
+        if not self._shape_ok(config):
             return ErrorCode.SHAPE_MISMATCH
         if self.type == DescType.READ_COMPUTE and self.op == DescOp.GEMM and self.input_dim0 > config.max_batch:
             return ErrorCode.BATCH_TOO_LARGE
@@ -269,7 +294,7 @@ class Descriptor:
             return ErrorCode.MISALIGNED
         if self._not_multiple(config):
             return ErrorCode.NOT_MULTIPLE
-        if self._bad_flags():
+        if self._bad_flags(config):
             return ErrorCode.BAD_FLAGS
         return ErrorCode.OK
 
@@ -284,15 +309,15 @@ class Descriptor:
         return {
             "status": status, "seq": seq, "owner": owner, "type": self.type, "op": self.op, "dtype": self.dtype,
             "keep": int(self.keep), "chain": int(self.chain), "acc": int(self.acc), "partial": int(self.partial),
-            "trans": int(self.trans),
+            "trans": int(self.trans), "group": int(self.grouped(config)),
             "base_addr": self.base_addr if opd else 0,
             "operand_dim0": self.operand_dim0 if opd else 0, "operand_dim1": self.operand_dim1 if opd else 0,
             "input_dim0": self.input_dim0 if inp else 0, "input_dim1": self.input_dim1 if inp else 0,
             "operand_elems": self.operand_bytes // esize if opd else 0,
             "input_elems": self.input_bytes // esize if inp else 0,
-            "output_elems": self.output_elems(esize),
-            "input_beats": self.input_beats(config.lanes),
-            "ret_elems": self.returned_elems(esize),
+            "output_elems": self.output_elems(esize, config),
+            "input_beats": self.input_beats(config.lanes, config),
+            "ret_elems": self.returned_elems(esize, config),
         }
 
     def command_bits(self, config, seq: int = 0, owner: int = 0) -> int:
@@ -335,9 +360,9 @@ def request(desc: "Descriptor | int", owner: int = 0) -> int:
     return raw | owner << DESCRIPTOR_BITS
 
 
-def _flags(keep=False, chain=False, acc=False, partial=False, trans=False):
+def _flags(keep=False, chain=False, acc=False, partial=False, trans=False, group=False):
     return ((FLAG_KEEP if keep else 0) | (FLAG_CHAIN if chain else 0) | (FLAG_ACC if acc else 0)
-            | (FLAG_PARTIAL if partial else 0) | (FLAG_TRANS if trans else 0))
+            | (FLAG_PARTIAL if partial else 0) | (FLAG_TRANS if trans else 0) | (FLAG_GROUP if group else 0))
 
 
 def gemv(base_addr: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=False, acc=False,
@@ -351,19 +376,21 @@ def gemv(base_addr: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=
 
 
 def gemm(base_addr: int, b: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=False, acc=False,
-         partial=False, trans=False) -> Descriptor:
-    """Y[B x N] = X[B x K] A[K x N] (a batch of B GEMVs sharing A), A at ``base_addr``."""
+         partial=False, trans=False, group=False) -> Descriptor:
+    """Y[B x N] = X[B x K] A[K x N] (a batch of B GEMVs sharing A), A at ``base_addr``. ``group``: the GROUP
+    flag (K = W = config.group_lanes, N = lanes, B a multiple of lanes / W; the result is B x W)."""
     return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=dtype, base_addr=base_addr,
-                      flags=_flags(keep, chain, acc, partial, trans),
+                      flags=_flags(keep, chain, acc, partial, trans, group),
                       operand_bytes=_nbytes(k, n, dtype), operand_dim0=k, operand_dim1=n,
                       input_bytes=_nbytes(b, k, dtype), input_dim0=b, input_dim1=k)
 
 
-def softmax(rows: int, cols: int, *, dtype=DType.FP16, keep=False, chain=False) -> Descriptor:
+def softmax(rows: int, cols: int, *, dtype=DType.FP16, keep=False, chain=False, group=False) -> Descriptor:
     """Partial softmax of ``rows x cols`` scores (GPU input, or the kept scores with ``chain``): the exponentials
-    and per-row anchors (max, FP32 sum). No device-resident operand (base address and operand fields 0)."""
+    and per-row anchors (max, FP32 sum). No device-resident operand (base address and operand fields 0).
+    ``group``: rows of ``config.group_lanes`` packed to beats."""
     return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.SOFTMAX, dtype=dtype, base_addr=0,
-                      operand_bytes=0, operand_dim0=0, operand_dim1=0, flags=_flags(keep, chain),
+                      operand_bytes=0, operand_dim0=0, operand_dim1=0, flags=_flags(keep, chain, group=group),
                       input_bytes=_nbytes(rows, cols, dtype), input_dim0=rows, input_dim1=cols)
 
 

@@ -43,7 +43,8 @@ from .descriptor import Descriptor, gemv, gemm, softmax, load, store
 __all__ = ["Kernel", "KernelError", "store_granule", "region_bytes", "tile_bytes", "k_tiles", "n_panels",
            "token_tile", "half_beat_shares", "share_tokens", "load_chunk_bytes", "lora_layout", "kv_layout",
            "store_tensor", "lora_store", "kv_store", "lora_e2_loads", "lora_e3", "lora_e4", "attention_integral",
-           "attention_batch", "trans_layout", "trans_unlayout"]
+           "attention_batch", "trans_layout", "trans_unlayout", "grouped_attention", "kv_group_layout",
+           "kv_group_store", "attention_grouped"]
 
 _FIELD_MAX = (1 << FIELD_BITS) - 1      # largest byte size one descriptor field can describe
 
@@ -57,11 +58,19 @@ class Kernel:
     """A descriptor program and how to read its results.
 
     ``program``: ``[(Descriptor, input uint16 array or None), ...]``; ``meta``: the kernel's shapes and
-    addresses; ``results(completions)`` -> the kernel's outputs (per kernel, documented there)."""
+    addresses; ``results(completions)`` -> the kernel's outputs (per kernel, documented there); ``owners``:
+    per descriptor, the offset of the owner (requester queue, whose state slot it keeps and chains on) it must be
+    issued as, from the caller's base owner (None: all 0; :meth:`entries`)."""
     name: str
     program: list
     meta: dict
     _assemble: Callable = field(repr=False, default=None)
+    owners: list | None = None
+
+    def entries(self, owner: int = 0) -> list:
+        """``[(Descriptor, input, owner + offset), ...]``: the program with each descriptor's owner."""
+        offs = self.owners if self.owners is not None else [0] * len(self.program)
+        return [(d, x, owner + o) for (d, x), o in zip(self.program, offs)]
 
     def results(self, completions):
         """Outputs from the completions of ``program`` (one per descriptor, in order; all must be OK)."""
@@ -349,6 +358,57 @@ def kv_store(k_bits, v_bits, layout: dict, *, config: NDPConfig) -> Kernel:
     return _concat(ks, "kv_store", {"l": k.shape[0], "d": k.shape[1]})
 
 
+def grouped_attention(head_dim: int, config) -> bool:
+    """Whether KV heads of ``head_dim`` run in the grouped dataflow (descriptor flag GROUP): the core has one
+    (``config.group_lanes``) of exactly the head dim, so a beat holds ``lanes / head_dim`` heads."""
+    return _cfg(config).group_lanes > 0 and head_dim == config.group_lanes
+
+
+def kv_group_layout(d: int, l: int, *, config: NDPConfig, rows: int = 1, base: int = 0) -> dict:
+    """Regions of one device's KV share of g = ``config.group_segments`` KV heads of head dim ``d`` =
+    ``config.group_lanes`` = W (``l`` tokens, a multiple of W), for query groups of ``rows`` query heads per KV
+    head: ``{"group": g, "d", "l", "rows", "tiles": [(k_addr, v_addr, t0, t1), ...], "end"}``. Tile i holds the
+    tokens ``[t0, t1)`` (W of them) of the g heads: K as ``W x lanes`` (row ``d``: head s's keys of the tile's
+    tokens in lanes ``s W ..``), V as ``W x lanes`` (row ``t``: head s's value vector of token t in lanes
+    ``s W ..``): the operands of the GROUP scores and context (:func:`attention_grouped`)."""
+    _cfg(config)
+    d, l, rows = _pos_int("d", d), _pos_int("l", l), _pos_int("rows", rows)
+    if not grouped_attention(d, config):
+        raise ValueError(f"d ({d}) must equal config.group_lanes ({config.group_lanes}, > 0) for the grouped "
+                         f"attention of config {config.name!r}")
+    W, g = config.group_lanes, config.group_segments
+    if l % W:
+        raise ValueError(f"l ({l}) must be a multiple of the group width {W} (a tile is W tokens of every head)")
+    if rows * g > config.max_batch or rows * W * g * 2 > config.kept_slot_bytes:
+        raise ValueError(f"rows ({rows}) x {g} heads must be <= config.max_batch ({config.max_batch}) and their "
+                         f"scores fit a state slot ({config.kept_slot_bytes} bytes)")
+    spans = [(t0, t0 + W) for t0 in range(0, l, W)]
+    regions = []
+    for i in range(len(spans)):
+        regions += [(f"k{i}", W * config.lanes), (f"v{i}", W * config.lanes)]
+    lay = _layout(base, config, regions)
+    return {"group": g, "d": d, "l": l, "rows": rows, "tile": W,
+            "tiles": [(lay[f"k{i}"], lay[f"v{i}"], t0, t1) for i, (t0, t1) in enumerate(spans)],
+            "end": lay["end"]}
+
+
+def kv_group_store(k_bits, v_bits, layout: dict, *, config: NDPConfig) -> Kernel:
+    """STOREs of the share of :func:`kv_group_layout`: ``k_bits``, ``v_bits`` (g, l, d), the g heads' keys and
+    values as the model holds them, arranged into the grouped tiles."""
+    g, l, d = layout["group"], layout["l"], layout["d"]
+    k = _bits("k_bits", k_bits, "(g, l, d)", (3,))
+    v = _bits("v_bits", v_bits, "(g, l, d)", (3,))
+    if k.shape != (g, l, d) or v.shape != k.shape:
+        raise ValueError(f"k_bits and v_bits must be (g, l, d) = ({g}, {l}, {d}), got {k.shape} and {v.shape}")
+    ks = []
+    for k_addr, v_addr, t0, t1 in layout["tiles"]:
+        kt = k[:, t0:t1, :].transpose(2, 0, 1).reshape(d, g * (t1 - t0))     # row d: [head][token]
+        vt = v[:, t0:t1, :].transpose(1, 0, 2).reshape(t1 - t0, g * d)       # row t: [head][dim]
+        ks.append(store_tensor(k_addr, kt, config=config))
+        ks.append(store_tensor(v_addr, vt, config=config))
+    return _concat(ks, "kv_group_store", {"l": l, "d": d, "group": g})
+
+
 # ---- LoRA ----------------------------------------------------------------------------------------------------
 
 def load_chunk_bytes(config) -> int:
@@ -576,7 +636,46 @@ def attention_integral(q, layout: dict, *, config: NDPConfig) -> Kernel:
                   assemble)
 
 
-def attention_batch(entries, *, config: NDPConfig) -> Kernel:
+def attention_grouped(q, layout: dict, *, config: NDPConfig) -> Kernel:
+    """One device's share of integral attention for the g KV heads of ``layout`` (:func:`kv_group_layout`) at
+    once, in the grouped dataflow (descriptor flag GROUP; docs/ndp_core.md "Grouped attention").
+
+    ``q``: the pre-scaled queries (B, g, d): query row b (of a GQA group of B = ``layout["rows"]``) of every KV
+    head s. Per tile (W tokens of every head; R = B g rows of W, row b g + s = query b of head s):
+
+    1. ``p = q K^T`` GEMM GROUP (R x W, operand W x lanes), KEEP;
+    2. SOFTMAX GROUP (R x W, CHAIN, KEEP): keeps ``e = exp(p - m)``, returns R anchors;
+    3. ``o = e V`` GEMM GROUP (R x W, CHAIN): the unnormalized partial outputs of the R rows, returned.
+
+    ``results`` -> a list with one ``(o (B, g, d) uint16, m (B, g) uint16, sum (B, g) uint32)`` per tile; each
+    (b, s) merges with :func:`sim.golden.attention.merge_partials` like :func:`attention_integral`'s."""
+    _cfg(config)
+    g, d, rows = layout["group"], layout["d"], layout["rows"]
+    qs = _bits("q", q, f"(B, g, d) = ({rows}, {g}, {d})", (3,))
+    if qs.shape != (rows, g, d):
+        raise ValueError(f"q must be (B, g, d) = ({rows}, {g}, {d}), got {qs.shape}")
+    R, W, L = rows * g, layout["tile"], config.lanes
+    program = []
+    for k_addr, v_addr, t0, t1 in layout["tiles"]:
+        descs = [gemm(k_addr, R, W, L, keep=True, group=True), softmax(R, W, keep=True, chain=True, group=True),
+                 gemm(v_addr, R, W, L, chain=True, group=True)]
+        for name, desc in zip(("scores q K^T", "softmax", "context e V"), descs):
+            _checked(desc, config, f"attention_grouped {name} (d={d}, g={g}, rows={rows})")
+        program += [(descs[0], qs.reshape(R, W).copy()), (descs[1], None), (descs[2], None)]
+
+    def assemble(res):
+        out = []
+        for i in range(len(layout["tiles"])):
+            anc = res[3 * i + 1].reshape(rows, g, ANCHOR_ELEMS)
+            m = anc[..., 0].copy()
+            s = anc[..., 1].astype(np.uint32) | (anc[..., 2].astype(np.uint32) << 16)
+            out.append((res[3 * i + 2].reshape(rows, g, d), m, s))
+        return out
+    return Kernel("attention_grouped", program, {"d": d, "l": layout["l"], "rows": rows, "group": g,
+                                                 "tiles": len(layout["tiles"]), "tile": W}, assemble)
+
+
+def attention_batch(entries, *, config: NDPConfig, pipelined: bool = False) -> Kernel:
     """A decode batch's attention shares on one device as **one descriptor stream** (issue 29 item 1): for each
     entry ``(q, layout)`` -- one (request, KV head) share, ``q`` its pre-scaled query (or GQA group) and ``layout``
     its :func:`kv_layout` -- the descriptors of :func:`attention_integral`, one entry after the other.
@@ -588,6 +687,11 @@ def attention_batch(entries, *, config: NDPConfig) -> Kernel:
     order: each scores KEEP replaces the kept result after the previous entry's context CHAIN has read it (the
     core's in-order units; the golden core's sequential semantics).
 
+    An entry whose layout is a :func:`kv_group_layout` (g KV heads at once) runs :func:`attention_grouped`.
+    ``pipelined``: issue consecutive grouped entries' tiles software-pipelined over two owners
+    (:func:`_pipeline_grouped`; issue with :meth:`Kernel.entries`): exact, faster on the RTL, but not priced by
+    the performance model (docs/ndp_core.md, "Grouped attention"), so the hosts do not issue it.
+
     ``results`` -> one list per entry of its tiles' ``(o, m, sum)`` partials (as :func:`attention_integral`),
     merged by the host with the other devices' partials (:func:`sim.golden.attention.merge_partials`)."""
     _cfg(config)
@@ -598,15 +702,64 @@ def attention_batch(entries, *, config: NDPConfig) -> Kernel:
     for i, e in enumerate(entries):
         if not (isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], dict)):
             raise ValueError(f"entries[{i}] must be a (q, kv_layout dict) pair, got {type(e).__name__}")
-        ks.append(attention_integral(e[0], e[1], config=config))
+        kern = attention_grouped if "group" in e[1] else attention_integral
+        ks.append(kern(e[0], e[1], config=config))
     counts = [len(k.program) for k in ks]
+    flat = [e for k in ks for e in k.program]
+    if not isinstance(pipelined, bool):
+        raise ValueError(f"pipelined must be a bool, got {pipelined!r}")
+    order, owners = _pipeline_grouped(ks) if pipelined else (list(range(len(flat))), None)
 
     def assemble(res):
+        res = list(res)
+        orig = [None] * len(flat)
+        for pos, oi in enumerate(order):
+            orig[oi] = res[pos]
         out, i = [], 0
         for k, n in zip(ks, counts):
-            out.append(k._assemble(res[i:i + n]))
+            out.append(k._assemble(orig[i:i + n]))
             i += n
         return out
-    return Kernel("attention_batch", [e for k in ks for e in k.program],
+    return Kernel("attention_batch", [flat[i] for i in order],
                   {"entries": len(ks), "descriptors": counts, "tokens": [k.meta["l"] for k in ks],
-                   "rows": [k.meta["rows"] for k in ks]}, assemble)
+                   "rows": [k.meta["rows"] for k in ks]}, assemble, owners)
+
+
+def _pipeline_grouped(ks):
+    """Issue order (indices into the concatenated programs of ``ks``) and owner offsets of a batch stream.
+
+    Grouped tiles (scores S, SOFTMAX SM, context C of :func:`attention_grouped`) in a run of consecutive grouped
+    entries are **software-pipelined**: S0, SM0, S1, C0, SM1, S2, C1, ..., so the PE array computes the next
+    tile's scores while the current tile's SOFTMAX runs on the SFU, and a tile's SOFTMAX output is written (the
+    output writer is in order) before the next scores' results (issue 29). Successive
+    tiles alternate between two owners (state slots), so a tile's scores never replace the kept result the
+    previous tile's SOFTMAX and context still read; the core copies a CHAIN's input once its producer (the
+    slot's last KEEP before it) has written it (hdl/ndp/core.py), not after every earlier descriptor. Per-head
+    entries keep their order, owner 0."""
+    order, owners, base = [], [], 0
+    run = []                                        # tiles (start index of S) of the current grouped run
+
+    def flush():
+        n = len(run)
+        seq = [(run[0], 0), (run[0] + 1, 0)] if n else []           # S0, SM0
+        for t in range(n):
+            if t + 1 < n:
+                seq.append((run[t + 1], t + 1))                     # S_{t+1}
+            seq.append((run[t] + 2, t))                             # C_t
+            if t + 1 < n:
+                seq.append((run[t + 1] + 1, t + 1))                 # SM_{t+1}
+        for i, t in seq:
+            order.append(i)
+            owners.append(t % 2)
+        run.clear()
+    for k in ks:
+        n = len(k.program)
+        if k.name == "attention_grouped":
+            run.extend(range(base, base + n, 3))
+        else:
+            flush()
+            order.extend(range(base, base + n))
+            owners.extend([0] * n)
+        base += n
+    flush()
+    return order, owners

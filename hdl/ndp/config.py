@@ -78,6 +78,12 @@ class NDPConfig:
       writes whole lines (its byte size must be a multiple of it).
     * ``gemv_pairs``: one-row TRANS jobs (GEMV) take two A beats per cycle, PE rows 0 and 1 on adjacent columns
       (``hdl.ndp.pe_array.PEMode.TRANS_PAIR``; bit-identical results); needs ``pe_batch >= 2``.
+    * ``group_lanes``: W, the segment width of the grouped dataflow (descriptor flag GROUP,
+      ``hdl.ndp.pe_array.PEMode.ROW_GROUP``): a beat is ``lanes / W`` segments of W lanes and the rows of a
+      GROUP descriptor's input and result are W long, packed ``lanes / W`` to a beat; lane l of a GROUP GEMM
+      multiplies the input row of *its own segment*. Decode attention of ``lanes / W`` KV heads of head dim W
+      at once (docs/ndp_core.md, "Grouped attention"). 0 (no GROUP), or a power of two with
+      ``sfu_lanes <= W <= lanes / 4`` (a SOFTMAX row of ``lanes / 2`` is the half-beat share's).
     """
 
     name: str
@@ -100,6 +106,7 @@ class NDPConfig:
     pe_batch: int = 1
     align_bytes: int = 64         # DDR4 burst of one x64 channel: 8 beats x 8 bytes (BL8, JESD79-4)
     gemv_pairs: bool = False
+    group_lanes: int = 0          # 0: no grouped dataflow (PEMode.ROW_GROUP, the GROUP flag)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -144,6 +151,16 @@ class NDPConfig:
             raise ValueError(f"{who}: gemv_pairs needs pe_batch >= 2 (PE rows 0 and 1), got {self.pe_batch}")
         if self.acc not in ACCUMULATORS:
             raise ValueError(f"{who}: acc must be one of {ACCUMULATORS}, got {self.acc!r}")
+        g = self.group_lanes
+        if isinstance(g, bool) or not isinstance(g, int) or (g and (g & (g - 1) or not
+                                                                   self.sfu_lanes <= g <= self.lanes // 4)):
+            raise ValueError(f"{who}: group_lanes must be 0 or a power of two in sfu_lanes "
+                             f"({self.sfu_lanes})..lanes / 4 ({self.lanes // 4}), got {g!r}")
+
+    @property
+    def group_segments(self) -> int:
+        """Segments of a beat in the grouped dataflow: ``lanes / group_lanes`` (0 without it)."""
+        return self.lanes // self.group_lanes if self.group_lanes else 0
 
     @property
     def peak_flops(self) -> float:
@@ -229,6 +246,10 @@ PAPER = NDPConfig(
     gemv_pairs=True,               # design choice ([issue11] item 1: GEMV at >= 95 % of the delivered bandwidth):
                                    # one 1 KiB beat per 1 GHz cycle is 93.75 % of the memory's 1024 B per
                                    # 1066.7 MHz CK, so a GEMV takes two beats per cycle on the two PE rows
+    group_lanes=128,               # design choice (issue 29): segments of 128 lanes = the head dim of every model
+                                   # the host serves (Llama-2-7B/13B, Llama-3-8B, Qwen: head_dim 128 in their
+                                   # config.json, host/models), so a beat holds 4 KV heads; = sfu_lanes, so a
+                                   # grouped softmax row is one SFU word
 )
 
 NDP_PRESETS = {c.name: c for c in (TINY, PAPER)}
@@ -257,4 +278,4 @@ def slice_preset(channels: int) -> NDPConfig:
         input_buffer_bytes=PAPER.input_buffer_bytes // f, dram_buffer_bytes=PAPER.dram_buffer_bytes // f,
         output_buffer_bytes=PAPER.output_buffer_bytes // f, state_buffer_bytes=PAPER.state_buffer_bytes // f,
         partial_buffer_bytes=PAPER.partial_buffer_bytes // f, sfu_lanes=max(1, PAPER.sfu_lanes // f),
-        align_bytes=PAPER.align_bytes // f, device_bytes=PAPER.device_bytes // f)
+        group_lanes=max(1, PAPER.group_lanes // f), align_bytes=PAPER.align_bytes // f, device_bytes=PAPER.device_bytes // f)

@@ -161,7 +161,8 @@ class _Core(wiring.Component):
 
         # ============================================================== command ring (decoder -> units)
         cl = dec.command_layout
-        ent_layout = data.StructLayout({"cmd": cl, "slot": max(1, ceil_log2(NS))})
+        # prod: the seq of the last KEEP into the entry's slot dispatched before it (a CHAIN's producer)
+        ent_layout = data.StructLayout({"cmd": cl, "slot": max(1, ceil_log2(NS)), "prod": SEQ_BITS})
         CQ = CMD_RING
         qb = bits_for(2 * CQ - 1)
         ring = Array(Signal(ent_layout.size, name=f"cq{i}") for i in range(CQ))
@@ -183,11 +184,12 @@ class _Core(wiring.Component):
         pv = [Signal(name=f"slot{s}_part") for s in range(NS)]
         pr = [Signal(FIELD_BITS, name=f"slot{s}_part_rows") for s in range(NS)]
         pc = [Signal(FIELD_BITS, name=f"slot{s}_part_cols") for s in range(NS)]
+        ks = [Signal(SEQ_BITS, name=f"slot{s}_keep_seq") for s in range(NS)]    # seq of the slot's last KEEP
         victim = Signal(range(max(NS, 2)))
         c = dec.o.payload
         is_mm = (c.type == DescType.READ_COMPUTE) & ((c.op == DescOp.GEMV) | (c.op == DescOp.GEMM))
         res_rows = Mux(is_mm, Mux(c.op == DescOp.GEMV, 1, c.input_dim0), c.input_dim0)
-        res_cols = Mux(is_mm, c.operand_dim1, c.input_dim1)
+        res_cols = Mux(is_mm, Mux(c.group, c.operand_dim0, c.operand_dim1), c.input_dim1)   # (GROUP GEMM: R x W)
         valid_s = [kv[s] | pv[s] for s in range(NS)]
         hit_s = [valid_s[s] & (so[s] == c.owner) for s in range(NS)]
         any_hit, any_valid = Cat(*hit_s).any(), Cat(*valid_s).any()
@@ -218,7 +220,7 @@ class _Core(wiring.Component):
         m.d.comb += dec.o.ready.eq(~full)
         with m.If(dec.o.valid & ~full):
             e = Signal(ent_layout)
-            m.d.comb += [e.cmd.eq(c), e.cmd.status.eq(status), e.slot.eq(slot)]
+            m.d.comb += [e.cmd.eq(c), e.cmd.status.eq(status), e.slot.eq(slot), e.prod.eq(Array(ks)[slot])]
             with m.If(status != ErrorCode.OK):       # a rejected command carries only status, seq, owner
                 m.d.comb += [e.cmd.eq(0), e.cmd.status.eq(status), e.cmd.seq.eq(c.seq), e.cmd.owner.eq(c.owner)]
             for i in range(CQ):                  # (explicit per entry: complete case statements in the Verilog)
@@ -235,7 +237,7 @@ class _Core(wiring.Component):
                                 with m.If(~any_free):
                                     m.d.sync += victim.eq(victim + 1)
                         with m.If(c.keep):
-                            m.d.sync += [kv[s].eq(1), kr[s].eq(res_rows), kc[s].eq(res_cols)]
+                            m.d.sync += [kv[s].eq(1), kr[s].eq(res_rows), kc[s].eq(res_cols), ks[s].eq(c.seq)]
                         with m.If(c.partial):
                             m.d.sync += [pv[s].eq(1), pr[s].eq(res_rows), pc[s].eq(res_cols)]
                         with m.Elif(c.acc):
@@ -314,7 +316,12 @@ class _Core(wiring.Component):
             space = ((w_i - f_i)[:in_pb] + ic.input_beats) <= IN_CAP
             with m.If(~takes):
                 m.d.sync += rp_i.eq(rp_i + 1)
-            with m.Elif(space & (~ic.chain | (rp_o == rp_i))):
+            # a CHAIN copies the kept result once its producer (the slot's last KEEP before it) has written it:
+            # ``pend`` descriptors before it are not done, its producer ``dist`` descriptors before it (seq and
+            # ring entries count alike); descriptors between them (another owner's) may still be in flight
+            pend = (rp_i - rp_o)[:qb]
+            dist = (ic.seq - ie.prod)[:SEQ_BITS]
+            with m.Elif(space & (~ic.chain | (pend == 0) | (pend < dist))):
                 m.d.sync += [i_busy.eq(1), i_left.eq(ic.input_beats), i_chain.eq(ic.chain)]
                 with m.If(ic.chain):
                     m.d.comb += [kept_rd.go.eq(1), kept_rd.start.eq(ie.slot * KB), kept_rd.count.eq(ic.input_beats)]
@@ -360,17 +367,21 @@ class _Core(wiring.Component):
         ge = entry(rp_g)
         gc = ge.cmd
         K, N = gc.operand_dim0, gc.operand_dim1
-        B = Mux(gc.op == DescOp.GEMV, 1, gc.input_dim0)
+        # GROUP: the input's R rows of W are R / g PE rows of one packed beat each
+        gsh = exact_log2(cfg.group_segments) if cfg.group_lanes else 0
+        B = Mux(gc.op == DescOp.GEMV, 1, Mux(gc.group, gc.input_dim0 >> gsh, gc.input_dim0))
         G = cfg.acc_columns
         mode = Signal(PEMode)
         m.d.comb += mode.eq(Mux(gc.trans, Mux((K & (L - 1)) == 0, PEMode.TRANS, PEMode.TRANS_HALF),
-                                Mux((N & (L - 1)) == 0, PEMode.ROW, PEMode.ROW_HALF)))
+                                Mux(gc.group, PEMode.ROW_GROUP,
+                                    Mux((N & (L - 1)) == 0, PEMode.ROW, PEMode.ROW_HALF))))
         is_trans = (mode == PEMode.TRANS) | (mode == PEMode.TRANS_HALF)
+        row_like = (mode == PEMode.ROW) | (mode == PEMode.ROW_GROUP)
         kw = (K + (L - 1)) >> lsh
-        gcols = Mux(is_trans, Mux(N - g_c > G, G, N - g_c), Mux(mode == PEMode.ROW, N >> lsh, 1))
+        gcols = Mux(is_trans, Mux(N - g_c > G, G, N - g_c), Mux(row_like, N >> lsh, 1))
         grp_beats = Mux(mode == PEMode.TRANS, (K >> lsh) * gcols, gcols >> 1)   # TRANS / TRANS_HALF
         full_grp = Mux(mode == PEMode.TRANS, (K >> lsh) * G, G >> 1)
-        beats_mm = Mux(is_trans, grp_beats, Mux(mode == PEMode.ROW, K * (N >> lsh), K >> 1))
+        beats_mm = Mux(is_trans, grp_beats, Mux(row_like, K * (N >> lsh), K >> 1))
         rows_p = Mux(B - g_p > cfg.pe_batch, cfg.pe_batch, B - g_p)
         last_pass = g_p + rows_p >= B
         last_grp = ~is_trans | (g_c + G >= N)
@@ -400,7 +411,7 @@ class _Core(wiring.Component):
                 m.d.comb += [
                     jr.kind.eq(KIND_PE), jr.mode.eq(Mux(pair, PEMode.TRANS_PAIR, mode)), jr.rows.eq(rows_p),
                     jr.k.eq(K),
-                    jr.cols.eq(Mux(is_trans, gcols, Mux(mode == PEMode.ROW, N >> lsh, 1))),
+                    jr.cols.eq(Mux(is_trans, gcols, Mux(row_like, N >> lsh, 1))),
                     jr.x_start.eq(g_in + g_p * kw), jr.x_count.eq(rows_p * kw),
                     jr.a_start.eq(g_dr + Mux(is_trans, (g_c >> exact_log2(G)) * full_grp, 0)),
                     jr.a_count.eq(Mux(pair, beats_mm >> 1, beats_mm)), jr.row0.eq(g_p), jr.col0.eq(g_c),
@@ -535,9 +546,10 @@ class _Core(wiring.Component):
                     m.d.sync += [ret_start.eq(a_r), a_r.eq(a_r + ret_beats_o)]
         w_kind = wj.kind
         w_mode = wj.mode
-        w_row_mode = (w_mode == PEMode.ROW) | (w_mode == PEMode.ROW_HALF)
+        w_row_like = (w_mode == PEMode.ROW) | (w_mode == PEMode.ROW_GROUP)
+        w_row_mode = w_row_like | (w_mode == PEMode.ROW_HALF)
         job_outs = Mux(w_kind == KIND_PE,
-                       Mux(w_row_mode, Mux(w_mode == PEMode.ROW, wj.rows * wj.cols, wj.rows), wj.rows * wj.cols),
+                       Mux(w_row_mode, Mux(w_row_like, wj.rows * wj.cols, wj.rows), wj.rows * wj.cols),
                        Mux(w_kind == KIND_LOAD, wj.a_count, 0))
         full_mask = Const((1 << L) - 1, L)
         lo_mask = Const((1 << half) - 1, L)
@@ -641,7 +653,7 @@ class _Core(wiring.Component):
                 with m.If(load_fifo.r_en & load_fifo.r_rdy):
                     m.d.comb += [wr_addr.eq(ret_start + w_cnt), wr_data.eq(load_fifo.r_data), wr_en.eq(full_mask)]
                     m.d.sync += w_cnt.eq(w_cnt + 1)
-            with m.Elif((w_kind == KIND_PE) & (w_mode == PEMode.ROW)):
+            with m.Elif((w_kind == KIND_PE) & w_row_like):      # (GROUP: a beat of g rows of W, packed)
                 r = wj.row0 + w_b
                 word = r * wj.cols + w_j
                 m.d.comb += [wr_kept.eq(is_keep), wr_data.eq(row_data),
@@ -806,7 +818,8 @@ class NDPCore(wiring.Component):
             raise ValueError(f"config.gemv_pairs needs a memory line of >= 2 beats (mem_burst_bits >= "
                              f"{32 * L}), got {mem_burst_bits}")
         self.pe = PEArray(lanes=L, batch=config.pe_batch, acc=config.acc, max_k=config.max_k,
-                          acc_columns=config.acc_columns, a_beats=2 if config.gemv_pairs else 1)
+                          acc_columns=config.acc_columns, a_beats=2 if config.gemv_pairs else 1,
+                          group=config.group_lanes)
         SL = config.sfu_lanes
         self.sfu = SoftmaxUnit(lanes=SL, max_len=-(-config.max_k // SL) * SL, max_rows=self.in_cap)
         self.request_layout = data.StructLayout({

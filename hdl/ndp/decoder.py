@@ -29,7 +29,7 @@ from ..fp.pipeline import Pipeline
 from .config import NDPConfig
 from .descriptor import (REQUEST_LAYOUT, SEQ_BITS, DescType, DescOp, DType, ELEMENT_BYTES, ErrorCode,
                          DECODER_CODES, ANCHOR_ELEMS, FLAG_KEEP, FLAG_CHAIN, FLAG_ACC, FLAG_PARTIAL, FLAG_TRANS,
-                         command_layout)
+                         FLAG_GROUP, command_layout)
 
 __all__ = ["InstructionBuffer", "DescriptorDecoder"]
 
@@ -118,11 +118,14 @@ class DescriptorDecoder(wiring.Component):
         is_mm = is_gemv | is_gemm
         flags = h.flags
         keep, partial = (flags & FLAG_KEEP) != 0, (flags & FLAG_PARTIAL) != 0
-        # Result shape rows x cols (descriptor module table): LOAD R x C, GEMV 1 x N, GEMM B x N,
+        # GROUP (a core with group_lanes): the input, the result and the kept result are rows of W packed into
+        # beats (R W / lanes beats), and a GEMM's result is R x W
+        grp = (((flags & FLAG_GROUP) != 0) & (is_gemm | is_softmax)) if cfg.group_lanes else Const(0)
+        # Result shape rows x cols (descriptor module table): LOAD R x C, GEMV 1 x N, GEMM B x N (GROUP: R x W),
         # SOFTMAX R x (L + ANCHOR_ELEMS), STORE nothing; kept shape: GEMV/GEMM the result, SOFTMAX R x L.
         res_rows = Mux(is_load, opd.dim0, Mux(is_softmax | is_gemm, inp.dim0, Mux(is_gemv, 1, 0)))
-        res_cols = Mux(is_softmax, inp.dim1, opd.dim1)
-        out_cols = Mux(is_softmax, inp.dim1 + ANCHOR_ELEMS, opd.dim1)
+        res_cols = Mux(is_softmax, inp.dim1, Mux(grp, opd.dim0, opd.dim1))
+        out_cols = Mux(is_softmax, inp.dim1 + ANCHOR_ELEMS, res_cols)
         col_beats = (res_cols + (L - 1)) >> lsh
         in_row_beats = (inp.dim1 + (L - 1)) >> lsh
         s1 = pipe.stage(
@@ -134,9 +137,9 @@ class DescriptorDecoder(wiring.Component):
             input_elems=inp.dim0 * inp.dim1,
             output_elems=res_rows * out_cols,
             result_elems=res_rows * res_cols,
-            kept_beats=res_rows * col_beats,
+            kept_beats=Mux(grp, (res_rows * res_cols) >> lsh, res_rows * col_beats),
             col_beats=col_beats,
-            rc_input_beats=inp.dim0 * in_row_beats,
+            rc_input_beats=Mux(grp, (inp.dim0 * inp.dim1) >> lsh, inp.dim0 * in_row_beats), grp=grp,
             anchor_elems=inp.dim0 * ANCHOR_ELEMS,
         )
 
@@ -146,13 +149,23 @@ class DescriptorDecoder(wiring.Component):
         flags = h.flags
         keep, chain = (flags & FLAG_KEEP) != 0, (flags & FLAG_CHAIN) != 0
         acc, partial, trans = (flags & FLAG_ACC) != 0, (flags & FLAG_PARTIAL) != 0, (flags & FLAG_TRANS) != 0
+        group, grp = (flags & FLAG_GROUP) != 0, s1.grp
         esize = ELEMENT_BYTES[DType.FP16]       # the only accepted dtype (UNKNOWN_DTYPE otherwise)
         has_input = s1.is_store | s1.is_rc
         has_operand = ~s1.is_softmax
+        # GROUP: a GEMM's operand is W x lanes and its input rows of W, a SOFTMAX's rows W long, the rows a
+        # multiple of the segments g = lanes / W (whole beats)
+        if cfg.group_lanes:
+            gW, gseg = cfg.group_lanes, cfg.group_segments
+            rows_bad = (inp.dim0 & (gseg - 1)) != 0
+            grp_gemm_bad = (opd.dim0 != gW) | (opd.dim1 != cfg.lanes) | rows_bad
+            grp_sm_bad = (inp.dim1 != gW) | rows_bad
+        else:
+            grp_gemm_bad = grp_sm_bad = Const(0)
         shape_bad = Mux(
             s1.is_store, (inp.dim0 != opd.dim0) | (inp.dim1 != opd.dim1),
             Mux(s1.is_gemv, (inp.dim0 != 1) | (inp.dim1 != opd.dim0),
-                Mux(s1.is_gemm, inp.dim1 != opd.dim0, 0)))
+                Mux(s1.is_gemm, (inp.dim1 != opd.dim0) | (grp & grp_gemm_bad), s1.is_softmax & grp & grp_sm_bad)))
         lane_mask, align_mask = L - 1, cfg.align_bytes - 1
         k, n = opd.dim0, opd.dim1
         trans_ok = ((k & lane_mask) == 0) | ((k == L // 2) & ~n[0])
@@ -161,7 +174,7 @@ class DescriptorDecoder(wiring.Component):
         half_sm = ((inp.dim1 == L // 2) & keep) if 2 * cfg.sfu_lanes <= L else Const(0)
         not_multiple = Mux(
             s1.is_mm, Mux(trans, ~trans_ok, ~row_ok),
-            Mux(s1.is_softmax, ((inp.dim1 & lane_mask) != 0) & ~half_sm,
+            Mux(s1.is_softmax, ((inp.dim1 & lane_mask) != 0) & ~half_sm & ~grp,
                 s1.is_store & ((opd.bytes & align_mask) != 0)))
         store_beats = (inp.bytes + (2 * L - 1)) >> (lsh + 1)
         input_beats = Mux(s1.is_store, store_beats, Mux(s1.is_rc, s1.rc_input_beats, 0))
@@ -176,9 +189,11 @@ class DescriptorDecoder(wiring.Component):
                       | (s1.is_rc & keep & (s1.kept_beats > cfg.kept_slot_bytes // (2 * L)))
                       | (s1.is_mm & (acc | partial) & (s1.result_elems > cfg.partial_slot_elems))
                       | (s1.is_mm & ~trans & (s1.col_beats > cfg.acc_columns)))
+        # GROUP: GEMM and SOFTMAX of a core with group_lanes, never with TRANS / ACC / PARTIAL
+        bad_group = group & (~grp | trans | acc | partial)
         bad_flags = Mux(~s1.is_rc, flags != 0,
-                        Mux(s1.is_softmax, acc | partial | trans,
-                            ((acc | partial) & ~trans) | (keep & partial)))
+                        Mux(s1.is_softmax, acc | partial | trans | bad_group,
+                            ((acc | partial) & ~trans) | (keep & partial) | bad_group))
         checks = {
             ErrorCode.UNKNOWN_TYPE: ~(s1.is_load | s1.is_store | s1.is_rc),
             ErrorCode.UNKNOWN_OP: Mux(s1.is_rc, ~s1.op_known, h.op != DescOp.NONE),
@@ -213,7 +228,7 @@ class DescriptorDecoder(wiring.Component):
                 cmd.op.eq(h.op),
                 cmd.dtype.eq(h.dtype),
                 cmd.keep.eq(keep), cmd.chain.eq(chain), cmd.acc.eq(acc), cmd.partial.eq(partial),
-                cmd.trans.eq(trans),
+                cmd.trans.eq(trans), cmd.group.eq(grp),
                 cmd.output_elems.eq(s1.output_elems),
                 cmd.input_beats.eq(input_beats),
                 cmd.ret_elems.eq(ret_elems),

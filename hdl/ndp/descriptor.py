@@ -50,6 +50,13 @@ that made it (the requester queue, carried beside the descriptor on the core's `
 * ``TRANS`` (bit 4): the operand A (K x N) is stored k-major: for each group of ``acc_columns`` columns, for
   each block of ``lanes`` rows, for each column of the group, the block's rows contiguous. The GEMV-PE dataflow
   (lane = contraction index, a lane-reduction tree at drain) for small N. See ``docs/ndp_descriptor.md``.
+* ``GROUP`` (bit 5; GEMM and SOFTMAX of a core with ``config.group_lanes`` = W > 0, never with TRANS, ACC or
+  PARTIAL): rows of W elements, packed g = lanes / W to a beat (the input, the result and the kept result:
+  ``R W / lanes`` beats; R a multiple of g). GEMM: input X is R x W, operand A is W x lanes (row-major), the
+  result Y is R x W with ``Y[r, j] = sum_k X[r, k] A[k, s W + j]``, s = r mod g: row r of a beat multiplies
+  the operand's segment s (the row dataflow with a per-segment broadcast, ``hdl.ndp.pe_array.PEMode.ROW_GROUP``).
+  SOFTMAX: R rows of W (the partial softmax of each, R anchors). Decode attention of g KV heads of head dim W in
+  one pass (docs/ndp_core.md, "Grouped attention"). Shapes otherwise: SHAPE_MISMATCH.
 
 Without the state a CHAIN or ACC needs, the descriptor completes with NO_CHAIN_INPUT, or FOREIGN_STATE if
 the owner has no state at all while another owner does: nothing is read either way.
@@ -63,7 +70,7 @@ from amaranth.lib import data, enum
 __all__ = [
     "CODE_BITS", "FIELD_BITS", "ADDR_BITS", "HEADER_BITS", "DESCRIPTOR_BITS", "FLIT_BYTES", "SEQ_BITS",
     "DescType", "DescOp", "DType", "ELEMENT_BYTES", "ErrorCode", "FLAG_KEEP", "FLAG_CHAIN", "FLAG_ACC",
-    "FLAG_PARTIAL", "FLAG_TRANS", "FLAG_BITS", "OWNER_BITS", "ANCHOR_ELEMS", "DECODER_CODES", "CONTROL_CODES",
+    "FLAG_PARTIAL", "FLAG_TRANS", "FLAG_GROUP", "FLAG_BITS", "OWNER_BITS", "ANCHOR_ELEMS", "DECODER_CODES", "CONTROL_CODES",
     "REQUEST_LAYOUT",
     "HEADER_LAYOUT", "TENSOR_LAYOUT", "DESCRIPTOR_LAYOUT", "command_layout",
 ]
@@ -75,12 +82,13 @@ HEADER_BITS = 20       # Type + OP + data type (PLoRA IV-C: "into 20 bits")
 DESCRIPTOR_BITS = 204  # PLoRA IV-C: "This 204-bit layout"
 FLIT_BYTES = 256       # PLoRA IV-C: "fits one 256-Byte CXL 3.1 flit"
 SEQ_BITS = 16          # decoder sequence number (descriptors accepted, modulo 2**16): project choice
-FLAG_BITS = 5          # header.flags: KEEP, CHAIN, ACC, PARTIAL, TRANS (project choice, the header's spare bits)
+FLAG_BITS = 6          # header.flags: KEEP, CHAIN, ACC, PARTIAL, TRANS, GROUP (project choice, the header's spare bits)
 FLAG_KEEP = 1          # result stays in the owner's state slot (not returned; SOFTMAX still returns its anchors)
 FLAG_CHAIN = 2         # input = the owner's KEPT result, not GPU data
 FLAG_ACC = 4           # result += the owner's partial (accumulator format) before rounding / keeping / returning
 FLAG_PARTIAL = 8       # result (after ACC) kept as the owner's partial in the accumulator format, not returned
 FLAG_TRANS = 16        # operand stored k-major in blocks of `lanes` rows: GEMV-PE dataflow (lane = k)
+FLAG_GROUP = 32        # rows of config.group_lanes packed to beats; GEMM: each beat segment its own input row (issue 29)
 OWNER_BITS = 32        # owner of a descriptor (CXL front end: PASID << 8 | queue; project choice)
 ANCHOR_ELEMS = 3       # SOFTMAX anchor slots per row: max (FP16), sum (FP32 as two FP16 slots, low half first)
 
@@ -132,14 +140,14 @@ class ErrorCode(enum.Enum, shape=5):
     OPERAND_TOO_LARGE = 6  # (has operand) operand bytes > dram_buffer_bytes
     INPUT_TOO_LARGE = 7    # (has input) input bytes > input_buffer_bytes
     ADDRESS_OVERFLOW = 8   # (has operand) base_addr + operand bytes > device_bytes (covers wrapping past 2**64)
-    SHAPE_MISMATCH = 9     # input/operand dims inconsistent for the type/OP (module docstring table)
+    SHAPE_MISMATCH = 9     # input/operand dims inconsistent for the type/OP (module docstring table; GROUP)
     BATCH_TOO_LARGE = 10   # GEMM with input dim0 (batch) > max_batch
     OUTPUT_TOO_LARGE = 11  # result elements * element size > output_buffer_bytes
     MISALIGNED = 12        # (has operand) base_addr not a multiple of align_bytes
     NOT_MULTIPLE = 13      # GEMV/GEMM: N (TRANS: K) not a multiple of lanes nor lanes/2 (then K, resp. N, even);
                            # SOFTMAX L not a multiple of lanes; STORE bytes not a multiple of align_bytes
     BAD_FLAGS = 14         # a flag on LOAD/STORE; ACC/PARTIAL/TRANS on SOFTMAX; ACC/PARTIAL without TRANS;
-                           # KEEP with PARTIAL
+                           # KEEP with PARTIAL; GROUP on GEMV, with TRANS/ACC/PARTIAL or without group_lanes
     NO_CHAIN_INPUT = 15    # (control unit) CHAIN / ACC without the owner's kept result / partial of that shape
     WINDOW_VIOLATION = 16  # (CXL front end) operand lines outside the queue's window; never reaches the core
     FOREIGN_STATE = 17     # (control unit) CHAIN / ACC from an owner with no state while another owner has state
@@ -205,6 +213,7 @@ def command_layout(config) -> data.StructLayout:
         "acc": 1,
         "partial": 1,
         "trans": 1,
+        "group": 1,
         "base_addr": ADDR_BITS,
         "operand_dim0": FIELD_BITS,
         "operand_dim1": FIELD_BITS,

@@ -27,6 +27,12 @@ figures; the bit-exact golden model is ``sim/golden/pe_array.py``.
   the tree, so ``ys`` is in column order. Every column's sum is the TRANS one, operation for operation: the
   results are bit-identical to TRANS, in half the A transfers (docs/ndp_pe_array.md).
 
+* ``ROW_GROUP`` (arrays built with ``group`` = W > 0; K = W, N = lanes): the row dataflow with one broadcast
+  per *segment* of W lanes. The x row holds ``lanes / W`` rows of W (one per segment); lane l of segment
+  s = l // W multiplies ``X[b, s W + k]``: ``Y[b, s W + j] = sum_k X[b, s W + k] A[k, s W + j]``, g = lanes / W
+  independent (1 x W) @ (W x W) products in one pass over A. Accumulation, K split and drain are ROW's
+  (nb = 1), operation for operation. Decode attention of lanes / W KV heads at once (docs/ndp_core.md).
+
 **Overlap.** A job flows through three stages, each with its own job registers: LOAD (x into one of two x
 banks), COMPUTE (A beats into one of two accumulator banks) and DRAIN (one bank out through ``y`` / ``ys``).
 Consecutive jobs alternate banks, so job i+1 loads while job i computes, and job i drains while job i+1
@@ -55,6 +61,7 @@ class PEMode(enum.Enum, shape=3):
     TRANS = 2
     TRANS_HALF = 3
     TRANS_PAIR = 4
+    ROW_GROUP = 5
 
 
 class PEArray(wiring.Component):
@@ -94,7 +101,7 @@ class PEArray(wiring.Component):
     drain_latency = loop_latency + 1
 
     def __init__(self, *, lanes: int = 4, batch: int = 1, acc: str = "fp16", max_k: int = 64,
-                 acc_columns: int = 16, a_beats: int = 1):
+                 acc_columns: int = 16, a_beats: int = 1, group: int = 0):
         if lanes < 2 or lanes & (lanes - 1):
             raise ValueError(f"lanes must be a power of two >= 2, got {lanes}")
         if batch < 1:
@@ -108,6 +115,10 @@ class PEArray(wiring.Component):
         if a_beats not in (1, 2) or (a_beats == 2 and batch < 2):
             raise ValueError(f"a_beats must be 1, or 2 with batch >= 2 (TRANS_PAIR uses PE rows 0 and 1), got "
                              f"a_beats={a_beats!r} with batch={batch}")
+        if isinstance(group, bool) or not isinstance(group, int) or group < 0 or group & (group - 1) \
+                or group > lanes // 2:
+            raise ValueError(f"group must be 0 or a power of two <= lanes / 2 ({lanes // 2}), got {group!r}")
+        self.group = group
         self.a_beats = a_beats
         self.lanes = lanes
         self.batch = batch
@@ -137,7 +148,7 @@ class PEArray(wiring.Component):
         phases), ``V`` (accumulator words used), ``beats`` (A beats), ``words`` (drained words per row)."""
         mode = PEMode(mode)
         L = self.lanes
-        if mode == PEMode.ROW:
+        if mode in (PEMode.ROW, PEMode.ROW_GROUP):
             steps, inner = k, cols
         elif mode == PEMode.ROW_HALF:
             steps, inner = k // 2, 1
@@ -147,7 +158,7 @@ class PEArray(wiring.Component):
             steps, inner = k // L, cols // 2
         else:
             steps, inner = 1, cols // 2
-        if mode in (PEMode.ROW, PEMode.ROW_HALF):
+        if mode in (PEMode.ROW, PEMode.ROW_HALF, PEMode.ROW_GROUP):
             S = 1 if inner >= self.min_nb else min(-(-self.min_nb // inner), steps)
         else:
             S = 1
@@ -249,14 +260,15 @@ class PEArray(wiring.Component):
             m.d.sync += l_derive.eq(0)
             mode = lj["mode"]
             trans_k = (mode == PEMode.TRANS) | (mode == PEMode.TRANS_PAIR)
-            steps = Mux(mode == PEMode.ROW, lj["k"],
+            row_like = (mode == PEMode.ROW) | (mode == PEMode.ROW_GROUP)
+            steps = Mux(row_like, lj["k"],
                         Mux(mode == PEMode.ROW_HALF, lj["k"] >> 1, Mux(trans_k, lj["k"] >> lsh, 1)))
-            inner = Mux(mode == PEMode.ROW, l_cols,
+            inner = Mux(row_like, l_cols,
                         Mux(mode == PEMode.ROW_HALF, 1, Mux(mode == PEMode.TRANS, l_cols, l_cols >> 1)))
             ceil_tab = Const(1, 4)
             for n in range(self.min_nb - 1, 0, -1):
                 ceil_tab = Mux(inner == n, -(-self.min_nb // n), ceil_tab)
-            is_row = (mode == PEMode.ROW) | (mode == PEMode.ROW_HALF)
+            is_row = row_like | (mode == PEMode.ROW_HALF)
             split = Mux(is_row, Mux(ceil_tab > steps, steps, ceil_tab), 1)
             m.d.sync += [lj["steps"].eq(steps), lj["inner"].eq(inner), lj["S"].eq(split),
                          lj["V"].eq(split * inner)]
@@ -316,9 +328,10 @@ class PEArray(wiring.Component):
         s1_mode = Signal(PEMode)
         s1_bank = Signal()
         s1_rows = Signal(range(self.batch + 1))
-        x_addr = Mux(cj["mode"] == PEMode.ROW, c_k >> lsh,
+        c_row_like = (cj["mode"] == PEMode.ROW) | (cj["mode"] == PEMode.ROW_GROUP)
+        x_addr = Mux(c_row_like, c_k >> lsh,
                      Mux(cj["mode"] == PEMode.ROW_HALF, c_k >> (lsh - 1), c_k))
-        x_idx = Mux(cj["mode"] == PEMode.ROW, c_k[:lsh], Cat(Const(0, 1), c_k[:lsh - 1]))
+        x_idx = Mux(c_row_like, c_k[:lsh], Cat(Const(0, 1), c_k[:lsh - 1]))
         first_now = Mux(c_is_trans, c_k == 0, c_first)
         with m.If(issue):
             m.d.sync += [s1_beat.eq(self.a.payload), s1_first.eq(first_now), s1_idx.eq(x_idx),
@@ -367,19 +380,29 @@ class PEArray(wiring.Component):
         accword = Mux(s1_bank, acc_rd[1].data, acc_rd[0].data)
         zs = []
         s1_pair = s1_mode == PEMode.TRANS_PAIR
+        GW = self.group
         for b in range(NB):
             xw = xword[16 * L * b:16 * L * (b + 1)]
             pair = xw.word_select(s1_idx >> 1, 32)
             even, odd = pair[:16], pair[16:]
             accw = accword[w * L * b:w * L * (b + 1)]
+            # ROW_GROUP: one broadcast per segment of GW lanes, element k of the segment's own W inputs
+            segx = []
+            for seg in range(L // GW if GW else 0):
+                sx = Signal(16, name=f"segx_{b}_{seg}")
+                sw = xw[16 * GW * seg:16 * GW * (seg + 1)]
+                m.d.comb += sx.eq(sw.word_select(s1_idx[:exact_log2(GW)], 16) if GW > 1 else sw)
+                segx.append(sx)
             for lane in range(L):
                 aligned = xw[16 * lane:16 * lane + 16]
                 folded = xw[16 * (lane % half):16 * (lane % half) + 16]
                 bcast = Mux(s1_idx[0], odd, even) if L > 1 else even
                 xval = Signal(16, name=f"xval_{b}_{lane}")
-                m.d.comb += xval.eq(Mux(s1_mode == PEMode.ROW, bcast,
-                                        Mux(s1_mode == PEMode.ROW_HALF, even if lane < half else odd,
-                                            Mux(s1_mode == PEMode.TRANS_HALF, folded, aligned))))
+                other = Mux(s1_mode == PEMode.ROW_HALF, even if lane < half else odd,
+                            Mux(s1_mode == PEMode.TRANS_HALF, folded, aligned))
+                if GW:
+                    other = Mux(s1_mode == PEMode.ROW_GROUP, segx[lane // GW], other)
+                m.d.comb += xval.eq(Mux(s1_mode == PEMode.ROW, bcast, other))
                 a_lo = s1_beat[16 * lane:16 * (lane + 1)]
                 if self.a_beats == 2 and b == 1:        # TRANS_PAIR: row 1 takes the transfer's second beat
                     a_val = Mux(s1_pair, s1_beat[16 * (L + lane):16 * (L + lane + 1)], a_lo)
@@ -402,8 +425,9 @@ class PEArray(wiring.Component):
         # ---- DRAIN, row modes: direct (S = 1, ROW) or reduction through the lane adders
         y_adv = Signal()
         m.d.comb += y_adv.eq(~self.y.valid | self.y.ready)
-        direct = d_busy & ~d_is_trans & (dj["S"] == 1) & (dj["mode"] == PEMode.ROW)
-        reduce = d_busy & ~d_is_trans & ~((dj["S"] == 1) & (dj["mode"] == PEMode.ROW))
+        d_row_like = (dj["mode"] == PEMode.ROW) | (dj["mode"] == PEMode.ROW_GROUP)
+        direct = d_busy & ~d_is_trans & (dj["S"] == 1) & d_row_like
+        reduce = d_busy & ~d_is_trans & ~((dj["S"] == 1) & d_row_like)
         out_sel = Signal()                          # y payload: 0 direct (read data), 1 reduction register
         out_b = Signal(range(max(self.batch, 2)))
         red_y = Signal(w * L)

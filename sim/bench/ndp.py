@@ -229,13 +229,19 @@ def paper_figures(model=None) -> dict:
     # decode attention of a batch (issue 29 item 1): every request's share on this device of every KV head as one
     # descriptor stream (NDPPerfModel.attention_batch_s), against the time the device memory takes to deliver the
     # shares' K and V bytes alone (its stream of those lines: refresh, row switches and first latency included);
-    # "per_pair" is the same batch priced pair by pair from an idle device (attention_s, before the stream)
+    # "per_pair" is the same batch priced pair by pair from an idle device (attention_s, before the stream);
+    # "per_head" the stream with every (request, KV head) pair its own kernel (kernels.attention_integral: the
+    # design before the grouped kernel, NDPPerfModel(grouped_attention=False)); "grouped": whether the host issues
+    # the grouped kernel (4 KV heads per entry) for this share
     attention = []
+    m_head = NDPPerfModel(m.config, m.memory, m.cal, overlap=m.overlap, grouped_attention=False)
+    m_head._kcache = m._kcache          # (the per-head kernels' times are the same computation)
     for name, kvh, qh, hd in ATTN_MODELS:
         for share in ATTN_SHARES:
             for b in ATTN_BATCHES:
                 tok = np.full(b, share)
                 t_stream = m.attention_batch_s(tok, hd, qh, kvh)
+                t_head = m_head.attention_batch_s(tok, hd, qh, kvh)
                 t_pairs = float(np.sum(m.attention_s(tok, hd, qh, kvh)))
                 kv_bytes = b * kvh * share * hd * 2 * 2
                 mem_s = m.memory.stream(-(-kv_bytes // m.memory.line_bytes)) * m.memory.ratio / m.hz
@@ -245,7 +251,8 @@ def paper_figures(model=None) -> dict:
                                   "share_tokens": share, "batch": b, "kv_bytes": kv_bytes, "device_s": t_stream,
                                   "memory_alone_s": mem_s, "mac_peak_s": mac_s, "efficiency": mem_s / t_stream,
                                   "roofline_efficiency": max(mem_s, mac_s) / t_stream,
-                                  "efficiency_per_pair": mem_s / t_pairs})
+                                  "efficiency_per_pair": mem_s / t_pairs, "efficiency_per_head": mem_s / t_head,
+                                  "grouped": bool(t_stream < t_head)})
     # back to back: 32 E4 descriptors (rank 16, D = 4096, batch 1, 128 KiB each) vs the same 4 MiB in the
     # largest descriptors the firmware issues (one E4 at D = 16384, R = 128: 8 K-tiles of 512 KiB)
     small = m.program_cycles([e for _ in range(32) for e in m.kernel_program("e4", 4096, 16, 1)])
@@ -268,7 +275,8 @@ def paper_figures(model=None) -> dict:
 
 def attention_figure(attention: list, path) -> Path:
     """Attention efficiency against the share's length (``paper_figures()["attention_batch"]``): per model, the
-    batch of 32 as one descriptor stream and the same pairs priced one by one from an idle device; PNG at
+    batch of 32 as one descriptor stream (grouped kernel where faster; one kernel per KV head) and the same pairs
+    priced one by one from an idle device; PNG at
     ``path`` (matplotlib, Agg)."""
     import matplotlib
     matplotlib.use("Agg")
@@ -278,9 +286,12 @@ def attention_figure(attention: list, path) -> Path:
         rows = sorted((a for a in attention if a["model"] == name and a["batch"] == 32),
                       key=lambda a: a["share_tokens"])
         x = [a["share_tokens"] for a in rows]
-        line, = ax.plot(x, [100 * a["efficiency"] for a in rows], marker="o", label=f"{name}: batch stream")
+        line, = ax.plot(x, [100 * a["efficiency"] for a in rows], marker="o",
+                        label=f"{name}: batch stream, grouped kernel where faster")
+        ax.plot(x, [100 * a["efficiency_per_head"] for a in rows], marker="s", linestyle=":",
+                color=line.get_color(), label=f"{name}: batch stream, one kernel per KV head (before)")
         ax.plot(x, [100 * a["efficiency_per_pair"] for a in rows], marker="x", linestyle="--",
-                color=line.get_color(), label=f"{name}: pair by pair from idle (before)")
+                color=line.get_color(), alpha=0.5, label=f"{name}: pair by pair from idle (first)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens of a request's share on the device")
     ax.set_ylabel("% of the memory's time for the K, V bytes")
@@ -319,6 +330,24 @@ def main(argv=None):
         errs.append(_err(mc, c))
         print(f"   {name:>18} {len(prog):>3} desc  RTL {c:>6}  model {mc:>8.1f}  {100 * _err(mc, c):+.2f}%")
     out["rtl"]["validation_burst"] = rows
+    # the grouped attention (issue 29) on the grouped DUT (tests/hdl/ndp/test_core.py's tiny-group core)
+    from sim.perf.ndp import rtl_group_config, grouped_programs
+    from sim.ndp.system import NDPBurstSystem
+    gcfg, gmem = rtl_group_config()
+    gdut = NDPBurstSystem(config=gcfg, burst_bits=gmem.line_bytes * 8, depth=512)
+    gmodel = NDPPerfModel(gcfg, gmem)
+    grows = []
+    piped = grouped_programs(gcfg, pipelined=True)
+    for name, prog in grouped_programs(gcfg).items():
+        c = rtl_cycles(prog, gcfg, gdut, _verilator())
+        mc = gmodel.program_cycles(prog)
+        cp = rtl_cycles(piped[name], gcfg, gdut, _verilator())
+        grows.append({"name": name, "descriptors": len(prog), "rtl_cycles": c, "model_cycles": mc,
+                      "rel_err": _err(mc, c), "rtl_cycles_pipelined": cp})
+        errs.append(_err(mc, c))
+        print(f"   {name:>18} {len(prog):>3} desc  RTL {c:>6}  model {mc:>8.1f}  {100 * _err(mc, c):+.2f}%  "
+              f"(pipelined, not priced: RTL {cp}, {100 * (cp - c) / c:+.1f}%)")
+    out["rtl"]["validation_grouped"] = grows
     if not quick:
         m = ddr4_model()
         print("NDP core bench: tiny geometry (8 lanes x 2 PE rows, FP32 accumulation) on DDR4-3200 (tiny channel, "

@@ -15,7 +15,7 @@ The model works at descriptor granularity (no timing) and mirrors the core (``hd
 * Device memory is byte-addressed, little-endian FP16 elements. LOAD returns ``operand_bytes / 2`` elements
   from ``base_addr``; STORE writes its input to ``base_addr`` and returns nothing.
 * GEMV/GEMM: :func:`sim.golden.pe_array.gemm_mode` in ``config.acc`` (row, row_half, trans or trans_half
-  dataflow, ``docs/ndp_pe_array.md``; a TRANS operand is read in its k-major layout of column groups and
+  dataflow; GROUP: :func:`sim.golden.pe_array.gemm_group` on the R / g packed beats, the result R x W, ``docs/ndp_pe_array.md``; a TRANS operand is read in its k-major layout of column groups and
   row blocks, :func:`trans_layout`); ACC adds the partial (``partial + y`` in the accumulator format); PARTIAL keeps the
   result in the accumulator format; otherwise, for ``acc="fp32"``, each result is rounded to FP16
   (:func:`sim.golden.fp16.from_f32`, RNE). Row-major B x N.
@@ -42,7 +42,7 @@ from hdl.ndp.descriptor import DescType, DescOp, ErrorCode, SEQ_BITS, OWNER_BITS
 from hdl.fp.format import FP16, FP32
 from . import fp16
 from .bits import as_bits, canonicalize_nan
-from .pe_array import gemm_mode, mode_of
+from .pe_array import gemm_mode, gemm_group, mode_of
 from .softmax import softmax_rows
 
 __all__ = ["Completion", "GoldenCore", "StateTable", "beats", "unbeats", "x_beats", "trans_layout",
@@ -299,9 +299,14 @@ class GoldenCore:
             return empty, None, None
         if desc.is_mm:
             a = self._operand(desc)
-            x = inp.reshape(desc.input_dim0, desc.input_dim1)
-            mode = mode_of(a.shape[0], a.shape[1], cfg.lanes, desc.trans)
-            y = gemm_mode(x, a, acc=cfg.acc, lanes=cfg.lanes, mode=mode)
+            if desc.grouped(cfg):       # R rows of W = R / g PE rows of one beat; the result R x W
+                x = inp.reshape(-1, cfg.lanes)
+                y = gemm_group(x, a, acc=cfg.acc, lanes=cfg.lanes, group=cfg.group_lanes)
+                y = y.reshape(desc.input_dim0, desc.input_dim1)
+            else:
+                x = inp.reshape(desc.input_dim0, desc.input_dim1)
+                mode = mode_of(a.shape[0], a.shape[1], cfg.lanes, desc.trans)
+                y = gemm_mode(x, a, acc=cfg.acc, lanes=cfg.lanes, mode=mode)
             if desc.acc:
                 ftype = np.float32 if cfg.acc == "fp32" else np.float16
                 with np.errstate(all="ignore"):
@@ -403,7 +408,7 @@ def x_beats(program, config: NDPConfig) -> list[int]:
         if st != ErrorCode.OK or not desc.has_input or desc.chain:
             continue
         bits = _input_bits(desc, data, f"program[{i}]")
-        if desc.type == DescType.READ_COMPUTE:
+        if desc.type == DescType.READ_COMPUTE and not desc.grouped(config):   # (GROUP: packed rows)
             rows, cols = desc.input_dim0, desc.input_dim1
             w = -(-cols // lanes) * lanes
             padded = np.zeros((rows, w), np.uint16)

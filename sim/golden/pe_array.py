@@ -13,6 +13,9 @@ with :func:`sim.golden.fp16.mac` semantics (product rounded to the accumulator f
 * **trans** (the GEMV PEs: lane = contraction index; A stored k-major in blocks of ``lanes`` rows): lane ``l``
   accumulates ``k = l, l + lanes, ...`` (``S = lanes`` phases, or ``S = K`` when ``K = lanes / 2``), and the
   lanes are reduced by a pairwise tree (level ``j`` adds neighbours ``(2i, 2i+1)`` of level ``j - 1``).
+* **row, group** (``group`` = W; X is B x lanes, A is W x lanes): segment s of W lanes multiplies its own
+  inputs ``X[b, s W : (s + 1) W]``: per segment the row dataflow of a (B, W) @ (W, W) product with the K split
+  of a whole job (``nb = 1``: ``S = min(MIN_NB, W)`` phases).
 * **trans, pair** (one input row, N even: the GEMV PEs at two A beats per cycle, PE rows 0 and 1 on columns 2j
   and 2j + 1): every column's operations are the trans ones, so the result is the trans result.
 
@@ -27,7 +30,7 @@ from hdl.fp.format import FP16, FP32
 from . import fp16
 from .bits import as_bits, canonicalize_nan, to_float64
 
-__all__ = ["gemm", "gemv", "gemm_mode", "to_float64", "accuracy", "phases", "MIN_NB", "MODES", "mode_of"]
+__all__ = ["gemm", "gemv", "gemm_mode", "gemm_group", "to_float64", "accuracy", "phases", "MIN_NB", "MODES", "mode_of"]
 
 #: The PE array's accumulator loop length (hdl.ndp.pe_array.PEArray.min_nb = 1 + FPMAC latency 7).
 MIN_NB = 8
@@ -48,7 +51,7 @@ def _acc_dtype(acc):
 
 
 #: The PE array's dataflows (``hdl.ndp.pe_array.PEMode`` names).
-MODES = ("row", "row_half", "trans", "trans_half", "trans_pair")
+MODES = ("row", "row_half", "trans", "trans_half", "trans_pair", "row_group")
 
 
 def mode_of(k: int, n: int, lanes: int, trans: bool) -> str:
@@ -120,17 +123,35 @@ def _operands(x_bits, a_bits):
     return x, a
 
 
+def gemm_group(x_bits, a_bits, *, acc: str = "fp16", lanes: int, group: int) -> np.ndarray:
+    """The ``row_group`` dataflow: X (B, lanes), A (W, lanes) with W = ``group`` -> Y (B, lanes) in the accumulator
+    format, ``Y[b, s W + j] = sum_k X[b, s W + k] A[k, s W + j]`` (module docs)."""
+    _acc_dtype(acc)
+    x = as_bits(x_bits, FP16, "X")
+    a = as_bits(a_bits, FP16, "A")
+    W = group
+    if isinstance(W, bool) or not isinstance(W, (int, np.integer)) or W < 1 or W & (W - 1) or lanes % W:
+        raise ValueError(f"group must be a power of two dividing lanes ({lanes}), got {group!r}")
+    if x.ndim != 2 or a.shape != (W, lanes) or x.shape[1] != lanes:
+        raise ValueError(f"row_group needs X (B, {lanes}) and A ({W}, {lanes}), got X{x.shape} A{a.shape}")
+    S = phases(W, lanes, lanes)
+    y = np.concatenate([_reduce_phases(_phase_sums(x[:, s * W:(s + 1) * W], a[:, s * W:(s + 1) * W], S, acc))
+                        for s in range(lanes // W)], axis=1)
+    return _bits_out(y, acc)
+
+
 def gemm_mode(x_bits, a_bits, *, acc: str = "fp16", lanes: int, mode: str) -> np.ndarray:
     """``Y = X @ A`` on raw bits in dataflow ``mode`` (:data:`MODES`) of a ``lanes``-lane array: X (B, K) uint16,
     A (K, N) uint16 (logical shape; the storage order of a TRANS operand does not change the arithmetic) ->
-    Y (B, N), uint16 for ``acc="fp16"``, uint32 (binary32 bits) for ``acc="fp32"``."""
+    Y (B, N), uint16 for ``acc="fp16"``, uint32 (binary32 bits) for ``acc="fp32"``. (``row_group``:
+    :func:`gemm_group`.)"""
     _acc_dtype(acc)
     x, a = _operands(x_bits, a_bits)
     K, N = a.shape
     if isinstance(lanes, bool) or not isinstance(lanes, (int, np.integer)) or lanes < 1 or lanes & (lanes - 1):
         raise ValueError(f"lanes must be a power of two >= 1, got {lanes!r}")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode not in MODES or mode == "row_group":
+        raise ValueError(f"mode must be one of {MODES[:-1]} (row_group: gemm_group), got {mode!r}")
     if mode == "trans_pair":
         if x.shape[0] != 1 or N % 2 or mode_of(K, N, lanes, True) != "trans":
             raise ValueError(f"trans_pair needs one input row (got {x.shape[0]}), N even (got {N}) and K a "

@@ -228,7 +228,7 @@ class NDPPerfModel:
     kind = "calibrated"
 
     def __init__(self, config: NDPConfig = TINY, memory=None, calibration: Calibration | None = None, *,
-                 overlap: bool = True):
+                 overlap: bool = True, grouped_attention: bool = True):
         if not isinstance(config, NDPConfig):
             raise ValueError(f"config must be an NDPConfig, got {type(config).__name__}")
         self.config = config
@@ -236,6 +236,12 @@ class NDPPerfModel:
         self.memory = memory if memory is not None else BurstMemoryModel(config.align_bytes)
         self.cal = calibration if calibration is not None else load_calibration()
         self.overlap = bool(overlap)
+        #: decode attention of ``lanes / group_lanes`` KV heads at once where the head dim is ``group_lanes``
+        #: (firmware kernels.attention_grouped); False prices every (request, KV head) pair on its own
+        #: (kernels.attention_integral), the design before it (the bench's "before")
+        if not isinstance(grouped_attention, bool):
+            raise ValueError(f"grouped_attention must be a bool, got {grouped_attention!r}")
+        self.grouped_attention = grouped_attention
         #: the PE array's one DRAIN stage is shared by every descriptor's jobs (hdl/ndp/pe_array.py)
         self.drain_stage = True
         self.pe = PEArray(lanes=config.lanes, batch=config.pe_batch, acc=config.acc, max_k=config.max_k,
@@ -252,7 +258,8 @@ class NDPPerfModel:
         mem_key = getattr(self.memory, "key", None)
         shared = mem_key is not None
         mem_key = mem_key if shared else (type(self.memory).__name__, id(self.memory))
-        self.cache_key = ("ndp-perf", config, mem_key, self.memory.line_bytes, self.cal, self.overlap)
+        self.cache_key = ("ndp-perf", config, mem_key, self.memory.line_bytes, self.cal, self.overlap,
+                          self.grouped_attention)
         # kernel cycles are shared by every instance of the same model in a process (the host builds one per run)
         self._kcache = _KERNEL_CACHES.setdefault(self.cache_key, {}) if shared else {}
         self._scache = {}
@@ -274,7 +281,7 @@ class NDPPerfModel:
         kernel repeats its tiles' shapes). The returned dict is shared: read it, do not change it."""
         k = _kind(d)
         key = (k, d.operand_bytes, d.operand_dim0, d.operand_dim1, d.input_dim0, d.input_dim1, d.input_bytes,
-               bool(d.chain), d.returned_elems())
+               bool(d.chain), bool(d.keep), d.returned_elems(), d.grouped(self.config))
         got = self._scache.get(key)
         if got is None:
             got = self._scache[key] = self._shape(d, k)
@@ -284,16 +291,22 @@ class NDPPerfModel:
         L, cfg, pe = self.lanes, self.config, self.pe
         lines = 0 if k in ("softmax", "store") else -(-d.operand_bytes // self.memory.line_bytes)
         out = {"kind": k, "lines": lines, "passes": 0, "pass": [], "x": 0, "x_first": None, "ret": 0,
-               "chain": bool(d.chain)}
+               "chain": bool(d.chain), "keep": bool(d.keep)}
         if k in ("row", "trans"):
-            B, K, N = d.input_dim0, d.operand_dim0, d.operand_dim1
+            grouped = d.grouped(cfg)
+            # GROUP: R rows of W are R / g PE rows of one packed beat (hdl/ndp/core.py), K = W, N = lanes
+            B = d.input_dim0 // cfg.group_segments if grouped else d.input_dim0
+            K, N = d.operand_dim0, d.operand_dim1
             out["x"] = B * -(-K // L)
             if k == "trans":
                 mode = PEMode.TRANS if K % L == 0 else PEMode.TRANS_HALF
+            elif grouped:
+                mode = PEMode.ROW_GROUP
             else:
                 mode = PEMode.ROW if N % L == 0 else PEMode.ROW_HALF
-            nb = N // L if mode == PEMode.ROW else 1
-            cols = {PEMode.ROW: nb, PEMode.ROW_HALF: 1, PEMode.TRANS: N, PEMode.TRANS_HALF: N}[mode]
+            nb = N // L if mode in (PEMode.ROW, PEMode.ROW_GROUP) else 1
+            cols = {PEMode.ROW: nb, PEMode.ROW_GROUP: nb, PEMode.ROW_HALF: 1, PEMode.TRANS: N,
+                    PEMode.TRANS_HALF: N}[mode]
             passes = []
             beats_first = 0
             for r0 in range(0, B, cfg.pe_batch):
@@ -316,7 +329,7 @@ class NDPPerfModel:
                     if mode in (PEMode.TRANS, PEMode.TRANS_HALF):
                         drain = rows * g + pe.tree_latency      # one scalar per cycle (TRANS_PAIR: rows 1)
                         occ = rows * g                  # TRANS_PAIR: + the calibrated pair_free (in _run)
-                    elif j["S"] == 1 and mode == PEMode.ROW:
+                    elif j["S"] == 1 and mode in (PEMode.ROW, PEMode.ROW_GROUP):
                         drain = rows * j["words"] + pe.drain_latency      # PEArray.cycles, nb >= 8
                         occ = rows * j["words"]
                     else:
@@ -339,7 +352,7 @@ class NDPPerfModel:
             out["pass"] = passes
         elif k == "softmax":
             R, Lt = d.input_dim0, d.input_dim1
-            out["x"] = R * -(-Lt // L)
+            out["x"] = R * Lt // L if d.grouped(cfg) else R * -(-Lt // L)       # (GROUP: packed rows)
             out["pass"] = [(self.sfu.cycles(R, -(-Lt // cfg.sfu_lanes)), 0, None, 0, False)]
             out["passes"] = 1
         elif k == "load":
@@ -357,9 +370,10 @@ class NDPPerfModel:
         """Core cycles from the first request to the last completion of ``program`` (Descriptors, or
         (Descriptor, input[, owner]) entries; every descriptor assumed OK)."""
         descs = [e[0] if isinstance(e, tuple) else e for e in program]
-        return self._run([self.shape(d) for d in descs])
+        owners = [e[2] if isinstance(e, tuple) and len(e) == 3 else 0 for e in program]
+        return self._run([self.shape(d) for d in descs], owners)
 
-    def _run(self, shapes) -> float:
+    def _run(self, shapes, owners=None) -> float:
         c, mem = self.cal, self.memory
         r = mem.ratio
         t_issue_free = c.start                  # memory engine free to issue
@@ -370,7 +384,9 @@ class NDPPerfModel:
         done_prev = 0.0                         # previous completion
         cum = 0
         cum_ends, comp_ends = [], []
+        kept_at = {}                            # owner -> its last KEEP's result written (a CHAIN's producer)
         for i, s in enumerate(shapes):
+            owner = owners[i] if owners is not None else 0
             lines = s["lines"]
             # ---- memory: ring space, then the stream
             if not self.overlap:
@@ -397,7 +413,8 @@ class NDPPerfModel:
             cum += lines
             # ---- input: x from the GPU (ready from the start) or the CHAIN copy of the kept result
             x_first = s["x"] if s["x_first"] is None else s["x_first"]
-            x_ready = (drain_prev + c.chain if s["chain"] else c.start) + x_first
+            # (the core copies a CHAIN's input once its producer, the owner's last KEEP, has written it)
+            x_ready = (kept_at.get(owner, drain_prev) + c.chain if s["chain"] else c.start) + x_first
             # ---- PE passes (jobs)
             t = max(comp_prev + c.gap, arrive_first + c.lead, x_ready + c.lead)
             drain_end = 0.0
@@ -428,6 +445,8 @@ class NDPPerfModel:
             comp_ends.append(t)
             cum_ends.append(cum)
             drain_prev = max(drain_end, t) + getattr(c, "post_" + s["kind"], 0.0)
+            if s["keep"]:
+                kept_at[owner] = drain_prev
             done_prev = max(drain_prev, done_prev + (c.ret_gap if i else 0.0)) + s["ret"]
         return done_prev
 
@@ -455,7 +474,13 @@ class NDPPerfModel:
             hd, tokens, g = args
             lay = K.kv_layout(hd, tokens, config=replace(cfg, device_bytes=1 << 62), rows=g)
             return K.attention_integral(np.zeros((g, hd), np.uint16), lay, config=cfg).program
-        raise ValueError(f"unknown kernel {name!r}; allowed: e2, e3, e4, attention")
+        if name == "attention_grouped":
+            # n entries of the same shape as one batch stream (kernels.attention_batch)
+            hd, tokens, g, *n = args
+            lay = K.kv_group_layout(hd, tokens, config=replace(cfg, device_bytes=1 << 62), rows=g)
+            q = np.zeros((g, cfg.group_segments, hd), np.uint16)
+            return K.attention_batch([(q, lay)] * (n[0] if n else 1), config=cfg).entries()
+        raise ValueError(f"unknown kernel {name!r}; allowed: e2, e3, e4, attention, attention_grouped")
 
     def kernel_cycles(self, name, *args) -> float:
         return self._kernel(name, *[int(a) for a in args])
@@ -565,12 +590,67 @@ class NDPPerfModel:
             raise ValueError("tokens must be finite and >= 0")
         g = q_heads // kv_heads
         from firmware.ndp.kernels import share_tokens
-        padded = np.atleast_1d(share_tokens(tok, self.config)).reshape(tok.shape)
+        cfg = self.config
+        padded = np.atleast_1d(share_tokens(tok, cfg)).reshape(tok.shape)
         out = np.zeros_like(tok)
         for v in np.unique(padded):
             if v > 0:
                 out[padded == v] = kv_heads * fn(head_dim, int(v), g) / self.hz
+        if self.uses_grouped(head_dim, q_heads, kv_heads):
+            # the grouped kernel (kv_heads / segs entries of segs heads, the share in whole tiles of W tokens)
+            # where it is faster: the host issues, per share, the cheaper of the two kernels (both exact)
+            W, segs = cfg.group_lanes, cfg.group_segments
+            fg = _GROUPED[fn.__name__].__get__(self)
+            pg = np.ceil(tok / W) * W
+            for v in np.unique(pg):
+                if v > 0:
+                    sel = pg == v
+                    out[sel] = np.minimum(out[sel], (kv_heads // segs) * fg(head_dim, int(v), g) / self.hz)
         return float(out) if np.ndim(tokens) == 0 else out
+
+    def uses_grouped(self, head_dim, q_heads, kv_heads) -> bool:
+        """Whether a layer's decode attention of this shape runs in the grouped dataflow
+        (kernels.attention_grouped, ``lanes / group_lanes`` KV heads per entry): the model prices it so
+        (``grouped_attention``), the head dim is the core's ``group_lanes``, the KV heads fill whole groups and
+        a GQA group's rows fit the descriptor (rows x segments <= max_batch)."""
+        cfg = self.config
+        if not (self.grouped_attention and cfg.group_lanes and head_dim == cfg.group_lanes):
+            return False
+        segs = cfg.group_segments
+        return kv_heads % segs == 0 and (q_heads // kv_heads) * segs <= cfg.max_batch
+
+    def _attg_inc(self, hd, tokens, g):
+        """:meth:`_attention_inc` of one grouped entry (``lanes / group_lanes`` KV heads, ``tokens`` a multiple
+        of W): the stream of three entries minus that of two (kernels.attention_batch); beyond four tiles
+        extrapolated per tile."""
+        key = ("attg_inc", hd, tokens, g)
+        if key not in self._kcache:
+            W = self.config.group_lanes
+            n = tokens // W
+            if n <= 4:
+                t = self.kernel_cycles("attention_grouped", hd, tokens, g, 3) \
+                    - self.kernel_cycles("attention_grouped", hd, tokens, g, 2)
+            else:
+                t4 = self._attg_inc(hd, 4 * W, g)
+                t3 = self._attg_inc(hd, 3 * W, g)
+                t = t4 + (n - 4) * (t4 - t3)
+            self._kcache[key] = t
+        return self._kcache[key]
+
+    def _attg_cycles(self, hd, tokens, g):
+        """:meth:`_attention_cycles` of one grouped entry, from an idle device."""
+        key = ("attg", hd, tokens, g)
+        if key not in self._kcache:
+            W = self.config.group_lanes
+            n = tokens // W
+            if n <= 4:
+                t = self.kernel_cycles("attention_grouped", hd, tokens, g)
+            else:
+                t4 = self.kernel_cycles("attention_grouped", hd, 4 * W, g)
+                t3 = self.kernel_cycles("attention_grouped", hd, 3 * W, g)
+                t = t4 + (n - 4) * (t4 - t3)
+            self._kcache[key] = t
+        return self._kcache[key]
 
     def _attention_inc(self, hd, tokens, g):
         """Core cycles one (request, KV head) pair of ``tokens`` adds to a stream of such pairs: the program of
@@ -609,6 +689,10 @@ class NDPPerfModel:
                 t = t4 + (n - 4) * (t4 - t3)
             self._kcache[key] = t
         return self._kcache[key]
+
+
+#: the grouped counterpart of each per-pair pricing function (NDPPerfModel._attention_vec)
+_GROUPED = {"_attention_cycles": NDPPerfModel._attg_cycles, "_attention_inc": NDPPerfModel._attg_inc}
 
 
 # ---- the precomputed kernel table ---------------------------------------------------------------------------
@@ -770,11 +854,39 @@ def validation_programs(config):
     return out
 
 
+def rtl_group_config():
+    """tests/hdl/ndp/test_core.py's grouped DUT: the tiny core with the grouped dataflow (segments of W = 2 of 8
+    lanes, 4 per beat as PAPER's 128 of 512; a 2-lane SFU; GQA groups of 2) on the same burst memory."""
+    cfg, mem = rtl_config()
+    return replace(cfg, name="tiny-group", sfu_lanes=2, group_lanes=2, max_batch=8), mem
+
+
+def grouped_programs(config, seed=0, pipelined=False):
+    """Grouped attention streams (kernels.attention_batch of kv_group_layout entries; issue 29) on ``config``
+    (:func:`rtl_group_config`): (query rows B, tokens per share, entries) = (1, 2, 8), (1, 8, 8), (2, 4, 6),
+    (1, 16, 3). None of them is a calibration shape (the constants were fitted before the grouped kernel).
+    ``pipelined``: the same entries software-pipelined (``attention_batch(pipelined=True)``; not priced)."""
+    from firmware.ndp import kernels as K
+    rng = np.random.default_rng(seed)
+    g, W = config.group_segments, config.group_lanes
+    out = {}
+    for B, l, n in ((1, 2, 8), (1, 8, 8), (2, 4, 6), (1, 16, 3)):
+        ents, base = [], 0
+        for _ in range(n):
+            lay = K.kv_group_layout(W, l, config=config, rows=B, base=base)
+            base = lay["end"]
+            ents.append(((rng.standard_normal((B, g, W))).astype(np.float16).view(np.uint16), lay))
+        out[f"att_grouped_b{B}_l{l}_x{n}"] = K.attention_batch(ents, config=config, pipelined=pipelined).entries()
+    return out
+
+
 def rtl_cycles(program, config, dut, backend):
-    """Cycles of ``program`` on the RTL ``dut`` (owner 0); every completion must be OK."""
+    """Cycles of ``program`` (entries (Descriptor, input[, owner]); owner 0 if absent) on the RTL ``dut``; every
+    completion must be OK."""
     from sim.golden.ndp_core import x_beats
-    n_y = sum(-(-d.returned_elems() // config.lanes) for d, _ in program)
-    run = backend.run_streams(dut, {"desc": [d.request(0) for d, _ in program], "x": x_beats(program, config)},
+    n_y = sum(-(-e[0].returned_elems() // config.lanes) for e in program)
+    reqs = [e[0].request(e[2] if len(e) == 3 else 0) for e in program]
+    run = backend.run_streams(dut, {"desc": reqs, "x": x_beats(program, config)},
                               {"y": n_y, "cpl": len(program)}, max_cycles=2_000_000)
     status = [(w >> 16) & 0x1F for w in run.outputs["cpl"]]
     if any(status):

@@ -60,12 +60,12 @@ def test_enum_codes_are_documented():
 
 
 def test_encode_places_fields_at_their_offsets():
-    d = Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=DType.FP16, flags=0x16, reserved=0x5,
+    d = Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=DType.FP16, flags=0x36, reserved=0x2,
                    base_addr=0x0123_4567_89AB_CDEF, operand_bytes=0x11111, operand_dim0=0x22222,
                    operand_dim1=0x33333, input_bytes=0x44444, input_dim0=0x55555, input_dim1=0x66666)
     v = d.encode()
-    assert v & 0xF == 3 and (v >> 4) & 0xF == 2 and (v >> 8) & 0xF == 1 and (v >> 12) & 0x1F == 0x16
-    assert (v >> 17) & 0x7 == 0x5
+    assert v & 0xF == 3 and (v >> 4) & 0xF == 2 and (v >> 8) & 0xF == 1 and (v >> 12) & 0x3F == 0x36
+    assert (v >> 18) & 0x3 == 0x2
     assert (v >> 20) & ((1 << 64) - 1) == 0x0123_4567_89AB_CDEF
     for k, val in enumerate((0x11111, 0x22222, 0x33333, 0x44444, 0x55555, 0x66666)):
         assert (v >> (84 + 20 * k)) & 0xFFFFF == val
@@ -78,7 +78,7 @@ def u(bits):
 
 
 descriptors = st.builds(
-    Descriptor, type=u(4), op=u(4), dtype=u(4), flags=u(5), reserved=u(3), base_addr=u(64),
+    Descriptor, type=u(4), op=u(4), dtype=u(4), flags=u(6), reserved=u(2), base_addr=u(64),
     operand_bytes=u(20), operand_dim0=u(20), operand_dim1=u(20),
     input_bytes=u(20), input_dim0=u(20), input_dim1=u(20))
 
@@ -109,7 +109,7 @@ def test_known_codes_become_enum_members():
 
 
 @pytest.mark.parametrize("field,value", [
-    ("type", 16), ("op", -1), ("dtype", 1.0), ("reserved", 8), ("flags", 32), ("base_addr", 1 << 64),
+    ("type", 16), ("op", -1), ("dtype", 1.0), ("reserved", 4), ("flags", 64), ("base_addr", 1 << 64),
     ("operand_bytes", 1 << 20), ("operand_dim0", -1), ("input_dim1", 1 << 20), ("input_bytes", True),
 ])
 def test_descriptor_rejects_out_of_range_fields(field, value):
@@ -183,13 +183,14 @@ BAD = {
     "flags-acc-no-trans": (gemv(0, 16, 32, acc=True), ErrorCode.BAD_FLAGS),
     "flags-partial-no-trans": (gemv(0, 16, 32, partial=True), ErrorCode.BAD_FLAGS),
     "flags-keep-partial": (gemv(0, 16, 8, trans=True, keep=True, partial=True), ErrorCode.BAD_FLAGS),
+    "flags-group-no-group-lanes": (gemm(0, 4, 2, 8, group=True), ErrorCode.BAD_FLAGS),
 }
 del BAD["input-padded-large"]
 
 GOOD_CASES = {
     "gemv": GOOD, "gemm": gemm(0, 4, 16, 16), "softmax-edge": softmax(4, 248), "load": load(0, 32, 32),
     "store": store(0, 32, 32), "load-ignores-input": replace(load(0, 2, 2), input_bytes=7, input_dim0=0),
-    "reserved-ignored": replace(GOOD, reserved=0x7), "addr-edge": gemv((1 << 24) - 1024, 16, 32),
+    "reserved-ignored": replace(GOOD, reserved=0x3), "addr-edge": gemv((1 << 24) - 1024, 16, 32),
     "gemv-k8": gemv(0, 8, 8), "gemm-b1": gemm(0, 1, 8, 16), "load-odd": load(64, 3, 5),
     "softmax-ignores-operand": replace(softmax(4, 8), base_addr=3, operand_dim0=0, operand_bytes=5),
     "keep-chain": gemm(0, 2, 16, 8, keep=True, chain=True), "softmax-keep": softmax(1, 248, keep=True),
@@ -251,6 +252,38 @@ def test_paper_config_limits():
     assert load((512 << 30) - 4096, 1, 32).validate(PAPER) == ErrorCode.OK
     assert load((512 << 30) - 4096, 1, 2049).validate(PAPER) == ErrorCode.ADDRESS_OVERFLOW
     assert gemv(2048, 16, 4096).validate(PAPER) == ErrorCode.MISALIGNED          # 4 KB lines
+
+
+def test_group_descriptors():
+    """GROUP (rows of W = group_lanes packed g to a beat; issue 29): the shapes, flags and sizes it accepts on
+    PAPER (W = 128, g = 4), each rule's code, and the packed beats / R x W results the decoder reports."""
+    ok = ErrorCode.OK
+    scores = gemm(0, 8, 128, 512, keep=True, group=True)          # 2 query rows x 4 heads of head dim 128
+    assert scores.validate(PAPER) == ok and scores.result_shape(PAPER) == (8, 128)
+    assert scores.input_beats(512, PAPER) == 2 and scores.command(PAPER)["group"] == 1
+    assert softmax(8, 128, keep=True, chain=True, group=True).validate(PAPER) == ok
+    assert gemm(0, 8, 128, 512, chain=True, group=True).returned_elems(2, PAPER) == 8 * 128
+    assert gemm(0, 256, 128, 512, group=True).validate(PAPER) == ok               # 64 query rows
+    cases = {
+        "rows-not-multiple-of-g": (gemm(0, 6, 128, 512, group=True), ErrorCode.SHAPE_MISMATCH),
+        "k-not-w": (gemm(0, 8, 256, 512, group=True), ErrorCode.SHAPE_MISMATCH),
+        "n-not-lanes": (gemm(0, 8, 128, 1024, group=True), ErrorCode.SHAPE_MISMATCH),
+        "softmax-row-not-w": (softmax(8, 256, group=True), ErrorCode.SHAPE_MISMATCH),
+        "softmax-rows": (softmax(6, 128, group=True), ErrorCode.SHAPE_MISMATCH),
+        "gemv": (replace(gemv(0, 128, 512), flags=32), ErrorCode.BAD_FLAGS),
+        "trans": (gemm(0, 8, 128, 512, trans=True, group=True), ErrorCode.NOT_MULTIPLE),    # (TRANS K < lanes)
+        "trans-k": (gemm(0, 8, 512, 512, trans=True, group=True), ErrorCode.SHAPE_MISMATCH),
+        "acc": (replace(gemm(0, 8, 128, 512, group=True), flags=32 | 4), ErrorCode.BAD_FLAGS),
+        "too-many-rows": (gemm(0, 260, 128, 512, group=True), ErrorCode.BATCH_TOO_LARGE),
+        "no-group-lanes": (gemm(0, 8, 128, 512, group=True), ErrorCode.BAD_FLAGS),
+    }
+    for name, (d, code) in cases.items():
+        cfg = replace(PAPER, group_lanes=0) if name == "no-group-lanes" else PAPER
+        assert d.validate(cfg) == code, name
+    with pytest.raises(ValueError, match="group_lanes"):
+        replace(PAPER, group_lanes=256)                  # > lanes / 4
+    with pytest.raises(ValueError, match="group_lanes"):
+        replace(PAPER, group_lanes=64)                   # < sfu_lanes
 
 
 # ---- helpers and expected commands ---------------------------------------------------------------------

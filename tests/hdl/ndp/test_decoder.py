@@ -20,7 +20,8 @@ from sim.backends import Traffic, stream_ports
 
 def valid_descriptor(rng, cfg):
     """A random well-formed descriptor that fits ``cfg`` (TINY-sized shapes, so it fits PAPER too)."""
-    kind = rng.choice(["gemv", "gemm", "gemm-half", "trans", "trans-half", "softmax", "load", "store"])
+    kinds = ["gemv", "gemm", "gemm-half", "trans", "trans-half", "softmax", "load", "store"]
+    kind = rng.choice(kinds + (["group", "group-softmax"] if cfg.group_lanes else []))
     base = cfg.align_bytes * rng.randrange(0, (cfg.device_bytes - 8192) // cfg.align_bytes)
     flags = {"keep": rng.random() < 0.3, "chain": rng.random() < 0.3}
     tflags = dict(flags, trans=True, acc=rng.random() < 0.3, partial=rng.random() < 0.3)
@@ -38,6 +39,11 @@ def valid_descriptor(rng, cfg):
         return gemm(base, rng.randint(1, cfg.max_batch), 4, 2 * rng.randint(1, 16), **tflags)
     if kind == "softmax":
         return softmax(rng.randint(1, 8), 8 * rng.randint(1, 8), **flags)
+    g = cfg.group_segments
+    if kind == "group":
+        return gemm(base, g * rng.randint(1, cfg.max_batch // g), cfg.group_lanes, cfg.lanes, group=True, **flags)
+    if kind == "group-softmax":
+        return softmax(g * rng.randint(1, 4), cfg.group_lanes, group=True, **flags)
     if kind == "load":
         return load(base, rng.randint(1, 16), rng.randint(1, 64))
     return store(base, rng.randint(1, 16), 32 * rng.randint(1, 2))
@@ -86,7 +92,7 @@ def mutate(rng, d, cfg):
                            gemm(0, 2, 7, 4), gemv(0, 4, 7, trans=True),
                            softmax(2, rng.randint(1, 7)), store(0, 1, rng.randint(1, 31))])
     if f == "flags":
-        return replace(d, flags=rng.randrange(32))
+        return replace(d, flags=rng.randrange(64))
     return decode(rng.getrandbits(204))
 
 
@@ -172,6 +178,21 @@ def test_paper_config(backend):
     ds += descriptor_stream(seed=4, n=40, cfg=PAPER)
     _, run = run_decoder(backend, ds, cfg=PAPER, traffic="random")
     check_outputs(run, ds, cfg=PAPER)
+
+
+def test_group_config(backend):
+    """A core with the grouped dataflow (group_lanes = 2 of 8 lanes): GROUP descriptors, well formed and mutated
+    (shapes, rows, flags), decoded exactly as ``Descriptor.validate`` / ``command`` say, under random traffic."""
+    cfg = replace(TINY, sfu_lanes=2, group_lanes=2, max_batch=8)
+    ds = [gemm(0, 4, 2, 8, group=True, keep=True), gemm(0, 6, 2, 8, group=True), gemm(0, 4, 4, 8, group=True),
+          replace(gemv(0, 2, 8), flags=32), softmax(8, 2, group=True, keep=True, chain=True), softmax(4, 8, group=True),
+          gemm(0, 4, 2, 8, group=True, trans=True), replace(gemm(0, 4, 2, 8, group=True), flags=32 | 8 | 16)]
+    ds += descriptor_stream(seed=9, n=60, cfg=cfg)
+    _, run = run_decoder(backend, ds, cfg=cfg, traffic="random")
+    check_outputs(run, ds, cfg=cfg)
+    codes = {d.validate(cfg) for d in ds}
+    assert {ErrorCode.OK, ErrorCode.SHAPE_MISMATCH, ErrorCode.BAD_FLAGS} <= codes
+    assert sum(d.grouped(cfg) and d.validate(cfg) == ErrorCode.OK for d in ds) >= 3
 
 
 def test_instruction_buffer_is_an_ordered_fifo(backend):

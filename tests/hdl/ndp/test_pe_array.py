@@ -10,7 +10,7 @@ import pytest
 from hdl.ndp.pe_array import PEArray, PEMode
 from sim.backends import Traffic, stream_ports
 from sim.golden import fp16
-from sim.golden.pe_array import gemm, gemv, gemm_mode, accuracy, mode_of
+from sim.golden.pe_array import gemm, gemv, gemm_mode, gemm_group, accuracy, mode_of
 from sim.golden.ndp_core import trans_layout
 from fp_util import FP16_EDGE
 
@@ -66,11 +66,15 @@ def stimulus(pe, jobs, rng):
     L = pe.lanes
     cmds, xs, as_, wy, my, ws = [], [], [], [], [], []
     for i, (mode, b, k, n) in enumerate(jobs):
-        x, a = operands(rng, b, k, n, special=(i == 0))
-        kb = -(-k // L)
+        if mode == "row_group":             # X (B, lanes): g rows of W; A (W, lanes)
+            x, _ = operands(rng, b, L, n, special=(i == 0))
+            _, a = operands(rng, b, k, n, special=(i == 0))
+        else:
+            x, a = operands(rng, b, k, n, special=(i == 0))
+        kb = -(-x.shape[1] // L)
         xp = np.zeros((b, kb * L), np.uint16)
-        xp[:, :k] = x
-        cols = {"row": n // L, "row_half": 1}.get(mode, n)
+        xp[:, :x.shape[1]] = x
+        cols = {"row": n // L, "row_half": 1, "row_group": 1}.get(mode, n)
         cmds.append(pe.cmd_layout.const({"mode": PEMode[mode.upper()], "rows": b, "k": k, "cols": cols})
                     .as_value().value)
         xs += lane_words(xp, L)
@@ -81,8 +85,11 @@ def stimulus(pe, jobs, rng):
             else:                           # one beat per transfer; the high half is noise the array ignores
                 beats = [bt | (int(rng.integers(0, 1 << 62)) << (16 * L)) for bt in beats]
         as_ += beats
-        y = gemm_mode(x, a, acc=pe.acc, lanes=L, mode=mode)
-        if mode == "row":
+        if mode == "row_group":
+            y = gemm_group(x, a, acc=pe.acc, lanes=L, group=pe.group)
+        else:
+            y = gemm_mode(x, a, acc=pe.acc, lanes=L, mode=mode)
+        if mode in ("row", "row_group"):
             wy.append(y.ravel())
             my.append(np.ones(y.size, bool))
         elif mode == "row_half":
@@ -123,6 +130,38 @@ def test_pe_array_matches_golden(backend, acc):
         run, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(7 if acc == "fp16" else 8), tr)
         assert np.array_equal(gy, wy) and np.array_equal(gs, ws), f"mismatch (valid {vp}, ready {rp})"
         assert run.cycles > full.cycles
+
+
+GROUP_JOBS = {  # ROW_GROUP (W = group: K = W, N = lanes) between the other dataflows, back to back
+    "amaranth": [("row_group", 1, 2, 4), ("row", 2, 5, 8), ("row_group", 2, 2, 4), ("trans", 1, 8, 3),
+                 ("row_group", 1, 2, 4)],
+    "verilator": [("row_group", 2, 2, 8), ("row", 2, 40, 64), ("row_group", 1, 2, 8), ("row_group", 2, 2, 8),
+                  ("trans", 2, 16, 12), ("row_half", 1, 2, 4), ("row_group", 1, 2, 8)],
+}
+
+
+def test_row_group_matches_golden(backend):
+    """``group`` = W: ROW_GROUP jobs (each segment of W lanes multiplies its own W inputs) against
+    ``gemm_group`` bit for bit, between jobs of the other dataflows, at full rate and under random gaps and
+    backpressure; the golden model is not a plain row GEMM (a mutant that broadcasts one x to every segment
+    differs)."""
+    pe = PEArray(acc="fp32", group=2, **CONFIGS[backend.name])
+    jobs = GROUP_JOBS[backend.name]
+    full, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(13))
+    assert np.array_equal(gy, wy) and np.array_equal(gs, ws), \
+        f"{int((gy != wy).sum())} y / {int((gs != ws).sum())} ys mismatches"
+    tr = Traffic.random(stream_ports(pe), seed=9, valid_prob=0.75, ready_prob=0.6)
+    run, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(13), tr)
+    assert np.array_equal(gy, wy) and np.array_equal(gs, ws), "mismatch under random traffic"
+    rng = np.random.default_rng(1)
+    L = pe.lanes
+    x, _ = operands(rng, 2, L, L)
+    _, a = operands(rng, 2, 2, L)
+    one_x = np.repeat(x[:, :2], L // 2, axis=0).reshape(2, L)        # segment 0's inputs everywhere
+    assert not np.array_equal(gemm_group(x, a, acc="fp32", lanes=L, group=2),
+                              gemm_group(one_x, a, acc="fp32", lanes=L, group=2))
+    with pytest.raises(ValueError, match="group"):
+        PEArray(lanes=8, group=3)
 
 
 PAIR_JOBS = {  # TRANS_PAIR among the other dataflows (noise in the unused half), hazard stalls (N / 2 < 8)

@@ -192,7 +192,8 @@ def test_device_attention_is_the_devices_descriptor_stream():
         want = ndp.attention_batch_s(cnt[:, d], 128, 32, 32) if cnt[:, d].any() else 0.0
         assert got[d] == pytest.approx(want, rel=1e-12, abs=0)
         alone = float(np.sum(ndp.attention_s(cnt[:, d], 128, 32, 32)))
-        # the stream hides the pairs' fixed costs under the next pairs' reads: >= 15 % here (19 % on device 3)
-        assert got[d] <= alone and (not cnt[:, d].any() or got[d] < 0.85 * alone)
+        # the stream hides the pairs' fixed costs under the next pairs' reads: >= 10 % here (14 % on device 3,
+        # whose 3-token share runs the grouped kernel either way, 27 % on the others)
+        assert got[d] <= alone and (not cnt[:, d].any() or got[d] < 0.9 * alone)
     s = make_cost(shape=shape, ndp=NDPStandIn(), n_dev=4)
     assert np.allclose(s.device_attention(cnt), NDPStandIn().attention_s(cnt, 128, 32, 32).sum(axis=0), rtol=1e-12)

@@ -63,6 +63,10 @@ def _mismatches(entries):
             got = m._attention_cycles(*k[1:])
         elif k[0] == "att_inc":
             got = m._attention_inc(*k[1:])
+        elif k[0] == "attg":
+            got = m._attg_cycles(*k[1:])
+        elif k[0] == "attg_inc":
+            got = m._attg_inc(*k[1:])
         elif k[0] == "load":
             full, rest = k[1:]
             per = load_chunk_bytes(m.config)

@@ -195,3 +195,32 @@ def test_paper_attention_batch_stream_prices_the_whole_program():
         assert abs(est - whole) / whole <= 0.03, (g, toks, est, whole)
         assert whole < alone
     assert m.attention_batch_s(np.zeros(3), 128, 32, 8) == 0.0
+
+
+def test_paper_grouped_attention_stream_prices_the_whole_program():
+    """The grouped decode attention (kernels.attention_grouped: 4 KV heads of head dim 128 per entry; issue 29) in
+    the model at the paper geometry: ``attention_batch_s`` within 3 % of the model run over the batch's whole
+    program (shares of 1-200 tokens, where the host issues the grouped kernel; GQA 1 and 4), and faster than the
+    per-head kernel on those shares; ``grouped_attention=False`` prices the per-head kernel only."""
+    from firmware.ndp import kernels as K
+    from hdl.ndp.config import PAPER
+    from dataclasses import replace
+    m = NDPPerfModel.paper(table=None)
+    per_head = NDPPerfModel.paper(table=None, grouped_attention=False)
+    big = replace(PAPER, device_bytes=1 << 40)
+    rng = np.random.default_rng(2)
+    for g, kvh in ((1, 8), (4, 4)):
+        toks = rng.integers(1, 200, size=6)
+        entries, base = [], 0
+        for t in toks:
+            padded = int(-(-t // 128) * 128)
+            for _ in range(kvh // 4):
+                kv = K.kv_group_layout(128, padded, config=big, rows=g, base=base)
+                base = kv["end"]
+                entries.append((np.zeros((g, 4, 128), np.uint16), kv))
+        whole = m.program_cycles(K.attention_batch(entries, config=big).program) / 1e9
+        est = m.attention_batch_s(toks, 128, g * kvh, kvh)
+        assert m.uses_grouped(128, g * kvh, kvh) and not per_head.uses_grouped(128, g * kvh, kvh)
+        assert abs(est - whole) / whole <= 0.03, (g, toks, est, whole)
+        assert est < per_head.attention_batch_s(toks, 128, g * kvh, kvh)
+    assert not m.uses_grouped(128, 6, 3) and not m.uses_grouped(64, 32, 32)
