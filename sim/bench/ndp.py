@@ -291,7 +291,7 @@ def attention_figure(attention: list, path) -> Path:
         ax.plot(x, [100 * a["efficiency_per_head"] for a in rows], marker="s", linestyle=":",
                 color=line.get_color(), label=f"{name}: batch stream, one kernel per KV head (before)")
         ax.plot(x, [100 * a["efficiency_per_pair"] for a in rows], marker="x", linestyle="--",
-                color=line.get_color(), alpha=0.5, label=f"{name}: pair by pair from idle (first)")
+                color=line.get_color(), alpha=0.5, label=f"{name}: each request alone from an idle device")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens of a request's share on the device")
     ax.set_ylabel("% of the memory's time for the K, V bytes")
