@@ -287,10 +287,10 @@ def _malformed(rng, qc, others, feats):
         d = gemv(w(192), 12, 8, trans=True) if rng.random() < 0.5 else store(w(64), 1, 8)   # NOT_MULTIPLE
     elif k == 11:
         d = (replace(load(w(64), 2, 8) if rng.random() < 0.5 else store(w(64), 1, 32),
-                     flags=int(rng.integers(1, 32))) if rng.random() < 0.6               # BAD_FLAGS
+                     flags=int(rng.integers(1, 64))) if rng.random() < 0.6               # BAD_FLAGS
              else gemv(w(256), 8, 16, acc=True))
     elif k == 12:
-        d = replace(gemv(w(256), 8, 16), reserved=int(rng.integers(1, 8)))               # ignored: OK
+        d = replace(gemv(w(256), 8, 16), reserved=int(rng.integers(1, 4)))               # ignored: OK
     else:
         d = replace(gemv(w(256), 8, 16), operand_dim0=16)                               # SIZE_MISMATCH
     raw = encode_descriptor(d)
