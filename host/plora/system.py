@@ -377,10 +377,8 @@ class PLoRASystem(System):
             rank = int(self.ranks[a])
             s = self.state.adapters.get(a)
             lvl = s.level if s is not None else LEVEL_NONE
-            times = cost.standalone_s(rank, tok)
             ok = [x for x in self.variant.allowed if LEVEL_OF[x] <= lvl] or [E3 if self.variant.uses_ndp else E2]
-            best = min(ok, key=lambda x: times[x])
-            row = cost.terms(rank, tok)[best]
+            best, row = cost.prefill_choice(rank, tok, ok)
             w.add(row, cost.device_of(a))
             devs.append(np.array([cost.device_of(a)]))
             rows_l.append(row[None, :])
