@@ -202,7 +202,11 @@ class PLoRASystem(System):
             rank = int(self.ranks[a])
             remaining = float(t.output_tokens[i] - t.generated[i])
             self._refresh_hot()
-            d = select(st, cost, a, int(self.count[a]), rank=rank, remaining=max(1.0, remaining))
+            prompt = int(t.prefill_len[i])
+            # with distributed attention the prompt's duplication in HBM and the adapter's caching are one
+            # decision (PLoRA III, V-B; manager.select's kv_tokens)
+            d = select(st, cost, a, int(self.count[a]), rank=rank, remaining=max(1.0, remaining),
+                       kv_tokens=prompt if self.variant.distributed else 0)
             kv_ev = sum(e.kv_tokens for e in d.evictions if e.kind == "kv")
             apply(st, cost, d, tokens=int(self.count[a]), rank=rank, remaining=max(1.0, remaining))
             if kv_ev > 0:
@@ -213,19 +217,17 @@ class PLoRASystem(System):
             self.paths[d.path] = self.paths.get(d.path, 0) + 1
             for e in d.evictions:
                 self.evictions[e.kind] += 1
-            # duplicate a fraction of the prompt's KV in HBM: the one the cost model says minimizes the batch's
-            # attention time (kept as the request grows), as far as free HBM allows
+            # the prompt's KV duplicated in HBM: with D the fraction Algorithm 1 chose with the adapter (kept as the
+            # request grows); without D the KV lives in the pool (PLoRA V-B(1): placement and duplication in HBM
+            # are D's), and the "-hbmkv" variants keep it in HBM as far as it fits, as before issue 30
             free = st.free_bytes(cost)
-            prompt = int(t.prefill_len[i])
             if self.variant.distributed:
-                p = cost.dup_fraction_for(st.n_req, st.kv_dup_tokens, st.kv_dev_tokens,
-                                          st.n_req if st.n_dev_req is None else st.n_dev_req, prompt)
+                p, want = d.kv_dup_fraction, d.kv_dup_tokens
             else:
-                # without D the KV lives in the pool (PLoRA V-B(1): placement and duplication in HBM are D's);
-                # the "-hbmkv" variants keep it in HBM as far as it fits, as before issue 30
                 p = 1.0 if self.variant.kv_in_hbm else 0.0
+                want = int(p * prompt)
             self.pfrac[i] = p
-            dup = min(int(p * prompt), int(max(free, 0.0) // cost.kv_tok))
+            dup = min(want, int(max(free, 0.0) // cost.kv_tok))
             self.dup[i] = max(dup, 0)
             st.kv_dup_tokens += self.dup[i]
             st.kv_dev_tokens += prompt - self.dup[i]
