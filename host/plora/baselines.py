@@ -51,8 +51,8 @@ __all__ = ["HostMemorySystem", "SLoRASystem", "CPULoRAOffloadSystem", "SLORA_LOR
 #: section 7.1; punica-ai/punica benchmarks/bench_lora_op_impls.py: ``add_lora_sgmv``, shrink and expand, h1 4096,
 #: h2 11008, rank 16, FP16, one layer, each request its own adapter ("Distinct")): 37 us at batch 1, 116 us at
 #: batch 64, each timed from the host between two ``torch.cuda.synchronize()`` (benchmarks/benchmark_utils.py).
-#: S-LoRA's MBGMV is built on Punica's BGMV (S-LoRA arXiv:2311.03285 section 5.3) and S-LoRA publishes no kernel
-#: timings, so these are S-LoRA's kernels' efficiency here.
+#: S-LoRA's decode kernel (MBGMV, its heterogeneous-batching kernels, S-LoRA arXiv:2311.03285) adapts Punica's
+#: BGMV, and S-LoRA publishes no kernel timings of its own, so these are S-LoRA's kernels' efficiency here.
 PUNICA_SGMV_S = (37e-6, 116e-6)
 PUNICA_SGMV_BATCH = (1, 64)
 #: bytes of one distinct adapter in that operator: A (4096 x 16) and B (16 x 11008), FP16

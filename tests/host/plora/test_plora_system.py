@@ -240,3 +240,18 @@ def test_kv_placement_belongs_to_d():
     assert VARIANTS["ns-hbmkv"].kv_in_hbm and not VARIANTS["ns"].kv_in_hbm
     with pytest.raises(ValueError, match="kv_in_hbm"):
         VARIANTS["plora"].__class__(**{**VARIANTS["plora"].__dict__, "kv_in_hbm": True})
+
+
+def test_grace_hopper_pays_a_launch_per_lora_kernel():
+    """Grace-Hopper: the GPU reads adapters (E2) and KV from Grace memory over NVLink-C2C itself (PLoRA ref [52],
+    extended GPU memory: no host in the path, so no kernel stop), but its LoRA kernel is a kernel of its own
+    beside the base GEMMs (it cannot be fused into them): every layer of every iteration pays the GPU model's
+    per-kernel floor once for it. One request, 2 layers: a 5 us floor adds 2 x 5 us to each decode iteration."""
+    def durations(kernel_s):
+        s = plora("grace-hopper", gpu_model=FakeGPUModel(kernel_s=kernel_s), ndp=FakeNDP(att=1e-8), n_dev=1)
+        out = run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)], s, EngineConfig(fuse_decode=False))
+        return np.asarray(out.iterations["duration_s"][1:]), s
+    base, _ = durations(0.0)
+    paid, s = durations(5e-6)
+    assert s.cost.host_op_s == 0.0                     # no kernel stops: the GPU loads and stores over C2C
+    assert list(paid - base) == pytest.approx([2 * 5e-6] * 2, rel=1e-9)
