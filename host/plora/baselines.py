@@ -204,11 +204,10 @@ class HostMemorySystem(System):
         """Per-layer GPU LoRA time (one roofline over the adapters' bytes and FLOPs, this GPU's share)."""
         if not len(adapters):
             return 0.0
-        gb, gf = 0.0, 0.0
-        for a, tok in zip(adapters.tolist(), tokens.tolist()):
-            row = self._terms(int(self.ranks[a]), int(tok))
-            gb += row[3]
-            gf += row[4]
+        # the same left-to-right sums as a loop (bit-equal): Python's sum over the rows' entries
+        rows = [self._terms(r, t) for r, t in zip(self.ranks[adapters].tolist(), tokens.tolist())]
+        gb = sum([row[3] for row in rows], 0.0)
+        gf = sum([row[4] for row in rows], 0.0)
         gb /= self.n_gpus
         gf /= self.n_gpus
         return max(gb / (self.gpu.hbm_bw_gbps * 1e9 * self.lora_bw_efficiency), gf / (self.gpu.fp16_tflops * 1e12))

@@ -80,6 +80,14 @@ class ManagerState:
     distributed: bool = True
     wave: WaveSums | None = None
     _cached: float | None = field(default=None, repr=False)
+    _cached_ids: set | None = field(default=None, repr=False)
+
+    def cached_ids(self) -> set:
+        """Ids of the adapters with a caching level above none (built once, then kept up to date by
+        :meth:`set_level`; the eviction candidates are among them)."""
+        if self._cached_ids is None:
+            self._cached_ids = {k for k, a in self.adapters.items() if a.level != LEVEL_NONE}
+        return self._cached_ids
 
     def cached_bytes(self, cost: CostModel) -> float:
         """HBM the adapter caches hold (computed once, then kept up to date by :meth:`set_level`)."""
@@ -96,6 +104,11 @@ class ManagerState:
             a = self.adapters[aid] = AdapterState(rank=rank)
         if self._cached is not None:
             self._cached += _level_bytes(cost, a.rank, level) - _level_bytes(cost, a.rank, a.level)
+        if self._cached_ids is not None:
+            if level != LEVEL_NONE:
+                self._cached_ids.add(aid)
+            else:
+                self._cached_ids.discard(aid)
         a.level = level
         return a
 
@@ -259,12 +272,33 @@ class _Eval:
 
 def _cold(state: ManagerState, cost: CostModel, aid: int):
     """Cold adapters (cached, not serving, not hot), coldest first."""
-    temp = state.temperature
+    temp, ads = state.temperature, state.adapters
     cold = [(temp.get(k, 0.0), k, Eviction("cold", k, _level_bytes(cost, a.rank, a.level)))
-            for k, a in state.adapters.items()
+            for k, a in ((k, ads[k]) for k in state.cached_ids())
             if k != aid and a.level != LEVEL_NONE and not a.serving and k not in state.hot]
     cold.sort(key=lambda x: (x[0], x[1]))
     return [c[2] for c in cold]
+
+
+def _drops(cost: CostModel, allowed, rank: int, tokens: int, level: int, strategy: int) -> tuple:
+    """A serving adapter's drops to each lower caching level: ``(slowdown per freed byte, freed bytes, level,
+    new strategy)`` (a function of its arguments alone: memoized per cost model)."""
+    memo = cost.__dict__.setdefault("_drops_memo", {})
+    key = (tuple(allowed), rank, tokens, level, strategy)
+    got = memo.get(key)
+    if got is None:
+        times = cost.standalone_s(rank, tokens)
+        out = []
+        for lvl in range(level - 1, -1, -1):
+            ok = [s for s in allowed if LEVEL_OF[s] <= lvl]
+            if not ok:
+                continue
+            new = min(ok, key=lambda s: (times[s], s))
+            freed = _level_bytes(cost, rank, level) - _level_bytes(cost, rank, lvl)
+            delta = max(float(times[new] - times[strategy]), 0.0)
+            out.append((delta / freed, freed, lvl, new))
+        got = memo[key] = tuple(out)
+    return got
 
 
 def _hot_and_serving(state: ManagerState, cost: CostModel, aid: int):
@@ -272,23 +306,17 @@ def _hot_and_serving(state: ManagerState, cost: CostModel, aid: int):
     lower caching level, by their standalone slowdown per freed byte (design choice: an ordering heuristic;
     the candidates are then priced exactly by J)."""
     hot, serving = [], []
-    temp = state.temperature
-    for k, a in state.adapters.items():
+    temp, ads = state.temperature, state.adapters
+    for k in state.cached_ids():
+        a = ads[k]
         if k == aid or a.level == LEVEL_NONE:
             continue
         if not a.serving:
             if k in state.hot:
                 hot.append((temp.get(k, 0.0), k, Eviction("hot", k, _level_bytes(cost, a.rank, a.level))))
             continue
-        times = cost.standalone_s(a.rank, a.tokens)
-        for lvl in range(a.level - 1, -1, -1):
-            ok = [s for s in state.allowed if LEVEL_OF[s] <= lvl]
-            if not ok:
-                continue
-            new = min(ok, key=lambda s: (times[s], s))
-            freed = _level_bytes(cost, a.rank, a.level) - _level_bytes(cost, a.rank, lvl)
-            delta = max(float(times[new] - times[a.strategy]), 0.0)
-            serving.append((delta / freed, k, Eviction("serving", k, freed, lvl, new)))
+        for ratio, freed, lvl, new in _drops(cost, state.allowed, a.rank, a.tokens, a.level, a.strategy):
+            serving.append((ratio, k, Eviction("serving", k, freed, lvl, new)))
     hot.sort(key=lambda x: (x[0], x[1]))
     serving.sort(key=lambda x: (x[0], x[1]))
     return [h[2] for h in hot], [v[2] for v in serving]
