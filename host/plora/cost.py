@@ -182,6 +182,9 @@ class CostModel:
         key = _ndp_key(ndp)
         shared = _SHARED.setdefault((shape, key), ({}, {})) if key is not None else ({}, {})
         self._terms_cache, self._tables = shared
+        if key is not None:
+            # the devices' attention tables too (they depend on the shape, the device model and the KV width)
+            self._att_tab, self._att_lut = _SHARED.setdefault(("attention", shape, key, kv_bits), ({}, {}))
 
     # --- LoRA ---------------------------------------------------------------------------------------------
     def terms(self, rank: int, tokens: int) -> np.ndarray:
@@ -327,8 +330,18 @@ class CostModel:
         """Per device (columns of ``cnt``, the (n_req, n_dev) tokens each device holds): one layer's attention
         of its shares run as one stream, ``sum_r share(cnt[r, d]) + max_r (alone - share)(cnt[r, d]) /
         kv_heads`` (the first pair's unhidden latency, once; sim/perf/ndp.py ``attention_batch_s``). With a
-        model that prices shares alone only: ``sum_r alone(cnt[r, d])``."""
+        model that prices shares alone only: ``sum_r alone(cnt[r, d])``. (The last answer is kept: an
+        iteration's estimate and its execution ask for the same shares one after the other.)"""
         cnt = np.asarray(cnt)
+        key = (cnt.shape, cnt.dtype.str, cnt.tobytes())
+        last = getattr(self, "_last_dev_att", None)
+        if last is not None and last[0] == key:
+            return last[1].copy()
+        out = self._device_attention(cnt)
+        self._last_dev_att = (key, out.copy())
+        return out
+
+    def _device_attention(self, cnt) -> np.ndarray:
         per = self._ndp_attention(cnt)
         out = per.sum(axis=0)
         if self._stream and cnt.size:

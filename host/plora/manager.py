@@ -187,10 +187,14 @@ class _Eval:
         self.dev = cost.device_of(aid)
         self.n_req = state.n_req
         self._att = {}
+        self._need = {}
 
     def T(self, wave: WaveSums, gpu_tok: float, dev_tok: float, new: tuple | None = None) -> float:
         """iteration_estimate with the attention estimate cached per KV split; ``new``: the joining request's
         (duplicated, device-only) tokens, counted in the batch (:func:`select`'s ``kv_tokens``)."""
+        return self.cost.shape.n_layers * (self.cost.wave_s(wave) + self._attention(gpu_tok, dev_tok, new))
+
+    def _attention(self, gpu_tok: float, dev_tok: float, new: tuple | None) -> float:
         key = (gpu_tok, dev_tok, new)
         a = self._att.get(key)
         if a is None:
@@ -202,12 +206,16 @@ class _Eval:
                 n_req += 1
             a = self._att[key] = self.cost.attention_estimate(n_req, gpu_tok, dev_tok, distributed=st.distributed,
                                                               n_dev_req=n_dev_req)
-        return self.cost.shape.n_layers * (self.cost.wave_s(wave) + a)
+        return a
 
     def need(self, s: int) -> float:
         """HBM bytes strategy ``s`` needs beyond what adapter ``aid`` already caches."""
-        lvl = max(LEVEL_OF[s], self.level)
-        return _level_bytes(self.cost, self.rank, lvl) - _level_bytes(self.cost, self.rank, self.level)
+        got = self._need.get(s)
+        if got is None:
+            lvl = max(LEVEL_OF[s], self.level)
+            got = self._need[s] = _level_bytes(self.cost, self.rank, lvl) - _level_bytes(self.cost, self.rank,
+                                                                                      self.level)
+        return got
 
     def J(self, s: int, evictions=(), new: tuple | None = None) -> float:
         cost, st = self.cost, self.state
@@ -253,10 +261,7 @@ class _Eval:
         out = []
         for s, g in pairs:
             new = split(g)
-            key = (st.kv_dup_tokens, st.kv_dev_tokens, new)
-            if key not in self._att:
-                self.T(self.base, st.kv_dup_tokens, st.kv_dev_tokens, new)     # fills the attention cache
-            t = L * (waves[s] + self._att[key])
+            t = L * (waves[s] + self._attention(st.kv_dup_tokens, st.kv_dev_tokens, new))
             out.append(self.H * t + once[s] + 0.0)
         return out
 
@@ -273,11 +278,32 @@ class _Eval:
 def _cold(state: ManagerState, cost: CostModel, aid: int):
     """Cold adapters (cached, not serving, not hot), coldest first."""
     temp, ads = state.temperature, state.adapters
-    cold = [(temp.get(k, 0.0), k, Eviction("cold", k, _level_bytes(cost, a.rank, a.level)))
+    cold = [(temp.get(k, 0.0), k, _eviction(cost, "cold", k, a.rank, a.level))
             for k, a in ((k, ads[k]) for k in state.cached_ids())
             if k != aid and a.level != LEVEL_NONE and not a.serving and k not in state.hot]
     cold.sort(key=lambda x: (x[0], x[1]))
     return [c[2] for c in cold]
+
+
+def _eviction(cost: CostModel, kind: str, k: int, rank: int, level: int) -> Eviction:
+    """``Eviction(kind, k, bytes of its level)`` for a cold or hot adapter (immutable: memoized per cost model)."""
+    memo = cost.__dict__.setdefault("_eviction_memo", {})
+    key = (kind, k, rank, level)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = Eviction(kind, k, _level_bytes(cost, rank, level))
+    return got
+
+
+def _serving_drops(cost: CostModel, allowed, k: int, rank: int, tokens: int, level: int, strategy: int) -> tuple:
+    """Serving adapter ``k``'s drops as ``(slowdown per freed byte, k, Eviction)`` (memoized per cost model)."""
+    memo = cost.__dict__.setdefault("_serving_memo", {})
+    key = (tuple(allowed), k, rank, tokens, level, strategy)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = tuple((ratio, k, Eviction("serving", k, freed, lvl, new))
+                                for ratio, freed, lvl, new in _drops(cost, allowed, rank, tokens, level, strategy))
+    return got
 
 
 def _drops(cost: CostModel, allowed, rank: int, tokens: int, level: int, strategy: int) -> tuple:
@@ -306,17 +332,16 @@ def _hot_and_serving(state: ManagerState, cost: CostModel, aid: int):
     lower caching level, by their standalone slowdown per freed byte (design choice: an ordering heuristic;
     the candidates are then priced exactly by J)."""
     hot, serving = [], []
-    temp, ads = state.temperature, state.adapters
+    temp, ads, allowed = state.temperature, state.adapters, tuple(state.allowed)
     for k in state.cached_ids():
         a = ads[k]
         if k == aid or a.level == LEVEL_NONE:
             continue
         if not a.serving:
             if k in state.hot:
-                hot.append((temp.get(k, 0.0), k, Eviction("hot", k, _level_bytes(cost, a.rank, a.level))))
+                hot.append((temp.get(k, 0.0), k, _eviction(cost, "hot", k, a.rank, a.level)))
             continue
-        for ratio, freed, lvl, new in _drops(cost, state.allowed, a.rank, a.tokens, a.level, a.strategy):
-            serving.append((ratio, k, Eviction("serving", k, freed, lvl, new)))
+        serving.extend(_serving_drops(cost, allowed, k, a.rank, a.tokens, a.level, a.strategy))
     hot.sort(key=lambda x: (x[0], x[1]))
     serving.sort(key=lambda x: (x[0], x[1]))
     return [h[2] for h in hot], [v[2] for v in serving]

@@ -456,7 +456,13 @@ class PLoRASystem(System):
 
     # --- the execution timeline (host/plora/timeline.py): what the run's time comes from --------------------
     def _gpu_kernel_s(self, flops: float, nbytes: float) -> float:
-        return float(self.gpu_model.kernel(flops, nbytes).calibrated_s) if (flops > 0 or nbytes > 0) else 0.0
+        if not (flops > 0 or nbytes > 0):
+            return 0.0
+        memo = self.__dict__.setdefault("_kernel_memo", {})
+        got = memo.get((flops, nbytes))
+        if got is None:
+            got = memo[(flops, nbytes)] = float(self.gpu_model.kernel(flops, nbytes).calibrated_s)
+        return got
 
     def _gpu_add_s(self, nbytes: float) -> float:
         return float(self.gpu_model.elementwise("add", nbytes).calibrated_s) if nbytes > 0 else 0.0

@@ -139,7 +139,16 @@ class Timeline:
         j_host_after = (np.zeros(len(j_s)) if w.job_stops_after is None else np.asarray(w.job_stops_after, float)) \
             * w.host_stop_s / waves
         nj = len(jd)
-        dev_idx = [np.flatnonzero(jd == d) for d in range(n)] if nj else []
+        if nj:
+            # each device's jobs in their order (a stable sort by device, cut at each device's first job)
+            by_dev = np.argsort(jd, kind="stable")
+            cuts = np.searchsorted(jd[by_dev], np.arange(n + 1))
+            dev_idx = [by_dev[cuts[d]:cuts[d + 1]] for d in range(n)]
+        else:
+            dev_idx = []
+        # per device: its jobs' indices, their service times and busy seconds (the same every layer)
+        dev_jobs = [(d, ix, j_s[ix], float(j_s[ix].sum())) for d, ix in enumerate(dev_idx) if len(ix)]
+        j_out_sum, j_in_sum, j_host_sum = float(j_out_s.sum()), float(j_in_s.sum()), float(j_host.sum())
         att_s = np.zeros(n) if w.att_s is None else np.asarray(w.att_s, float)
         att_out_s = np.zeros(n) if w.att_out is None else np.asarray(w.att_out, float) / W
         att_in_s = np.zeros(n) if w.att_in is None else np.asarray(w.att_in, float) / W
@@ -195,22 +204,20 @@ class Timeline:
                     hf = fifo(disp, j_host, host)
                     mark(3, float(hf[0] - j_host[0]))
                     host = float(hf[-1])
-                    b[3] += float(j_host.sum())
+                    b[3] += j_host_sum
                     disp = hf
                 of = fifo(disp, j_out_s, lo)
                 mark(1, float(of[0] - j_out_s[0]))
                 lo = float(of[-1])
-                b[1] += float(j_out_s.sum())
+                b[1] += j_out_sum
                 at_dev = of + lat
                 df = np.empty(nj)
-                for d in range(n):
-                    ix = dev_idx[d]
-                    if len(ix):
-                        f = fifo(at_dev[ix], j_s[ix], dev[d])
-                        df[ix] = f
-                        mark(4 + d, float(f[0] - j_s[ix[0]]))
-                        dev[d] = float(f[-1])
-                        b[4 + d] += float(j_s[ix].sum())
+                for d, ix, js, js_sum in dev_jobs:
+                    f = fifo(at_dev[ix], js, dev[d])
+                    df[ix] = f
+                    mark(4 + d, float(f[0] - js[0]))
+                    dev[d] = float(f[-1])
+                    b[4 + d] += js_sum
                 order = np.argsort(df, kind="stable")
                 ready = df[order]
                 if w.host_stop_s > 0 and j_host_after.any():
@@ -222,7 +229,7 @@ class Timeline:
                 inf = fifo(ready, j_in_s[order], li)
                 mark(2, float(inf[0] - j_in_s[order[0]]))
                 li = float(inf[-1])
-                b[2] += float(j_in_s.sum())
+                b[2] += j_in_sum
                 g = max(g, float(inf[-1]) + lat) + w.gpu_after_s / waves
                 b[0] += w.gpu_after_s / waves
                 tw = g
