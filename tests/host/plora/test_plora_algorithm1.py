@@ -198,3 +198,13 @@ def test_kv_duplicate_and_adapter_cache_are_one_decision(cost):
         select(state(40000.0, distributed=False), cost, 0, 1, rank=R, remaining=10, kv_tokens=100)
     with pytest.raises(ValueError, match="kv_tokens"):
         select(state(40000.0), cost, 0, 1, rank=R, remaining=10, kv_tokens=-1)
+
+
+def test_cached_ids_follow_every_level_change(cost):
+    """The eviction candidates come from the set of cached adapters, kept up to date by set_level."""
+    st = state(1e6, adapters={1: AdapterState(R, LEVEL_AB), 2: AdapterState(R, LEVEL_NONE), 3: AdapterState(R, LEVEL_B)})
+    assert st.cached_ids() == {1, 3}
+    st.set_level(cost, 1, LEVEL_NONE)
+    st.set_level(cost, 2, LEVEL_B)
+    st.set_level(cost, 7, LEVEL_AB, rank=R)
+    assert st.cached_ids() == {k for k, a in st.adapters.items() if a.level != LEVEL_NONE} == {2, 3, 7}

@@ -249,3 +249,15 @@ def test_prefill_choice_pruned_equals_unpruned():
                         times = full.standalone_s(rank, tok)
                         assert b1 == b2 == min(ok, key=lambda x: times[x]), (shape.name, rank, tok, ok)
                         assert np.array_equal(r1, r2)
+
+
+def test_device_attention_keeps_only_its_last_answer():
+    """The kept answer is the one for the same shares, never another's, and a caller changing it changes nothing."""
+    c = make_cost(ndp=FakeNDP(att=1e-6))
+    a, b = np.array([[3, 0], [1, 2]]), np.array([[4, 1], [0, 2]])
+    first = c.device_attention(a)
+    assert list(c.device_attention(b)) == list(c._device_attention(b))
+    again = c.device_attention(a)
+    assert list(again) == list(first) == list(c._device_attention(a))
+    again[:] = -1.0
+    assert list(c.device_attention(a)) == list(first)

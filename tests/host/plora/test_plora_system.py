@@ -255,3 +255,18 @@ def test_grace_hopper_pays_a_launch_per_lora_kernel():
     paid, s = durations(5e-6)
     assert s.cost.host_op_s == 0.0                     # no kernel stops: the GPU loads and stores over C2C
     assert list(paid - base) == pytest.approx([2 * 5e-6] * 2, rel=1e-9)
+
+
+def test_pruned_prompt_strategy_runs_as_the_unpruned(monkeypatch):
+    """A run whose prompts' strategies are chosen with the kernel pruning executes the same iterations, bit for bit,
+    as one that prices every strategy's kernels (prompts long enough that E3 is pruned, short enough that it wins)."""
+    from host.plora.cost import CostModel
+    reqs = [Request(i, 1e-5 * i, p, 3, adapter_id=i % 3, fields=RANK8) for i, p in enumerate((4, 40, 400, 9, 120))]
+
+    def durations():
+        out = run(list(reqs), plora("plora", ndp=FakeNDP(e3=2e-8, e4=1e-8, att=1e-8)), EngineConfig(fuse_decode=False))
+        return list(out.iterations["duration_s"]), list(out.iterations["estimate_s"])
+    pruned = durations()
+    orig = CostModel.prefill_choice
+    monkeypatch.setattr(CostModel, "prefill_choice", lambda self, r, t, ok, prune=True: orig(self, r, t, ok, prune=False))
+    assert durations() == pruned
