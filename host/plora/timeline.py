@@ -64,6 +64,27 @@ def fifo(arrive, service, free: float) -> np.ndarray:
     s = np.asarray(service, dtype=np.float64)
     if a.size == 0:
         return a
+    if a.size <= _SMALL_FIFO:
+        return _fifo_small(a.tolist(), s.tolist(), float(free))
+    return _fifo_np(a, s, free)
+
+
+#: Up to this many jobs :func:`fifo` runs the same operations one by one in Python, bit-equal to the vectorized
+#: form (``test_small_fifo_is_the_vectorized_one``) and 2-4x cheaper than numpy's per-call cost on a few jobs.
+_SMALL_FIFO = 8
+
+
+def _fifo_small(a: list, s: list, free: float) -> np.ndarray:
+    out, S, slack = [], 0.0, None
+    for ai, si in zip(a, s):
+        S = S + si                                              # np.cumsum: sequential
+        v = ai - (S - si)
+        slack = v if slack is None or v > slack else slack      # np.maximum.accumulate
+        out.append(S + (slack if slack > free else free))       # + np.maximum(slack, free)
+    return np.array(out)
+
+
+def _fifo_np(a: np.ndarray, s: np.ndarray, free: float) -> np.ndarray:
     S = np.cumsum(s)
     slack = np.maximum.accumulate(a - (S - s))
     return S + np.maximum(slack, free)
