@@ -31,6 +31,7 @@ level; evicting KV duplicates moves tokens from the GPU's attention share to the
 """
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 
@@ -281,7 +282,7 @@ def _cold(state: ManagerState, cost: CostModel, aid: int):
     cold = [(temp.get(k, 0.0), k, _eviction(cost, "cold", k, a.rank, a.level))
             for k, a in ((k, ads[k]) for k in state.cached_ids())
             if k != aid and a.level != LEVEL_NONE and not a.serving and k not in state.hot]
-    cold.sort(key=lambda x: (x[0], x[1]))
+    cold.sort(key=_BY_TWO)
     return [c[2] for c in cold]
 
 
@@ -332,19 +333,26 @@ def _hot_and_serving(state: ManagerState, cost: CostModel, aid: int):
     lower caching level, by their standalone slowdown per freed byte (design choice: an ordering heuristic;
     the candidates are then priced exactly by J)."""
     hot, serving = [], []
-    temp, ads, allowed = state.temperature, state.adapters, tuple(state.allowed)
+    temp, ads, allowed, in_hot = state.temperature, state.adapters, tuple(state.allowed), state.hot
+    memo = cost.__dict__.setdefault("_serving_memo", {})
     for k in state.cached_ids():
         a = ads[k]
         if k == aid or a.level == LEVEL_NONE:
             continue
-        if not a.serving:
-            if k in state.hot:
+        if a.strategy is None or a.tokens <= 0:          # not serving
+            if k in in_hot:
                 hot.append((temp.get(k, 0.0), k, _eviction(cost, "hot", k, a.rank, a.level)))
             continue
-        serving.extend(_serving_drops(cost, allowed, k, a.rank, a.tokens, a.level, a.strategy))
-    hot.sort(key=lambda x: (x[0], x[1]))
-    serving.sort(key=lambda x: (x[0], x[1]))
+        got = memo.get((allowed, k, a.rank, a.tokens, a.level, a.strategy))
+        if got is None:
+            got = _serving_drops(cost, allowed, k, a.rank, a.tokens, a.level, a.strategy)
+        serving.extend(got)
+    hot.sort(key=_BY_TWO)
+    serving.sort(key=_BY_TWO)
     return [h[2] for h in hot], [v[2] for v in serving]
+
+
+_BY_TWO = itemgetter(0, 1)
 
 
 def _take(items, need):
