@@ -259,12 +259,9 @@ class _Eval:
             waves[s] = cost.wave_s(w)
             load = self.need(s)
             once[s] = load / cost.link.W + cost.link.L if load > 0 else 0.0
-        out = []
-        for s, g in pairs:
-            new = split(g)
-            t = L * (waves[s] + self._attention(st.kv_dup_tokens, st.kv_dev_tokens, new))
-            out.append(self.H * t + once[s] + 0.0)
-        return out
+        att = {g: self._attention(st.kv_dup_tokens, st.kv_dev_tokens, split(g)) for g in {g for _, g in pairs}}
+        H = self.H
+        return [H * (L * (waves[s] + att[g])) + once[s] + 0.0 for s, g in pairs]
 
     def _serving_delta(self, ev) -> float:
         cost, st = self.cost, self.state
