@@ -471,20 +471,24 @@ class PLoRASystem(System):
         """One layer's work of the iteration priced by ``p`` (:meth:`_price_parts`) with decode requests of
         ``kv_after`` tokens, ``dup`` of them duplicated in HBM, and ``load_bytes`` of adapter loads pending."""
         cost, L = self.cost, p["L"]
-        devs, rows, strat = p["jobs"]
-        e1 = strat == E1
-        after = (strat == E2) | (strat == E4)
-        e3 = strat == E3
-        on_dev = ~e1 & ((rows[:, 0] > 0) | (rows[:, 1] > 0) | (rows[:, 2] > 0))
-        w = LayerWork(base_s=p["base"] / L, job_dev=devs[on_dev], job_out=rows[on_dev, 0], job_s=rows[on_dev, 2],
-                      job_in=rows[on_dev, 1],
-                      gpu_e1_s=self._gpu_kernel_s(float(rows[e1, 4].sum()), float(rows[e1, 3].sum())),
-                      gpu_after_s=self._gpu_kernel_s(float(rows[after, 4].sum()), float(rows[after, 3].sum()))
-                      + self._gpu_add_s(3.0 * float(rows[e3, 1].sum())),
-                      prefill_att_s=p["prefill_att"] / L, prefill_out=p["prefill_kv_bytes"],
-                      load_in=load_bytes, waves=cost.waves, host_stop_s=cost.host_op_s,
-                      job_stops=rows[on_dev, 5] if cost.host_op_s > 0 else None,
-                      job_stops_after=rows[on_dev, 6] if cost.host_op_s > 0 else None)
+        lora = p.get("_lora_work")
+        if lora is None:
+            # the LoRA and prefill part depends on p alone: kept in p for the stretch's other executions
+            devs, rows, strat = p["jobs"]
+            e1 = strat == E1
+            after = (strat == E2) | (strat == E4)
+            e3 = strat == E3
+            on_dev = ~e1 & ((rows[:, 0] > 0) | (rows[:, 1] > 0) | (rows[:, 2] > 0))
+            lora = p["_lora_work"] = dict(
+                base_s=p["base"] / L, job_dev=devs[on_dev], job_out=rows[on_dev, 0], job_s=rows[on_dev, 2],
+                job_in=rows[on_dev, 1],
+                gpu_e1_s=self._gpu_kernel_s(float(rows[e1, 4].sum()), float(rows[e1, 3].sum())),
+                gpu_after_s=self._gpu_kernel_s(float(rows[after, 4].sum()), float(rows[after, 3].sum()))
+                + self._gpu_add_s(3.0 * float(rows[e3, 1].sum())),
+                prefill_att_s=p["prefill_att"] / L, prefill_out=p["prefill_kv_bytes"], waves=cost.waves,
+                host_stop_s=cost.host_op_s, job_stops=rows[on_dev, 5] if cost.host_op_s > 0 else None,
+                job_stops_after=rows[on_dev, 6] if cost.host_op_s > 0 else None)
+        w = LayerWork(load_in=load_bytes, **lora)
         Lt = np.asarray(kv_after, np.int64)
         a = np.asarray(dup, np.int64)
         if len(Lt):
