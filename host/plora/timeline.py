@@ -199,11 +199,11 @@ class Timeline:
                 dev = t + backlog[3:]
                 break
             t0 = t
-            b = np.zeros(4 + n)
-            first = {}                                            # lane -> first start in this layer
+            b = [0.0] * (4 + n)                                   # busy seconds per lane in this layer
+            first = {}                                            # lane -> first start in this layer (spans)
 
             def mark(lane, start):
-                if lane not in first or start < first[lane]:
+                if spans and (lane not in first or start < first[lane]):
                     first[lane] = start
 
             # 2. the LoRA wave(s): the base GEMMs and the E1 kernel, the device jobs, then their GPU parts
@@ -328,6 +328,7 @@ class Timeline:
                         layer_spans.append(Span(self.lanes[lane], "layer", s0, e - s0,
                                                 {"busy_s": float(b[lane])}))
                 out_spans += layer_spans
+            b = np.array(b)
             busy += b
             prev_state, prev = state, (dur, b, ta - t0, g - ta, layer_spans)
             t = g
