@@ -10,11 +10,16 @@ adapters reach HBM; assumptions (each a modelling choice, see docs/plora_host.md
   KV (all layers, this GPU's share); an adapter occupies ``ceil(bytes / slot)`` slots; KV and adapters share it;
 * admission reserves the request's final KV (prompt + output - 1 tokens) and, if its adapter is not resident,
   the adapter's slots; idle adapters (no running request) are evicted least-recently-used to make room;
-* adapters are fetched over PCIe when their request is admitted; S-LoRA prefetches the next batch's adapters
-  while the current batch runs, so a fetch overlaps one iteration: the iteration that first uses the adapter
-  lasts ``max(compute, fetch)``;
-* LoRA on the GPU: the batched MBGMM/MBGMV kernels as one roofline over all the batch's adapters (bytes of
-  their A and B, FLOPs) per layer; attention on the GPU over HBM (calibrated ``host.gpu`` model);
+* adapters are fetched over PCIe when their request is admitted. S-LoRA's code leaves prefetching off by default
+  (S-LoRA/S-LoRA slora/server/api_server.py: ``--prefetch`` is ``store_true``), so a new batch's adapters are
+  loaded before it runs: the iteration that first uses the adapter lasts ``compute + fetch``. With
+  ``prefetch=True`` (system ``s-lora-prefetch``, not in the grid; S-LoRA's paper, arXiv:2311.03285 section 5.2,
+  describes prefetching the next batch's adapters while the current one decodes) the fetch overlaps one
+  iteration: ``max(compute, fetch)``;
+* LoRA on the GPU: the batched MBGMM/MBGMV kernels over all the batch's adapters (bytes of their A and B, FLOPs)
+  per layer, their bytes at :data:`SLORA_LORA_BW_EFFICIENCY` of the HBM bandwidth (Punica's measured SGMV, below;
+  S-LoRA publishes no kernel timings of its own), their FLOPs at the datasheet peak; attention on the GPU over
+  HBM (calibrated ``host.gpu`` model);
 * ``n_gpus`` 2 or 4: Megatron tensor parallelism of the base model (``host.gpu`` prices the shards and the
   measured all-reduce), adapters sharded the same way (each GPU fetches its share over its own PCIe link),
   plus one all-reduce of the ``tokens x rank`` LoRA intermediate per adapted input group per layer.
@@ -40,7 +45,27 @@ from .config import KERNEL_STOP_S, WORKSPACE_FRACTION, DEFAULT_MAX_BATCH, DEFAUL
 from .lora import E1, STRATEGIES, adapter_bytes, lora_matrices
 from .system import shape_of, adapter_ranks
 
-__all__ = ["HostMemorySystem", "SLoRASystem", "CPULoRAOffloadSystem"]
+__all__ = ["HostMemorySystem", "SLoRASystem", "CPULoRAOffloadSystem", "SLORA_LORA_BW_EFFICIENCY"]
+
+#: Punica's LoRA operator microbenchmark (Chen et al., "Punica: Multi-Tenant LoRA Serving", arXiv:2310.18547,
+#: section 7.1; punica-ai/punica benchmarks/bench_lora_op_impls.py: ``add_lora_sgmv``, shrink and expand, h1 4096,
+#: h2 11008, rank 16, FP16, one layer, each request its own adapter ("Distinct")): 37 us at batch 1, 116 us at
+#: batch 64, each timed from the host between two ``torch.cuda.synchronize()`` (benchmarks/benchmark_utils.py).
+#: S-LoRA's decode kernel (MBGMV, its heterogeneous-batching kernels, S-LoRA arXiv:2311.03285) adapts Punica's
+#: BGMV, and S-LoRA publishes no kernel timings of its own, so these are S-LoRA's kernels' efficiency here.
+PUNICA_SGMV_S = (37e-6, 116e-6)
+PUNICA_SGMV_BATCH = (1, 64)
+#: bytes of one distinct adapter in that operator: A (4096 x 16) and B (16 x 11008), FP16
+PUNICA_SGMV_ADAPTER_BYTES = (4096 * 16 + 16 * 11008) * 2
+#: The fraction of HBM bandwidth S-LoRA's LoRA kernels reach on the adapters' bytes: the slope between the two
+#: points, (116 - 37) us / 63 adapters = 1.254 us per added adapter (the launch and the host synchronization are
+#: in both points and cancel), moves 483,328 bytes: 385 GB/s, 18.9 % of the A100 80 GB's 2,039 GB/s
+#: (``host.models.hardware.A100_80GB``). Assumed: the GPU of Punica's section 7 is that A100 (with the 40 GB one,
+#: 1,555 GB/s, it would be 24.8 %); the fraction carries to the H100 and to every rank and matrix shape (the
+#: kernel's time in proportion to the adapters' bytes, as a memory-bound GEMV's); the FLOPs (prefill) at the
+#: datasheet peak, since the measurement is of one row per adapter.
+SLORA_LORA_BW_EFFICIENCY = PUNICA_SGMV_ADAPTER_BYTES / (
+    (PUNICA_SGMV_S[1] - PUNICA_SGMV_S[0]) / (PUNICA_SGMV_BATCH[1] - PUNICA_SGMV_BATCH[0])) / 2039e9
 
 
 class HostMemorySystem(System):
@@ -179,14 +204,16 @@ class HostMemorySystem(System):
         """Per-layer GPU LoRA time (one roofline over the adapters' bytes and FLOPs, this GPU's share)."""
         if not len(adapters):
             return 0.0
-        gb, gf = 0.0, 0.0
-        for a, tok in zip(adapters.tolist(), tokens.tolist()):
-            row = self._terms(int(self.ranks[a]), int(tok))
-            gb += row[3]
-            gf += row[4]
+        # the same left-to-right sums as a loop (bit-equal): Python's sum over the rows' entries
+        rows = [self._terms(r, t) for r, t in zip(self.ranks[adapters].tolist(), tokens.tolist())]
+        gb = sum([row[3] for row in rows], 0.0)
+        gf = sum([row[4] for row in rows], 0.0)
         gb /= self.n_gpus
         gf /= self.n_gpus
-        return max(gb / (self.gpu.hbm_bw_gbps * 1e9), gf / (self.gpu.fp16_tflops * 1e12))
+        return max(gb / (self.gpu.hbm_bw_gbps * 1e9 * self.lora_bw_efficiency), gf / (self.gpu.fp16_tflops * 1e12))
+
+    #: the fraction of HBM bandwidth the LoRA kernels reach on the adapters' bytes (1: a roofline)
+    lora_bw_efficiency = 1.0
 
     def _terms(self, rank, tokens):
         key = (rank, tokens)
@@ -271,11 +298,23 @@ class _NoDevice:
 
 
 class SLoRASystem(HostMemorySystem):
-    """S-LoRA: unified paging, fetch on admission, prefetch overlapped with one iteration."""
+    """S-LoRA: unified paging, fetch on admission before the batch runs (``prefetch=True``: overlapped with one
+    iteration), its LoRA kernels at Punica's measured efficiency (:data:`SLORA_LORA_BW_EFFICIENCY`)."""
 
-    def __init__(self, model, *, n_gpus=1, **kw):
+    lora_bw_efficiency = SLORA_LORA_BW_EFFICIENCY
+
+    def __init__(self, model, *, n_gpus=1, prefetch=False, **kw):
         super().__init__(model, n_gpus=n_gpus, **kw)
-        self.name = "s-lora" if n_gpus == 1 else f"s-lora-{n_gpus}gpu"
+        self.prefetch = bool(prefetch)
+        self.name = ("s-lora" if n_gpus == 1 else f"s-lora-{n_gpus}gpu") + ("-prefetch" if self.prefetch else "")
+
+    def _with_fetch(self, compute, fetch):
+        """The iteration that first uses fetched adapters: after the fetch (S-LoRA's default), or overlapped with
+        it (prefetch)."""
+        return max(compute, fetch) if self.prefetch else compute + fetch
+
+    def config(self):
+        return {**super().config(), "prefetch": self.prefetch, "lora_bw_efficiency": self.lora_bw_efficiency}
 
     def _on_adapter_admit(self, a):
         if not self.resident[a]:
@@ -296,7 +335,7 @@ class SLoRASystem(HostMemorySystem):
         uniq, it, lora = self._batch_parts(batch)
         compute = float(it.total_s) + lora
         fetch = self._fetch_s()
-        dur = max(compute, fetch)
+        dur = self._with_fetch(compute, fetch)
         self._account(dur, 1, len(uniq))
         return IterationResult(dur, breakdown={"base_s": float(it.total_s) - float(it.ops.get("attn_decode", 0.0))
                                                - float(it.ops.get("attn_prefill", 0.0)),
@@ -310,7 +349,7 @@ class SLoRASystem(HostMemorySystem):
         uniq, it, lora = self._batch_parts(batch, runs=k)
         durs = np.asarray(it.total_s, float) + lora
         fetch = self._fetch_s()
-        durs[0] = max(durs[0], fetch)
+        durs[0] = self._with_fetch(durs[0], fetch)
         self._account(float(durs.sum()), k, len(uniq))
         att = np.asarray(it.ops.get("attn_decode", np.zeros(k)), float)
         return RunResult(durs, breakdown={"attention_s": att, "lora_s": np.full(k, lora),

@@ -11,9 +11,9 @@ import time
 
 __all__ = ["run_grid", "GRID_REQUESTS"]
 
-#: Requests per grid point (design choice for the benchmark: 100 requests at the workloads' default arrival
-#: process, gamma 10 requests/s, cv 1); ``ndpim plora sweep --name grid --requests N`` runs larger grids.
-GRID_REQUESTS = 100
+#: Requests per grid point (issue 30 item 6: 1,000 per point, at the load regime of
+#: ``host.plora.figures.GRID_RATE_PER_S``, gamma arrivals with cv 1; the workloads' 1,000 adapters)
+GRID_REQUESTS = 1000
 
 
 def run_grid(*, n_requests: int = GRID_REQUESTS, jobs: int | None = None, executor=None, seed: int = 0) -> dict:
@@ -37,9 +37,17 @@ def run_grid(*, n_requests: int = GRID_REQUESTS, jobs: int | None = None, execut
             executor.close()
     wall = time.perf_counter() - t0
     ok = df[df["error"] == ""]
+    # the load regime (issue 30 item 2): PLoRA's hbm_pressure per model x workload, and its least on the uniform
+    # workloads (> 1: the serving set overshoots the HBM left after the weights)
+    pl = ok[ok["system"] == "plora"]
+    pressure = {f"{r.model}/{r.workload}": float(r.hbm_pressure) for r in pl.itertuples()}
+    uni = pl[pl["workload"].isin(("uniform", "uniform-long"))]["hbm_pressure"]
     return {"plora_grid_s": wall, "plora_grid_points": int(len(df)), "plora_grid_errors": int(len(df) - len(ok)),
             "plora_grid_points_cpu_s": float(df["cpu_s"].sum()), "plora_grid_requests_per_point": n_requests,
+            "plora_grid_rate_per_s": float(specs[0].rate_per_s) if specs else float("nan"),
             "plora_grid_ndp_kernel_table": table,
+            "plora_grid_hbm_pressure": pressure,
+            "plora_grid_uniform_hbm_pressure_min": float(uni.min()) if len(uni) else float("nan"),
             "plora_grid_tpot_ms": {s: float(g["tpot_ms_mean"].mean()) for s, g in ok.groupby("system")}}
 
 

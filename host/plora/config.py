@@ -118,15 +118,18 @@ BASELINES = ("s-lora", "s-lora-2gpu", "s-lora-4gpu", "cpu-lora-offload")
 PLORA_FAMILY = tuple(VARIANTS)
 SYSTEM_NAMES = ("plora", "s-lora", "pure-cxl", "cpu-lora-offload", "grace-hopper", "plora-nocxl", "n-e3", "n-e4",
                 "ns", "nd-e3", "nd-e4", "s-lora-2gpu", "s-lora-4gpu")
-#: Every system a run may name: the grid's and the KV-in-HBM variants of the systems without D
-ALL_SYSTEMS = SYSTEM_NAMES + tuple(v.name for v in HBM_KV_VARIANTS) + ("cpu-lora-offload-cached",)
+#: Systems kept for comparison, not in the grid: the behaviours before issue 30 (CPU-LoRA-Offload caching what it
+#: staged) and S-LoRA with its paper's prefetch (its code's default is off; host/plora/baselines.py)
+EXTRA_BASELINES = ("cpu-lora-offload-cached", "s-lora-prefetch")
+#: Every system a run may name: the grid's, the KV-in-HBM variants of the systems without D, the extra baselines
+ALL_SYSTEMS = SYSTEM_NAMES + tuple(v.name for v in HBM_KV_VARIANTS) + EXTRA_BASELINES
 
 
 def default_link_name(system: str) -> str:
     """The link preset a system runs on by default."""
     if system in VARIANTS:
         return VARIANTS[system].link
-    if system in BASELINES or system == "cpu-lora-offload-cached":
+    if system in BASELINES or system in EXTRA_BASELINES:
         return "pcie5-x16"
     raise ValueError(f"unknown system {system!r}; allowed: {list(SYSTEM_NAMES)}")
 

@@ -117,7 +117,10 @@ class WaveSums:
     def add(self, terms_row, device: int, sign: float = 1.0):
         """Add (sign=+1) or remove (-1) one adapter's terms (a row of strategy_terms) on ``device``."""
         out_b, in_b, dev_s, g_b, g_f = terms_row[:5]
-        if len(terms_row) > 5:
+        if len(terms_row) == 7:
+            # np.sum of two entries is their sum (bit-equal), without numpy's per-call cost
+            self.host_ops += sign * float(terms_row[5] + terms_row[6])
+        elif len(terms_row) > 5:
             self.host_ops += sign * float(np.sum(terms_row[5:]))
         self.out_bytes += sign * out_b
         self.in_bytes += sign * in_b
@@ -182,6 +185,9 @@ class CostModel:
         key = _ndp_key(ndp)
         shared = _SHARED.setdefault((shape, key), ({}, {})) if key is not None else ({}, {})
         self._terms_cache, self._tables = shared
+        if key is not None:
+            # the devices' attention tables too (they depend on the shape, the device model and the KV width)
+            self._att_tab, self._att_lut = _SHARED.setdefault(("attention", shape, key, kv_bits), ({}, {}))
 
     # --- LoRA ---------------------------------------------------------------------------------------------
     def terms(self, rank: int, tokens: int) -> np.ndarray:
@@ -210,10 +216,48 @@ class CostModel:
         r.setflags(write=False)
         return r
 
+    def host_terms(self, rank: int, tokens: int) -> np.ndarray:
+        """:meth:`terms` without the NDP model's E3 / E4 kernel times (their ``dev_s`` is 0; every other term
+        bit-equal to :meth:`terms`), cached alongside it."""
+        key = ("host", rank, tokens)
+        t = self._terms_cache.get(key)
+        if t is None:
+            t = strategy_terms(self.shape, rank, tokens, self.ndp, device_lora=False)
+            t.setflags(write=False)
+            self._terms_cache[key] = t
+        return t
+
+    def prefill_choice(self, rank: int, tokens: int, ok, *, prune: bool = True):
+        """The fastest of the strategies ``ok`` (in their order; the first on ties) for one adapter serving
+        ``tokens`` prompt tokens alone, and its terms row: ``min(ok, key=standalone_s(rank, tokens))``.
+
+        ``prune``: the NDP model prices an E3 / E4 kernel at this batch only when the strategy can win. Its
+        standalone time without the device term (``host_terms``) is a lower bound of the full one (the device
+        term enters through a max, then the same sums); when that bound is above the best E1 / E2 time (exact:
+        their terms do not involve a kernel), the strategy cannot be chosen and its kernel is not priced (a
+        prompt is thousands of tokens: every new prompt length is a new kernel shape). The choice and the row
+        are the unpruned ones, bit for bit (tests/host/plora/test_plora_cost.py)."""
+        ok = list(ok)
+        if not prune or (rank, tokens) in self._terms_cache or all(x in (E3, E4) for x in ok):
+            times = self.standalone_s(rank, tokens)
+            best = min(ok, key=lambda x: times[x])
+            return best, self.terms(rank, tokens)[best]
+        cheap = self.host_terms(rank, tokens)
+        lb = self._standalone_of(cheap)
+        known = [x for x in ok if x in (E1, E2)]
+        best = min(known, key=lambda x: lb[x])
+        if any(x in (E3, E4) and lb[x] <= lb[best] for x in ok):
+            times = self.standalone_s(rank, tokens)
+            best = min(ok, key=lambda x: times[x])
+            return best, self.terms(rank, tokens)[best]
+        return best, cheap[best]
+
     def _standalone_s(self, rank: int, tokens: int) -> np.ndarray:
         """Per-layer time of one adapter alone under each strategy (4,): its wave with nobody else
         (``standalone_s``, cached)."""
-        t = self.terms(rank, tokens)
+        return self._standalone_of(self.terms(rank, tokens))
+
+    def _standalone_of(self, t: np.ndarray) -> np.ndarray:
         gpu = np.maximum(t[:, 3] / self.gpu.W_hbm, t[:, 4] / self.gpu.F)
         link = np.maximum(t[:, 0], t[:, 1]) / self.link.W
         crosses = (t[:, 0] > 0) | (t[:, 1] > 0)
@@ -289,8 +333,18 @@ class CostModel:
         """Per device (columns of ``cnt``, the (n_req, n_dev) tokens each device holds): one layer's attention
         of its shares run as one stream, ``sum_r share(cnt[r, d]) + max_r (alone - share)(cnt[r, d]) /
         kv_heads`` (the first pair's unhidden latency, once; sim/perf/ndp.py ``attention_batch_s``). With a
-        model that prices shares alone only: ``sum_r alone(cnt[r, d])``."""
+        model that prices shares alone only: ``sum_r alone(cnt[r, d])``. (The last answer is kept: an
+        iteration's estimate and its execution ask for the same shares one after the other.)"""
         cnt = np.asarray(cnt)
+        key = (cnt.shape, cnt.dtype.str, cnt.tobytes())
+        last = getattr(self, "_last_dev_att", None)
+        if last is not None and last[0] == key:
+            return last[1].copy()
+        out = self._device_attention(cnt)
+        self._last_dev_att = (key, out.copy())
+        return out
+
+    def _device_attention(self, cnt) -> np.ndarray:
         per = self._ndp_attention(cnt)
         out = per.sum(axis=0)
         if self._stream and cnt.size:

@@ -32,7 +32,7 @@ import numpy as np
 from .config import SYSTEM_NAMES
 from .run import RunSpec, run_point, MODELS, run_spec
 
-__all__ = ["FIGURES", "GRID_WORKLOADS", "ABLATION", "LINK_LADDER_GBPS", "LATENCIES_NS", "DEVICE_COUNTS",
+__all__ = ["FIGURES", "GRID_WORKLOADS", "GRID_RATE_PER_S", "ABLATION", "LINK_LADDER_GBPS", "LATENCIES_NS", "DEVICE_COUNTS",
            "grid_specs", "run_sweep", "make_figures", "sweep_specs"]
 
 GRID_WORKLOADS = ("uniform", "skewed", "uniform-long", "skewed-long")
@@ -57,14 +57,26 @@ RATES = (2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 TPOT_SLO_MS = 100.0
 #: Fixed batches of ``matched_batch`` (design choice: a light, a typical and a heavy decode batch)
 MATCHED_BATCHES = (16, 64, 128)
+#: The TPOT grid's open-loop arrival rate (requests/s): the paper's load regime (issue 30 item 2). PLoRA's
+#: premise (sections I and III, Fig. 3b) is that the serving set's adapters and KV overshoot the HBM left after
+#: the weights; Table VII's arrival rates are not in the text, so the rate is chosen for that premise: the lowest
+#: rate of :data:`RATES` at which PLoRA's ``hbm_pressure`` exceeds 1 on the uniform workloads of every model
+#: (1,000 requests, seed 0, measured 2026-12-05: at 20 requests/s Llama-3-8B uniform is at 0.45; at 40
+#: requests/s 1.06, Llama-2-7B 1.85, Llama-2-13B 3.59, Qwen3-30B-A3B 61; docs/plora_host.md "The grid's regime").
+#: A consistency check, not the source: at 40 requests/s and the uniform workload's mean output of ~260 tokens a
+#: system decoding at ~25 ms per token (S-LoRA's TPOT at large batch) holds 40 x 260 x 0.025 = 260 requests,
+#: the batcher's cap of 256 (V-A: B_i up to 256).
+GRID_RATE_PER_S = 40.0
 FIGURES = ("tpot_grid", "ttft_prefill", "ablation", "layer_breakdown", "kv_dup", "strategy_mix", "sensitivity",
            "link_ladder", "link_latency", "devices", "tp_study", "kv_precision", "rate_sweep", "matched_batch")
 
 
-def grid_specs(*, n_requests=100, seed=0, models=MODELS, workloads=GRID_WORKLOADS, systems=SYSTEM_NAMES):
-    """The TPOT grid: every model x workload x system. A model whose referenced adapters do not fit the
-    default pool gets the fewest devices that hold them (``devices=0``; the CSV's ``devices_used`` says)."""
-    return [RunSpec(model=m, workload=w, system=s, n_requests=n_requests, seed=seed,
+def grid_specs(*, n_requests=100, seed=0, models=MODELS, workloads=GRID_WORKLOADS, systems=SYSTEM_NAMES,
+               rate_per_s=GRID_RATE_PER_S):
+    """The TPOT grid: every model x workload x system at the regime's arrival rate (:data:`GRID_RATE_PER_S`). A
+    model whose referenced adapters do not fit the default pool gets the fewest devices that hold them
+    (``devices=0``; the CSV's ``devices_used`` says)."""
+    return [RunSpec(model=m, workload=w, system=s, n_requests=n_requests, seed=seed, rate_per_s=rate_per_s,
                     devices=0 if m == "qwen3-30b-a3b" else None)
             for m in models for w in workloads for s in systems]
 

@@ -47,11 +47,18 @@ class _Collector(Executor):
         return [r for r, _ in got]
 
 
-def build(path=None, *, jobs=None, n_requests=100, seed=0, figures=None) -> dict:
-    """Run the figures' sweeps (``figures``: names, default all) with the table off and write the union of the
-    kernel caches to ``path`` (default ``sim.perf.ndp.TABLE_PATH``). Returns ``{"path", "entries", "wall_s"}``."""
+def build(path=None, *, jobs=None, n_requests=100, seed=0, figures=None, bench=True) -> dict:
+    """Run the figures' sweeps (``figures``: names, default all) and, with ``bench``, the bench grid of
+    ``make bench-host`` (``host.plora.bench``: every model x workload x system at ``GRID_REQUESTS`` requests, the
+    regime's rate) with the table off, and write the union of the kernel caches to ``path`` (default
+    ``sim.perf.ndp.TABLE_PATH``). Returns ``{"path", "entries", "wall_s"}``.
+
+    The bench grid is in the table because its 1,000 requests per point bring ~1,000 prompt lengths per model
+    and workload, each a new batch of the E3 / E4 kernels the uniform E3 / E4 ablations run a prompt with
+    (~36 ms of the model per length on Llama-2-7B, 2026-12-05): without them the grid is minutes, not seconds."""
     import sim.perf.ndp as ndp
-    from .figures import FIGURES, make_figures
+    from .figures import FIGURES, make_figures, grid_specs, run_sweep
+    from .bench import GRID_REQUESTS
     path = ndp.TABLE_PATH if path is None else path
     t0 = time.perf_counter()
     ndp.USE_TABLE = False
@@ -60,6 +67,8 @@ def build(path=None, *, jobs=None, n_requests=100, seed=0, figures=None) -> dict
     try:
         with tempfile.TemporaryDirectory() as tmp:
             make_figures(tmp, names=list(figures or FIGURES), n_requests=n_requests, seed=seed, executor=col)
+        if bench:
+            run_sweep(grid_specs(n_requests=GRID_REQUESTS, seed=seed), col, desc="bench grid")
     finally:
         inner.close()
         ndp.USE_TABLE = True
@@ -68,5 +77,5 @@ def build(path=None, *, jobs=None, n_requests=100, seed=0, figures=None) -> dict
     ndp.write_kernel_table(model, entries, path,
                            source="ndpim plora kernel-table (host/plora/kernel_table.py): the calibrated NDP "
                                   f"model over every sweep of `ndpim plora figures` ({n_requests} requests, seed "
-                                  f"{seed})")
+                                  f"{seed})" + (f" and the bench grid ({GRID_REQUESTS} requests)" if bench else ""))
     return {"path": str(path), "entries": len(entries), "wall_s": time.perf_counter() - t0}

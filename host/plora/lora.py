@@ -151,9 +151,13 @@ def _touched(m: LoraMatrix, tokens: int) -> float:
     return m.instances * (1.0 - (1.0 - m.active / m.instances) ** tokens)
 
 
-def strategy_terms(shape: ModelShape, rank: int, tokens: int, ndp) -> np.ndarray:
+def strategy_terms(shape: ModelShape, rank: int, tokens: int, ndp, *, device_lora: bool = True) -> np.ndarray:
     """Per-layer cost terms (4 strategies x 7 :data:`TERMS`) of one adapter of ``rank`` serving ``tokens``
-    tokens (its batch B_i in decode). ``ndp`` is the NDP timing model (``host.plora.ndp_model``)."""
+    tokens (its batch B_i in decode). ``ndp`` is the NDP timing model (``host.plora.ndp_model``).
+
+    ``device_lora=False`` leaves out the NDP model's E3 / E4 kernel times (the ``dev_s`` terms of E3 and E4 are
+    0, every other term is what the full call gives, bit for bit): the terms of E1 and E2 and a lower bound of
+    E3's and E4's standalone times without pricing a kernel (``CostModel.prefill_choice``)."""
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
         raise ValueError(f"rank must be an int >= 1, got {rank!r}")
     if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 0:
@@ -181,8 +185,8 @@ def strategy_terms(shape: ModelShape, rank: int, tokens: int, ndp) -> np.ndarray
         key = (m.d_in, m.d_out, per)
         dt = dev_calls.get(key)
         if dt is None:
-            dt = dev_calls[key] = (ndp.load_s(ab), ndp.lora_e3_s(m.d_in, m.d_out, rank, per),
-                                   ndp.lora_e4_s(m.d_in, rank, per))
+            dt = dev_calls[key] = ((ndp.load_s(ab), ndp.lora_e3_s(m.d_in, m.d_out, rank, per),
+                                    ndp.lora_e4_s(m.d_in, rank, per)) if device_lora else (ndp.load_s(ab), 0.0, 0.0))
         t[E1, 3] += touched * ab
         t[E1, 4] += flops_ab
         t[E2, 1] += touched * ab

@@ -31,6 +31,7 @@ level; evicting KV duplicates moves tokens from the GPU's attention share to the
 """
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 
@@ -80,6 +81,14 @@ class ManagerState:
     distributed: bool = True
     wave: WaveSums | None = None
     _cached: float | None = field(default=None, repr=False)
+    _cached_ids: set | None = field(default=None, repr=False)
+
+    def cached_ids(self) -> set:
+        """Ids of the adapters with a caching level above none (built once, then kept up to date by
+        :meth:`set_level`; the eviction candidates are among them)."""
+        if self._cached_ids is None:
+            self._cached_ids = {k for k, a in self.adapters.items() if a.level != LEVEL_NONE}
+        return self._cached_ids
 
     def cached_bytes(self, cost: CostModel) -> float:
         """HBM the adapter caches hold (computed once, then kept up to date by :meth:`set_level`)."""
@@ -96,6 +105,11 @@ class ManagerState:
             a = self.adapters[aid] = AdapterState(rank=rank)
         if self._cached is not None:
             self._cached += _level_bytes(cost, a.rank, level) - _level_bytes(cost, a.rank, a.level)
+        if self._cached_ids is not None:
+            if level != LEVEL_NONE:
+                self._cached_ids.add(aid)
+            else:
+                self._cached_ids.discard(aid)
         a.level = level
         return a
 
@@ -132,6 +146,8 @@ class Decision:
     path: str
     cost_s: float
     candidates: tuple
+    kv_dup_tokens: int = 0          # of the new request's ``kv_tokens`` (select): how many to duplicate in HBM
+    kv_dup_fraction: float = 0.0    # the fraction of the grid they are (the request keeps it as it grows)
 
 
 def _level_bytes(cost: CostModel, rank: int, level: int) -> float:
@@ -172,23 +188,37 @@ class _Eval:
         self.dev = cost.device_of(aid)
         self.n_req = state.n_req
         self._att = {}
+        self._need = {}
 
-    def T(self, wave: WaveSums, gpu_tok: float, dev_tok: float) -> float:
-        """iteration_estimate with the attention estimate cached per KV split."""
-        key = (gpu_tok, dev_tok)
+    def T(self, wave: WaveSums, gpu_tok: float, dev_tok: float, new: tuple | None = None) -> float:
+        """iteration_estimate with the attention estimate cached per KV split; ``new``: the joining request's
+        (duplicated, device-only) tokens, counted in the batch (:func:`select`'s ``kv_tokens``)."""
+        return self.cost.shape.n_layers * (self.cost.wave_s(wave) + self._attention(gpu_tok, dev_tok, new))
+
+    def _attention(self, gpu_tok: float, dev_tok: float, new: tuple | None) -> float:
+        key = (gpu_tok, dev_tok, new)
         a = self._att.get(key)
         if a is None:
-            a = self._att[key] = self.cost.attention_estimate(self.n_req, gpu_tok, dev_tok,
-                                                              distributed=self.state.distributed,
-                                                              n_dev_req=self.state.n_dev_req)
-        return self.cost.shape.n_layers * (self.cost.wave_s(wave) + a)
+            st = self.state
+            n_req, n_dev_req = self.n_req, st.n_dev_req
+            if new is not None:
+                gpu_tok, dev_tok = gpu_tok + new[0], dev_tok + new[1]
+                n_dev_req = (st.n_req if n_dev_req is None else n_dev_req) + (1 if new[1] >= 1 else 0)
+                n_req += 1
+            a = self._att[key] = self.cost.attention_estimate(n_req, gpu_tok, dev_tok, distributed=st.distributed,
+                                                              n_dev_req=n_dev_req)
+        return a
 
     def need(self, s: int) -> float:
         """HBM bytes strategy ``s`` needs beyond what adapter ``aid`` already caches."""
-        lvl = max(LEVEL_OF[s], self.level)
-        return _level_bytes(self.cost, self.rank, lvl) - _level_bytes(self.cost, self.rank, self.level)
+        got = self._need.get(s)
+        if got is None:
+            lvl = max(LEVEL_OF[s], self.level)
+            got = self._need[s] = _level_bytes(self.cost, self.rank, lvl) - _level_bytes(self.cost, self.rank,
+                                                                                      self.level)
+        return got
 
-    def J(self, s: int, evictions=()) -> float:
+    def J(self, s: int, evictions=(), new: tuple | None = None) -> float:
         cost, st = self.cost, self.state
         w = self.base.copy()
         gpu_tok, dev_tok = st.kv_dup_tokens, st.kv_dev_tokens
@@ -204,7 +234,7 @@ class _Eval:
             elif ev.kind == "hot":
                 once += ev.bytes / cost.link.W + cost.link.L
         w.add(self.row[s], self.dev)
-        t = self.T(w, gpu_tok, dev_tok)
+        t = self.T(w, gpu_tok, dev_tok, new)
         load = self.need(s)
         if load > 0:
             once += load / cost.link.W + cost.link.L
@@ -216,6 +246,22 @@ class _Eval:
                 if hk < self.H:
                     extra -= (self.H - hk) * self._serving_delta(ev)
         return self.H * t + once + extra
+
+    def J_pairs(self, pairs, split) -> list:
+        """``J(s, (), split(g))`` for every ``(s, g)`` of ``pairs`` (bit-equal), each strategy's wave and each
+        split's attention computed once."""
+        cost, st = self.cost, self.state
+        L = cost.shape.n_layers
+        waves, once = {}, {}
+        for s in {s for s, _ in pairs}:
+            w = self.base.copy()
+            w.add(self.row[s], self.dev)
+            waves[s] = cost.wave_s(w)
+            load = self.need(s)
+            once[s] = load / cost.link.W + cost.link.L if load > 0 else 0.0
+        att = {g: self._attention(st.kv_dup_tokens, st.kv_dev_tokens, split(g)) for g in {g for _, g in pairs}}
+        H = self.H
+        return [H * (L * (waves[s] + att[g])) + once[s] + 0.0 for s, g in pairs]
 
     def _serving_delta(self, ev) -> float:
         cost, st = self.cost, self.state
@@ -229,12 +275,54 @@ class _Eval:
 
 def _cold(state: ManagerState, cost: CostModel, aid: int):
     """Cold adapters (cached, not serving, not hot), coldest first."""
-    temp = state.temperature
-    cold = [(temp.get(k, 0.0), k, Eviction("cold", k, _level_bytes(cost, a.rank, a.level)))
-            for k, a in state.adapters.items()
+    temp, ads = state.temperature, state.adapters
+    cold = [(temp.get(k, 0.0), k, _eviction(cost, "cold", k, a.rank, a.level))
+            for k, a in ((k, ads[k]) for k in state.cached_ids())
             if k != aid and a.level != LEVEL_NONE and not a.serving and k not in state.hot]
-    cold.sort(key=lambda x: (x[0], x[1]))
+    cold.sort(key=_BY_TWO)
     return [c[2] for c in cold]
+
+
+def _eviction(cost: CostModel, kind: str, k: int, rank: int, level: int) -> Eviction:
+    """``Eviction(kind, k, bytes of its level)`` for a cold or hot adapter (immutable: memoized per cost model)."""
+    memo = cost.__dict__.setdefault("_eviction_memo", {})
+    key = (kind, k, rank, level)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = Eviction(kind, k, _level_bytes(cost, rank, level))
+    return got
+
+
+def _serving_drops(cost: CostModel, allowed, k: int, rank: int, tokens: int, level: int, strategy: int) -> tuple:
+    """Serving adapter ``k``'s drops as ``(slowdown per freed byte, k, Eviction)`` (memoized per cost model)."""
+    memo = cost.__dict__.setdefault("_serving_memo", {})
+    key = (tuple(allowed), k, rank, tokens, level, strategy)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = tuple((ratio, k, Eviction("serving", k, freed, lvl, new))
+                                for ratio, freed, lvl, new in _drops(cost, allowed, rank, tokens, level, strategy))
+    return got
+
+
+def _drops(cost: CostModel, allowed, rank: int, tokens: int, level: int, strategy: int) -> tuple:
+    """A serving adapter's drops to each lower caching level: ``(slowdown per freed byte, freed bytes, level,
+    new strategy)`` (a function of its arguments alone: memoized per cost model)."""
+    memo = cost.__dict__.setdefault("_drops_memo", {})
+    key = (tuple(allowed), rank, tokens, level, strategy)
+    got = memo.get(key)
+    if got is None:
+        times = cost.standalone_s(rank, tokens)
+        out = []
+        for lvl in range(level - 1, -1, -1):
+            ok = [s for s in allowed if LEVEL_OF[s] <= lvl]
+            if not ok:
+                continue
+            new = min(ok, key=lambda s: (times[s], s))
+            freed = _level_bytes(cost, rank, level) - _level_bytes(cost, rank, lvl)
+            delta = max(float(times[new] - times[strategy]), 0.0)
+            out.append((delta / freed, freed, lvl, new))
+        got = memo[key] = tuple(out)
+    return got
 
 
 def _hot_and_serving(state: ManagerState, cost: CostModel, aid: int):
@@ -242,26 +330,26 @@ def _hot_and_serving(state: ManagerState, cost: CostModel, aid: int):
     lower caching level, by their standalone slowdown per freed byte (design choice: an ordering heuristic;
     the candidates are then priced exactly by J)."""
     hot, serving = [], []
-    temp = state.temperature
-    for k, a in state.adapters.items():
+    temp, ads, allowed, in_hot = state.temperature, state.adapters, tuple(state.allowed), state.hot
+    memo = cost.__dict__.setdefault("_serving_memo", {})
+    for k in state.cached_ids():
+        a = ads[k]
         if k == aid or a.level == LEVEL_NONE:
             continue
-        if not a.serving:
-            if k in state.hot:
-                hot.append((temp.get(k, 0.0), k, Eviction("hot", k, _level_bytes(cost, a.rank, a.level))))
+        if a.strategy is None or a.tokens <= 0:          # not serving
+            if k in in_hot:
+                hot.append((temp.get(k, 0.0), k, _eviction(cost, "hot", k, a.rank, a.level)))
             continue
-        times = cost.standalone_s(a.rank, a.tokens)
-        for lvl in range(a.level - 1, -1, -1):
-            ok = [s for s in state.allowed if LEVEL_OF[s] <= lvl]
-            if not ok:
-                continue
-            new = min(ok, key=lambda s: (times[s], s))
-            freed = _level_bytes(cost, a.rank, a.level) - _level_bytes(cost, a.rank, lvl)
-            delta = max(float(times[new] - times[a.strategy]), 0.0)
-            serving.append((delta / freed, k, Eviction("serving", k, freed, lvl, new)))
-    hot.sort(key=lambda x: (x[0], x[1]))
-    serving.sort(key=lambda x: (x[0], x[1]))
+        got = memo.get((allowed, k, a.rank, a.tokens, a.level, a.strategy))
+        if got is None:
+            got = _serving_drops(cost, allowed, k, a.rank, a.tokens, a.level, a.strategy)
+        serving.extend(got)
+    hot.sort(key=_BY_TWO)
+    serving.sort(key=_BY_TWO)
     return [h[2] for h in hot], [v[2] for v in serving]
+
+
+_BY_TWO = itemgetter(0, 1)
 
 
 def _take(items, need):
@@ -287,9 +375,21 @@ def _kv_item(state, cost, need):
 
 
 def select(state: ManagerState, cost: CostModel, aid: int, tokens: int, *, rank: int | None = None,
-           remaining: float | None = None) -> Decision:
+           remaining: float | None = None, kv_tokens: int = 0, kv_grid: int = 10) -> Decision:
     """Algorithm 1 for adapter ``aid`` serving ``tokens`` requests (its new batch size). ``rank`` is needed if
-    the state does not know the adapter; ``remaining`` (>= 1) defaults to the state's value."""
+    the state does not know the adapter; ``remaining`` (>= 1) defaults to the state's value.
+
+    ``kv_tokens`` > 0 (distributed attention only): the joining request's prompt tokens, whose duplication in HBM
+    competes with the adapter's caching for the same free HBM (PLoRA III: "adapters and their KV caches compete for
+    GPU memory ... strategy selection, KV cache placement, and the GPU memory budget form one decision space"; V-B:
+    duplicated entries compete with LoRA adapters). The decision is then over pairs (strategy, duplicated fraction
+    of ``0, 1/kv_grid, ..., 1``): each pair's J counts the joining request in the attention estimate with its
+    split, its HBM need is the strategy's plus the duplicate's, and the fastest pair that fits (after cold
+    evictions) is taken (ties: the strategy's order, then the smaller fraction). When no pair fits without
+    evicting hot or serving adapters or KV, the costly candidates of lines 15-20 duplicate nothing of the joining
+    request (evicting KV duplicates to make room and adding one would contradict each other; design choice).
+    ``Decision.kv_dup_tokens`` says how many of the ``kv_tokens`` to duplicate. ``kv_tokens`` = 0: the decision
+    is over strategies alone, as before."""
     me = state.adapters.get(aid)
     if rank is None:
         if me is None:
@@ -300,34 +400,63 @@ def select(state: ManagerState, cost: CostModel, aid: int, tokens: int, *, rank:
     H = max(1.0, float(remaining if remaining is not None else (me.remaining if me is not None else 1.0)))
     if not state.allowed:
         raise ValueError("state.allowed is empty")
+    if isinstance(kv_tokens, bool) or int(kv_tokens) != kv_tokens or kv_tokens < 0:
+        raise ValueError(f"kv_tokens must be an int >= 0, got {kv_tokens!r}")
+    if kv_tokens and not state.distributed:
+        raise ValueError("kv_tokens > 0 needs distributed attention (KV placement in HBM is D's, PLoRA V-B)")
+    if not (isinstance(kv_grid, int) and 1 <= kv_grid <= 1000):
+        raise ValueError(f"kv_grid must be an int in 1..1000, got {kv_grid!r}")
     ev = _Eval(state, cost, aid, rank, tokens, H)
     free = state.free_bytes(cost)
     # ties in J (a strategy whose resource is not the wave's bottleneck adds nothing to T_iter) go to the
     # adapter's own standalone time, then to the lower caching level
     own = cost.standalone_s(rank, tokens)
-    ranked = sorted(((ev.J(s), float(own[s]), LEVEL_OF[s], s) for s in state.allowed))
-    cands = [(f"{STRATEGIES[s]}", j) for j, _, _, s in ranked]
-    best_j, _, _, best = ranked[0]
-    need = ev.need(best)
+    kv_tokens = int(kv_tokens)
+    if kv_tokens:
+        frac = {}
+        for k in range(kv_grid + 1):
+            frac.setdefault(int(k / kv_grid * kv_tokens), k / kv_grid)
+        pairs = [(s, g) for s in state.allowed for g in sorted(frac)]
+    else:
+        frac = {0: 0.0}
+        pairs = [(s, 0) for s in state.allowed]
 
-    def decide(s, evs, path, j, cand):
+    def split(g):
+        return (float(g), float(kv_tokens - g)) if kv_tokens else None
+
+    ranked = sorted(((j, float(own[s]), LEVEL_OF[s], s, g) for j, (s, g) in zip(ev.J_pairs(pairs, split), pairs)))
+    cands = [(f"{STRATEGIES[s]}" + (f"+dup({g})" if kv_tokens else ""), j) for j, _, _, s, g in ranked]
+    best_j, _, _, best, best_g = ranked[0]
+
+    def need_of(s, g):
+        return ev.need(s) + g * cost.kv_tok
+
+    def decide(s, evs, path, j, cand, g=0):
         lvl = max(LEVEL_OF[s], ev.level)
-        return Decision(aid, s, lvl, ev.need(s), tuple(evs), path, j, tuple(cand))
+        return Decision(aid, s, lvl, ev.need(s), tuple(evs), path, j, tuple(cand), int(g), frac[g])
 
+    need = need_of(best, best_g)
     if need <= free + 1e-6:                                                # line 6
-        return decide(best, (), "fits", best_j, cands)
+        return decide(best, (), "fits", best_j, cands, best_g)
     cold = _cold(state, cost, aid)
     cold_total = sum(c.bytes for c in cold)
     if need <= free + cold_total + 1e-6:                                   # line 8
-        return decide(best, _take(cold, need - free), "cold", best_j, cands)
+        return decide(best, _take(cold, need - free), "cold", best_j, cands, best_g)
+    # no costly eviction needed for some pairs: they are candidates next to the costly ones below
+    fitting = [(j, 0, o, s, _take(cold, need_of(s, g) - free) if need_of(s, g) > free + 1e-6 else [],
+                f"{STRATEGIES[s]}+dup({g})", g)
+               for j, o, _, s, g in ranked if g > 0 and need_of(s, g) <= free + cold_total + 1e-6]
+    if kv_tokens:
+        # the costly candidates duplicate none of the joining request: re-rank its strategies with it on the devices
+        ranked = sorted(((ev.J(s, (), split(0)), float(own[s]), LEVEL_OF[s], s, 0) for s in state.allowed))
     # lines 15-20: candidates with and without costly evictions, re-ranked by J including eviction cost
     hot, serving = _hot_and_serving(state, cost, aid)
-    options = []
-    for j, _, _, s in ranked:
+    options = [o[:6] + (o[6],) for o in fitting]
+    for j, _, _, s, _ in ranked:
         n = ev.need(s)
         if n <= free + cold_total + 1e-6:
             evs = _take(cold, n - free) if n > free + 1e-6 else []
-            options.append((j, 0, float(own[s]), s, evs, f"{STRATEGIES[s]}"))
+            options.append((j, 0, float(own[s]), s, evs, f"{STRATEGIES[s]}", 0))
             continue
         rest = n - free - cold_total
         sets = {}
@@ -355,15 +484,15 @@ def select(state: ManagerState, cost: CostModel, aid: int, tokens: int, *, rank:
             sets["kv+hot+serving"] = mixed
         for label, evs in sets.items():
             full = list(cold) + list(evs)
-            jj = ev.J(s, full)
-            options.append((jj, len(full), float(own[s]), s, full, f"{STRATEGIES[s]}+evict({label})"))
+            jj = ev.J(s, full, split(0))
+            options.append((jj, len(full), float(own[s]), s, full, f"{STRATEGIES[s]}+evict({label})", 0))
     if not options:
         # no allowed strategy can be made to fit: serve with E3 (needs no HBM) and say so
-        j = ev.J(E3)
+        j = ev.J(E3, (), split(0))
         return decide(E3, (), "fallback", j, cands + [("E3 (fallback)", j)])
-    options.sort(key=lambda o: (o[0], o[1], o[2], o[3]))
-    j, _, _, s, evs, _ = options[0]
-    return decide(s, evs, "rerank", j, [(o[5], o[0]) for o in options])
+    options.sort(key=lambda o: (o[0], o[1], o[2], o[3], o[6]))
+    j, _, _, s, evs, _, g = options[0]
+    return decide(s, evs, "rerank", j, [(o[5], o[0]) for o in options], g)
 
 
 def apply(state: ManagerState, cost: CostModel, d: Decision, *, tokens: int, rank: int | None = None,

@@ -167,8 +167,8 @@ def build_system(spec: RunSpec, workload=None):
                            lora_waves_per_layer=spec.lora_waves_per_layer, **common)
     if spec.system in ("cpu-lora-offload", "cpu-lora-offload-cached"):
         return CPULoRAOffloadSystem(model, cache=spec.system.endswith("-cached"), **common)
-    n_gpus = {"s-lora": 1, "s-lora-2gpu": 2, "s-lora-4gpu": 4}[spec.system]
-    return SLoRASystem(model, n_gpus=n_gpus, **common)
+    n_gpus = {"s-lora": 1, "s-lora-2gpu": 2, "s-lora-4gpu": 4, "s-lora-prefetch": 1}[spec.system]
+    return SLoRASystem(model, n_gpus=n_gpus, prefetch=spec.system.endswith("-prefetch"), **common)
 
 
 def _regime(out, system) -> dict:

@@ -202,7 +202,11 @@ class PLoRASystem(System):
             rank = int(self.ranks[a])
             remaining = float(t.output_tokens[i] - t.generated[i])
             self._refresh_hot()
-            d = select(st, cost, a, int(self.count[a]), rank=rank, remaining=max(1.0, remaining))
+            prompt = int(t.prefill_len[i])
+            # with distributed attention the prompt's duplication in HBM and the adapter's caching are one
+            # decision (PLoRA III, V-B; manager.select's kv_tokens)
+            d = select(st, cost, a, int(self.count[a]), rank=rank, remaining=max(1.0, remaining),
+                       kv_tokens=prompt if self.variant.distributed else 0)
             kv_ev = sum(e.kv_tokens for e in d.evictions if e.kind == "kv")
             apply(st, cost, d, tokens=int(self.count[a]), rank=rank, remaining=max(1.0, remaining))
             if kv_ev > 0:
@@ -213,19 +217,17 @@ class PLoRASystem(System):
             self.paths[d.path] = self.paths.get(d.path, 0) + 1
             for e in d.evictions:
                 self.evictions[e.kind] += 1
-            # duplicate a fraction of the prompt's KV in HBM: the one the cost model says minimizes the batch's
-            # attention time (kept as the request grows), as far as free HBM allows
+            # the prompt's KV duplicated in HBM: with D the fraction Algorithm 1 chose with the adapter (kept as the
+            # request grows); without D the KV lives in the pool (PLoRA V-B(1): placement and duplication in HBM
+            # are D's), and the "-hbmkv" variants keep it in HBM as far as it fits, as before issue 30
             free = st.free_bytes(cost)
-            prompt = int(t.prefill_len[i])
             if self.variant.distributed:
-                p = cost.dup_fraction_for(st.n_req, st.kv_dup_tokens, st.kv_dev_tokens,
-                                          st.n_req if st.n_dev_req is None else st.n_dev_req, prompt)
+                p, want = d.kv_dup_fraction, d.kv_dup_tokens
             else:
-                # without D the KV lives in the pool (PLoRA V-B(1): placement and duplication in HBM are D's);
-                # the "-hbmkv" variants keep it in HBM as far as it fits, as before issue 30
                 p = 1.0 if self.variant.kv_in_hbm else 0.0
+                want = int(p * prompt)
             self.pfrac[i] = p
-            dup = min(int(p * prompt), int(max(free, 0.0) // cost.kv_tok))
+            dup = min(want, int(max(free, 0.0) // cost.kv_tok))
             self.dup[i] = max(dup, 0)
             st.kv_dup_tokens += self.dup[i]
             st.kv_dev_tokens += prompt - self.dup[i]
@@ -377,10 +379,8 @@ class PLoRASystem(System):
             rank = int(self.ranks[a])
             s = self.state.adapters.get(a)
             lvl = s.level if s is not None else LEVEL_NONE
-            times = cost.standalone_s(rank, tok)
             ok = [x for x in self.variant.allowed if LEVEL_OF[x] <= lvl] or [E3 if self.variant.uses_ndp else E2]
-            best = min(ok, key=lambda x: times[x])
-            row = cost.terms(rank, tok)[best]
+            best, row = cost.prefill_choice(rank, tok, ok)
             w.add(row, cost.device_of(a))
             devs.append(np.array([cost.device_of(a)]))
             rows_l.append(row[None, :])
@@ -456,7 +456,13 @@ class PLoRASystem(System):
 
     # --- the execution timeline (host/plora/timeline.py): what the run's time comes from --------------------
     def _gpu_kernel_s(self, flops: float, nbytes: float) -> float:
-        return float(self.gpu_model.kernel(flops, nbytes).calibrated_s) if (flops > 0 or nbytes > 0) else 0.0
+        if not (flops > 0 or nbytes > 0):
+            return 0.0
+        memo = self.__dict__.setdefault("_kernel_memo", {})
+        got = memo.get((flops, nbytes))
+        if got is None:
+            got = memo[(flops, nbytes)] = float(self.gpu_model.kernel(flops, nbytes).calibrated_s)
+        return got
 
     def _gpu_add_s(self, nbytes: float) -> float:
         return float(self.gpu_model.elementwise("add", nbytes).calibrated_s) if nbytes > 0 else 0.0
@@ -465,20 +471,24 @@ class PLoRASystem(System):
         """One layer's work of the iteration priced by ``p`` (:meth:`_price_parts`) with decode requests of
         ``kv_after`` tokens, ``dup`` of them duplicated in HBM, and ``load_bytes`` of adapter loads pending."""
         cost, L = self.cost, p["L"]
-        devs, rows, strat = p["jobs"]
-        e1 = strat == E1
-        after = (strat == E2) | (strat == E4)
-        e3 = strat == E3
-        on_dev = ~e1 & ((rows[:, 0] > 0) | (rows[:, 1] > 0) | (rows[:, 2] > 0))
-        w = LayerWork(base_s=p["base"] / L, job_dev=devs[on_dev], job_out=rows[on_dev, 0], job_s=rows[on_dev, 2],
-                      job_in=rows[on_dev, 1],
-                      gpu_e1_s=self._gpu_kernel_s(float(rows[e1, 4].sum()), float(rows[e1, 3].sum())),
-                      gpu_after_s=self._gpu_kernel_s(float(rows[after, 4].sum()), float(rows[after, 3].sum()))
-                      + self._gpu_add_s(3.0 * float(rows[e3, 1].sum())),
-                      prefill_att_s=p["prefill_att"] / L, prefill_out=p["prefill_kv_bytes"],
-                      load_in=load_bytes, waves=cost.waves, host_stop_s=cost.host_op_s,
-                      job_stops=rows[on_dev, 5] if cost.host_op_s > 0 else None,
-                      job_stops_after=rows[on_dev, 6] if cost.host_op_s > 0 else None)
+        lora = p.get("_lora_work")
+        if lora is None:
+            # the LoRA and prefill part depends on p alone: kept in p for the stretch's other executions
+            devs, rows, strat = p["jobs"]
+            e1 = strat == E1
+            after = (strat == E2) | (strat == E4)
+            e3 = strat == E3
+            on_dev = ~e1 & ((rows[:, 0] > 0) | (rows[:, 1] > 0) | (rows[:, 2] > 0))
+            lora = p["_lora_work"] = dict(
+                base_s=p["base"] / L, job_dev=devs[on_dev], job_out=rows[on_dev, 0], job_s=rows[on_dev, 2],
+                job_in=rows[on_dev, 1],
+                gpu_e1_s=self._gpu_kernel_s(float(rows[e1, 4].sum()), float(rows[e1, 3].sum())),
+                gpu_after_s=self._gpu_kernel_s(float(rows[after, 4].sum()), float(rows[after, 3].sum()))
+                + self._gpu_add_s(3.0 * float(rows[e3, 1].sum())),
+                prefill_att_s=p["prefill_att"] / L, prefill_out=p["prefill_kv_bytes"], waves=cost.waves,
+                host_stop_s=cost.host_op_s, job_stops=rows[on_dev, 5] if cost.host_op_s > 0 else None,
+                job_stops_after=rows[on_dev, 6] if cost.host_op_s > 0 else None)
+        w = LayerWork(load_in=load_bytes, **lora)
         Lt = np.asarray(kv_after, np.int64)
         a = np.asarray(dup, np.int64)
         if len(Lt):

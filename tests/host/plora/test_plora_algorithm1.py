@@ -161,3 +161,50 @@ def test_bad_input(cost):
         select(state(0), cost, 5, 1)
     with pytest.raises(ValueError, match="tokens must be >= 1"):
         select(state(0), cost, 5, 0, rank=R)
+
+
+def test_kv_duplicate_and_adapter_cache_are_one_decision(cost):
+    """PLoRA III / V-B: the joining request's duplicated KV and its adapter's cache compete for the same HBM.
+    40,000 free bytes hold the rank-8 adapter's A+B (32,768) or the 100-token prompt's KV (25,600), not both.
+    Adapter first (kv_tokens=0), Algorithm 1 caches it (E1) and only 28 tokens' duplicate fits beside it; as one
+    decision the KV duplicate wins: the devices' attention (1 us per token, 2 devices) costs far more than E3.
+    (The fastest pair, E1 with all 100 tokens duplicated, does not fit: the pairs that fit are re-ranked, lines
+    19-20.)"""
+    assert select(state(40000.0), cost, 0, 1, rank=R, remaining=10).strategy == E1
+    d = select(state(40000.0), cost, 0, 1, rank=R, remaining=10, kv_tokens=100)
+    assert (d.strategy, d.path, d.kv_dup_tokens, d.kv_dup_fraction, d.load_bytes) == (E3, "rerank", 100, 1.0, 0.0)
+    # J(E3, all 100 duplicated), by hand: wave = max(1,024 B of y / 1 GB/s, 7 kernels x 1 us) + L = 8 us;
+    # attention (one request): max(GPU 100 x 128 B / 100 GB/s, the new token's 128 B to a device / 1 GB/s) + the
+    # merge of one partial (152 B / 100 GB/s); 10 iterations of 2 layers
+    att = max(100 * 128 / 100e9, 128 / 1e9) + 152 / 100e9
+    assert d.cost_s == pytest.approx(10 * 2 * (8e-6 + att), rel=1e-12)
+    # J(E1, 28 duplicated), what caching the adapter first leaves: 72 tokens on the devices (36 us on each of
+    # the 2, after L) and the load of A+B once
+    from host.plora.manager import _Eval
+    att_e1 = 1e-6 + 72 * 1e-6 / 2 + 3 * 152 / 100e9
+    j_e1 = 10 * 2 * (16384 / 100e9 + att_e1) + AB / 1e9 + 1e-6
+    assert _Eval(state(40000.0), cost, 0, R, 1, 10).J(E1, (), (28.0, 72.0)) == pytest.approx(j_e1, rel=1e-12)
+    assert d.cost_s < j_e1 / 4
+    # the pair ranking's shortcut is J itself, bit for bit
+    ev = _Eval(state(40000.0), cost, 0, R, 1, 10)
+    pairs = [(s, g) for s in (E1, E2, E3, E4) for g in (0, 28, 100)]
+    split = lambda g: (float(g), float(100 - g))      # noqa: E731
+    assert ev.J_pairs(pairs, split) == [ev.J(s, (), split(g)) for s, g in pairs]
+    # with room for both, both
+    both = select(state(60000.0), cost, 0, 1, rank=R, remaining=10, kv_tokens=100)
+    assert (both.strategy, both.kv_dup_tokens) == (E1, 100)
+    # KV placement is D's: no KV decision without distributed attention; bad arguments are named
+    with pytest.raises(ValueError, match="distributed"):
+        select(state(40000.0, distributed=False), cost, 0, 1, rank=R, remaining=10, kv_tokens=100)
+    with pytest.raises(ValueError, match="kv_tokens"):
+        select(state(40000.0), cost, 0, 1, rank=R, remaining=10, kv_tokens=-1)
+
+
+def test_cached_ids_follow_every_level_change(cost):
+    """The eviction candidates come from the set of cached adapters, kept up to date by set_level."""
+    st = state(1e6, adapters={1: AdapterState(R, LEVEL_AB), 2: AdapterState(R, LEVEL_NONE), 3: AdapterState(R, LEVEL_B)})
+    assert st.cached_ids() == {1, 3}
+    st.set_level(cost, 1, LEVEL_NONE)
+    st.set_level(cost, 2, LEVEL_B)
+    st.set_level(cost, 7, LEVEL_AB, rank=R)
+    assert st.cached_ids() == {k for k, a in st.adapters.items() if a.level != LEVEL_NONE} == {2, 3, 7}

@@ -126,3 +126,17 @@ def test_run_grid_reports_its_figures(monkeypatch):
     out = bench.run_grid(executor=LocalExecutor(1))
     assert out["plora_grid_points"] == 3 and out["plora_grid_errors"] == 0
     assert out["plora_grid_s"] > 0 and set(out["plora_grid_tpot_ms"]) == {"plora", "s-lora", "nd-e4"}
+    # the load regime: PLoRA's hbm_pressure per model / workload and its least on the uniform workloads
+    row = run_point(small[0])
+    assert out["plora_grid_hbm_pressure"] == {"llama2-7b/uniform": row["hbm_pressure"]}
+    assert out["plora_grid_uniform_hbm_pressure_min"] == row["hbm_pressure"]
+    assert out["plora_grid_rate_per_s"] == small[0].rate_per_s
+
+
+def test_the_grid_runs_at_the_regime():
+    """The bench grid: 1,000 requests per point at GRID_RATE_PER_S (issue 30 items 2 and 6)."""
+    from host.plora import bench
+    from host.plora.figures import GRID_RATE_PER_S
+    assert bench.GRID_REQUESTS == 1000 and GRID_RATE_PER_S == 40.0
+    assert {s.rate_per_s for s in grid_specs()} == {40.0}
+    assert {s.n_requests for s in grid_specs(n_requests=1000)} == {1000}

@@ -197,3 +197,68 @@ def test_device_attention_is_the_devices_descriptor_stream():
         assert got[d] <= alone and (not cnt[:, d].any() or got[d] < 0.9 * alone)
     s = make_cost(shape=shape, ndp=NDPStandIn(), n_dev=4)
     assert np.allclose(s.device_attention(cnt), NDPStandIn().attention_s(cnt, 128, 32, 32).sum(axis=0), rtol=1e-12)
+
+
+class _CountingNDP(FakeNDP):
+    """FakeNDP that counts the E3 / E4 kernels it prices."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.kernels = 0
+
+    def lora_e3_s(self, d_in, d_out, rank, batch):
+        self.kernels += 1
+        return super().lora_e3_s(d_in, d_out, rank, batch)
+
+    def lora_e4_s(self, d_in, rank, batch):
+        self.kernels += 1
+        return super().lora_e4_s(d_in, rank, batch)
+
+
+def test_prefill_choice_prices_a_kernel_only_when_it_can_win():
+    # SMALL, rank 8, link 1 GB/s, rtt 1 us. E2 alone: A and B (16,384 bytes) in over the link = 16.384 us, their
+    # LOAD on the device at 1 GB/s the same, + L = 17.384 us. E3 alone: y back (B x 1,024 bytes) at 1 GB/s, the
+    # device 7 kernels x 1 us x B, + L = 7 B + 1 us; without the device term its bound is 1.024 B + 1 us, above
+    # E2's 17.384 us from B = 17 on: no kernel is priced there.
+    ndp = _CountingNDP()
+    c = make_cost(ndp=ndp)
+    best, row = c.prefill_choice(8, 2, [E2, E3])          # E3: 15 us < 17.384 us
+    assert best == E3 and ndp.kernels > 0
+    assert row[2] == pytest.approx(7 * 2e-6)
+    n = ndp.kernels
+    best, row = c.prefill_choice(8, 17, [E2, E3])         # bound 18.408 us > 17.384 us: E2, no kernel
+    assert best == E2 and ndp.kernels == n
+    assert row[1] == 16384 and row[2] == pytest.approx(16.384e-6)
+    best, _ = c.prefill_choice(8, 3000, [E1, E2, E3, E4])
+    assert best == E1 and ndp.kernels == n                 # E1: only the GPU, far below every link-bound bound
+    assert c.prefill_choice(8, 3000, [E3])[0] == E3 and ndp.kernels > n   # nothing to compare: priced
+
+
+def test_prefill_choice_pruned_equals_unpruned():
+    """The pruned choice is the unpruned one (``min(ok, key=standalone_s)``), with a bit-equal row, on the
+    small dense and MoE models over batches from 1 to 5,000 and every set of allowed strategies."""
+    sets = [[E2, E3], [E1, E2, E3, E4], [E1, E2], [E2, E3, E4], [E3], [E2], [E4, E3], [E1, E3]]
+    for shape in (SMALL, SMALL_MOE):
+        for host_op in (0.0, 6.7e-6):
+            pruned = make_cost(shape, ndp=FakeNDP(e3=2e-8, e4=1e-8), host_op_s=host_op)
+            full = make_cost(shape, ndp=FakeNDP(e3=2e-8, e4=1e-8), host_op_s=host_op)
+            for rank in (8, 128):
+                for tok in (1, 2, 5, 16, 17, 40, 300, 5000):
+                    for ok in sets:
+                        b1, r1 = pruned.prefill_choice(rank, tok, ok)
+                        b2, r2 = full.prefill_choice(rank, tok, ok, prune=False)
+                        times = full.standalone_s(rank, tok)
+                        assert b1 == b2 == min(ok, key=lambda x: times[x]), (shape.name, rank, tok, ok)
+                        assert np.array_equal(r1, r2)
+
+
+def test_device_attention_keeps_only_its_last_answer():
+    """The kept answer is the one for the same shares, never another's, and a caller changing it changes nothing."""
+    c = make_cost(ndp=FakeNDP(att=1e-6))
+    a, b = np.array([[3, 0], [1, 2]]), np.array([[4, 1], [0, 2]])
+    first = c.device_attention(a)
+    assert list(c.device_attention(b)) == list(c._device_attention(b))
+    again = c.device_attention(a)
+    assert list(again) == list(first) == list(c._device_attention(a))
+    again[:] = -1.0
+    assert list(c.device_attention(a)) == list(first)

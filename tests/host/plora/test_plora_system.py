@@ -8,7 +8,7 @@ from conftest import FakeNDP, FakeGPUModel, tiny_model, test_gpu, test_link
 from host.serving import Request, RequestTable, run, EngineConfig
 from host.plora.config import KERNEL_STOP_S, VARIANTS
 from host.plora.system import PLoRASystem
-from host.plora.baselines import SLoRASystem, CPULoRAOffloadSystem
+from host.plora.baselines import SLoRASystem, CPULoRAOffloadSystem, SLORA_LORA_BW_EFFICIENCY
 from host.plora.lora import E1, E2, E3, E4
 
 RANK8 = {"rank": 8}
@@ -167,12 +167,25 @@ def host_kw():
     return dict(gpu=test_gpu(hbm_gb=1.0), gpu_model=FakeGPUModel(dense_s=1e-6), link=test_link())
 
 
-def test_slora_fetch_on_admission_overlaps_one_iteration():
+def test_slora_pays_its_fetch_and_its_kernels():
+    """S-LoRA as its code runs by default: the adapter fetched over PCIe before the batch that first uses it
+    (prefetch off), its LoRA kernels at Punica's measured SGMV efficiency; with the paper's prefetch the fetch
+    overlaps the iteration instead."""
+    # Punica's operator: 483,328 bytes per added adapter in (116 - 37) / 63 us, over the A100's 2,039 GB/s
+    assert SLORA_LORA_BW_EFFICIENCY == pytest.approx(483328 / (79e-6 / 63) / 2039e9, rel=1e-12)
+    assert SLORA_LORA_BW_EFFICIENCY == pytest.approx(0.18903, abs=1e-5)
+    req = [Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)]
+    # the prefill: 1 us of base model; LoRA per layer: A and B of rank 8 (16,384 bytes) at 1 GB/s x 0.189 (its
+    # 131,072 FLOPs at 1 TFLOPS are less), 2 layers; the fetch: the 32,768-byte adapter at 1 GB/s + 1 us
+    compute = 1e-6 + 2 * 16384 / (1e9 * SLORA_LORA_BW_EFFICIENCY)
+    fetch = 32768 / 1e9 + 1e-6
     s = SLoRASystem(tiny_model(), **host_kw())
-    out = run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)], s)
-    # the rank-8 adapter is 32,768 bytes: fetched over 1 GB/s with a 1 us round trip, longer than the 1 us prefill
-    assert out.table.first_token_s[0] == pytest.approx(32768 / 1e9 + 1e-6)
+    out = run(req, s)
+    assert out.table.first_token_s[0] == pytest.approx(compute + fetch, rel=1e-12)
     assert out.summary["strategy_counts"]["fetches"] == 1
+    pre = SLoRASystem(tiny_model(), prefetch=True, **host_kw())
+    assert pre.name == "s-lora-prefetch"
+    assert run(req, pre).table.first_token_s[0] == pytest.approx(max(compute, fetch), rel=1e-12)
     # a second request for the same adapter fetches nothing
     out2 = run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8), Request(1, 1.0, 8, 3, adapter_id=0, fields=RANK8)],
                SLoRASystem(tiny_model(), **host_kw()))
@@ -227,3 +240,33 @@ def test_kv_placement_belongs_to_d():
     assert VARIANTS["ns-hbmkv"].kv_in_hbm and not VARIANTS["ns"].kv_in_hbm
     with pytest.raises(ValueError, match="kv_in_hbm"):
         VARIANTS["plora"].__class__(**{**VARIANTS["plora"].__dict__, "kv_in_hbm": True})
+
+
+def test_grace_hopper_pays_a_launch_per_lora_kernel():
+    """Grace-Hopper: the GPU reads adapters (E2) and KV from Grace memory over NVLink-C2C itself (PLoRA ref [52],
+    extended GPU memory: no host in the path, so no kernel stop), but its LoRA kernel is a kernel of its own
+    beside the base GEMMs (it cannot be fused into them): every layer of every iteration pays the GPU model's
+    per-kernel floor once for it. One request, 2 layers: a 5 us floor adds 2 x 5 us to each decode iteration."""
+    def durations(kernel_s):
+        s = plora("grace-hopper", gpu_model=FakeGPUModel(kernel_s=kernel_s), ndp=FakeNDP(att=1e-8), n_dev=1)
+        out = run([Request(0, 0.0, 8, 3, adapter_id=0, fields=RANK8)], s, EngineConfig(fuse_decode=False))
+        return np.asarray(out.iterations["duration_s"][1:]), s
+    base, _ = durations(0.0)
+    paid, s = durations(5e-6)
+    assert s.cost.host_op_s == 0.0                     # no kernel stops: the GPU loads and stores over C2C
+    assert list(paid - base) == pytest.approx([2 * 5e-6] * 2, rel=1e-9)
+
+
+def test_pruned_prompt_strategy_runs_as_the_unpruned(monkeypatch):
+    """A run whose prompts' strategies are chosen with the kernel pruning executes the same iterations, bit for bit,
+    as one that prices every strategy's kernels (prompts long enough that E3 is pruned, short enough that it wins)."""
+    from host.plora.cost import CostModel
+    reqs = [Request(i, 1e-5 * i, p, 3, adapter_id=i % 3, fields=RANK8) for i, p in enumerate((4, 40, 400, 9, 120))]
+
+    def durations():
+        out = run(list(reqs), plora("plora", ndp=FakeNDP(e3=2e-8, e4=1e-8, att=1e-8)), EngineConfig(fuse_decode=False))
+        return list(out.iterations["duration_s"]), list(out.iterations["estimate_s"])
+    pruned = durations()
+    orig = CostModel.prefill_choice
+    monkeypatch.setattr(CostModel, "prefill_choice", lambda self, r, t, ok, prune=True: orig(self, r, t, ok, prune=False))
+    assert durations() == pruned

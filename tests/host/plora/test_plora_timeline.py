@@ -29,6 +29,18 @@ def test_fifo_matches_a_plain_loop():
         np.testing.assert_allclose(fifo(a, s, free), fifo_loop(a, s, free), rtol=0, atol=1e-12)
 
 
+def test_small_fifo_is_the_vectorized_one():
+    """Up to 8 jobs the FIFO runs its operations one by one in Python: bit-equal to the vectorized form."""
+    from host.plora.timeline import _fifo_small, _fifo_np
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        n = int(rng.integers(1, 9))
+        a = rng.uniform(0, 10, n) * (rng.random(n) < 0.7)
+        s = rng.uniform(0, 2, n) * (rng.random(n) < 0.8)
+        free = float(rng.uniform(-1, 5))
+        assert _fifo_small(a.tolist(), s.tolist(), free).tolist() == _fifo_np(a, s, free).tolist()
+
+
 def test_a_reordered_queue_is_caught():
     """The check above is not vacuous: serving the same jobs out of order gives other finish times."""
     a, s = np.array([0.0, 0.0, 5.0]), np.array([3.0, 1.0, 1.0])
