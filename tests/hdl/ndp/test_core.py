@@ -377,11 +377,13 @@ def test_bad_construction():
         NDPMemorySystem(config=CFG, dram_config=DDR4_3200_TINY, policy="fr-fcfs")
 
 
-def test_half_beat_sfu_core_verilog_is_lint_clean(tmp_path):
-    """The core with an SFU half a beat wide (the half-beat SOFTMAX gearboxes generated; the `tiny` preset that
-    `make lint` writes has a full-beat SFU) is lint-clean Verilog."""
+def test_half_beat_and_grouped_core_verilog_is_lint_clean(tmp_path):
+    """The core with the grouped dataflow and a 2-lane SFU (GROUP_CFG: the PE array's ROW_GROUP segment
+    multiplexers, the GROUP decoder rules, and the half-beat SOFTMAX gearboxes of an SFU at most half a beat wide;
+    the `tiny` preset that `make lint` writes has neither) is lint-clean Verilog."""
     from sim.backends.verilog import write_verilog, lint
+    assert kernels.half_beat_shares(GROUP_CFG) and GROUP_CFG.group_lanes
     # the memory port as `make lint`'s preset has it (a tag on the requests: no zero-width signal)
-    paths = write_verilog(tmp_path, {"ndp_core_half_sfu": lambda: NDPCore(config=HALF_CFG, mem_burst_bits=BURST_BITS,
-                                                                           mem_addr_bits=16, mem_tag_width=8)})
+    paths = write_verilog(tmp_path, {"ndp_core_grouped": lambda: NDPCore(config=GROUP_CFG, mem_burst_bits=BURST_BITS,
+                                                                         mem_addr_bits=16, mem_tag_width=8)})
     assert lint(paths) == []
