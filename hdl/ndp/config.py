@@ -48,6 +48,7 @@ _RANGES = {
     "sfu_lanes": (1, 1 << 12),
     "align_bytes": (2, 1 << 16),
     "state_slots": (1, 64),
+    "sfu_fifo": (0, 1 << 12),
     "acc_columns": (16, 1 << 16),
     "max_k": (1, 1 << 20),
     "device_bytes": (1, 1 << 64),             # base + bytes is checked against this; 2**64 = whole address space
@@ -84,6 +85,10 @@ class NDPConfig:
       multiplies the input row of *its own segment*. Decode attention of ``lanes / W`` KV heads of head dim W
       at once (docs/ndp_core.md, "Grouped attention"). 0 (no GROUP), or a power of two with
       ``sfu_lanes <= W <= lanes / 4`` (a SOFTMAX row of ``lanes / 2`` is the half-beat share's).
+    * ``sfu_fifo``: depth, in SFU words (``sfu_lanes`` FP16), of a FIFO between the core's input feeder and the
+      SFU (0: none, the feeder hands words straight to the SFU). The SFU takes a row only into one of its two row
+      slots, so without it the feeder (in order for the PE array and the SFU) waits on the SFU's progress, and the
+      next descriptor's PE input behind it; a FIFO of a SOFTMAX's rows lets the feeder move on (docs/ndp_core.md).
     """
 
     name: str
@@ -107,6 +112,7 @@ class NDPConfig:
     align_bytes: int = 64         # DDR4 burst of one x64 channel: 8 beats x 8 bytes (BL8, JESD79-4)
     gemv_pairs: bool = False
     group_lanes: int = 0          # 0: no grouped dataflow (PEMode.ROW_GROUP, the GROUP flag)
+    sfu_fifo: int = 0             # 0: no FIFO in front of the SFU
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -250,6 +256,8 @@ PAPER = NDPConfig(
                                    # the host serves (Llama-2-7B/13B, Llama-3-8B, Qwen: head_dim 128 in their
                                    # config.json, host/models), so a beat holds 4 KV heads; = sfu_lanes, so a
                                    # grouped softmax row is one SFU word
+    sfu_fifo=16,                   # design choice (issue 29): a grouped SOFTMAX of a GQA group of 4 is 4 x 4 = 16
+                                   # rows of one SFU word (docs/ndp_core.md); 16 x 2,048 bits = 4 KiB of flops
 )
 
 NDP_PRESETS = {c.name: c for c in (TINY, PAPER)}

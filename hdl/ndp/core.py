@@ -28,7 +28,7 @@ earlier ones compute, drain and return (``docs/ndp_core.md``).
 from amaranth.hdl import Module, Signal, Const, Cat, Mux, Array, EnableInserter, unsigned
 from amaranth.lib import wiring, stream, data, memory
 from amaranth.lib.wiring import In, Out
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.utils import exact_log2, bits_for, ceil_log2
 
 from ..fp.add import FPAdd
@@ -470,19 +470,36 @@ class _Core(wiring.Component):
         with m.If(x_go & (x_kind == KIND_STORE)):
             m.d.comb += [store_fifo.w_en.eq(in_rd.o.valid), store_fifo.w_data.eq(in_rd.o.payload),
                          in_rd.o.ready.eq(store_fifo.w_rdy)]
+        # the SFU's input: straight, or through a FIFO of ``sfu_fifo`` words (config.sfu_fifo), so that the feeder
+        # need not wait for the SFU's row slots (the SFU's cmd still goes first: its words stay in order). An
+        # empty FIFO is bypassed (a word the SFU takes at once costs no cycle); its level counts every word written
+        # before this cycle, so a bypassed word never passes a queued one
+        si_valid, si_ready, si_data = Signal(), Signal(), Signal(16 * SL)
+        if cfg.sfu_fifo:
+            m.submodules.sfu_fifo = sfu_q = SyncFIFO(width=16 * SL, depth=cfg.sfu_fifo)
+            bypass = ~sfu_q.r_rdy & sfu.i.ready
+            m.d.comb += [
+                sfu.i.valid.eq(sfu_q.r_rdy | si_valid),
+                sfu.i.payload.eq(Mux(sfu_q.r_rdy, sfu_q.r_data, si_data)),
+                sfu_q.r_en.eq(sfu.i.ready),
+                sfu_q.w_en.eq(si_valid & ~bypass), sfu_q.w_data.eq(si_data),
+                si_ready.eq(bypass | sfu_q.w_rdy),
+            ]
+        else:
+            m.d.comb += [sfu.i.valid.eq(si_valid), sfu.i.payload.eq(si_data), si_ready.eq(sfu.i.ready)]
         with m.If(x_go & (x_kind == KIND_SFU)):
             # gearbox: one input beat -> `gear` SFU beats
             if gear == 1:
-                m.d.comb += [sfu.i.valid.eq(in_rd.o.valid), sfu.i.payload.eq(in_rd.o.payload),
-                             in_rd.o.ready.eq(sfu.i.ready)]
+                m.d.comb += [si_valid.eq(in_rd.o.valid), si_data.eq(in_rd.o.payload),
+                             in_rd.o.ready.eq(si_ready)]
             else:
                 # a row of half a beat (L_len = lanes / 2, a KEEP SOFTMAX): the lower gear / 2 sub-beats of each
                 # input beat, the rest is the row's padding
                 g_last = Mux(xj.k == L // 2, gear // 2 - 1, gear - 1)
-                m.d.comb += [sfu.i.valid.eq(in_rd.o.valid),
-                             sfu.i.payload.eq(in_rd.o.payload.word_select(gear_n[:exact_log2(gear)], 16 * SL)),
-                             in_rd.o.ready.eq(sfu.i.ready & (gear_n == g_last))]
-                with m.If(sfu.i.valid & sfu.i.ready):
+                m.d.comb += [si_valid.eq(in_rd.o.valid),
+                             si_data.eq(in_rd.o.payload.word_select(gear_n[:exact_log2(gear)], 16 * SL)),
+                             in_rd.o.ready.eq(si_ready & (gear_n == g_last))]
+                with m.If(si_valid & si_ready):
                     m.d.sync += gear_n.eq(Mux(gear_n == g_last, 0, gear_n + 1))
         with m.If(x_busy & x_go & ~in_rd.busy):
             m.d.sync += [x_busy.eq(0), rp_x.eq(rp_x + 1), f_i.eq(f_i + xj.free_in)]

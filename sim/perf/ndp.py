@@ -14,8 +14,16 @@ descriptor by descriptor, in program order:
   job of even N on a ``gemv_pairs`` core: two beats per cycle), never ahead of the memory; the
   drain of pass j (``TRANS``: ``rows N`` scalars through the adder tree; ``ROW``: ``rows nb`` beats through the
   phase reduction) overlaps pass j + 1; SOFTMAX takes ``SoftmaxUnit.cycles(R, L / sfu_lanes)``;
-* **input**: the GPU's x (or a CHAIN's copy of the kept result, which waits for the previous descriptor's
-  result) enters the input ring at one beat per cycle and is loaded into the PE array before the first pass;
+* **input unit** (in order): the GPU's x, or a CHAIN's copy of the kept result once its producer (the owner's
+  last KEEP) has written it, enters the input ring at one beat per cycle;
+* **input feeder** (in order, hdl/ndp/core.py's x feeder): hands each job its input, the PE array's and the
+  SFU's alike; an SFU job holds it until the SFU has taken the SOFTMAX's last word (the SFU takes a row only
+  into one of its two row slots), unless a FIFO in front of the SFU (``NDPConfig.sfu_fifo``) takes them;
+* **SFU** (its own unit): SOFTMAX takes ``SoftmaxUnit.cycles(R, L / sfu_lanes)`` from its first word, and its
+  outputs wait for the output writer;
+* **output writer** (in order): every descriptor's results are written in program order (a PE job's first
+  output waits for the writer to be done with the previous descriptor; the PE array's one DRAIN stage is held
+  meanwhile); a CHAIN's producer is "written" when the writer is done with it;
 * **return**: result beats leave on ``y`` at one beat per cycle, then the completion, in order.
 
 A decode batch's attention runs on a device as one descriptor stream (firmware ``kernels.attention_batch``):
@@ -92,7 +100,16 @@ class Calibration:
     * ``ret_gap``: the return unit's hand-over from one descriptor to the next (its completion cycle, the start
       of the return ring reader): the earliest a descriptor's return can follow the previous completion;
     * ``pair_free``: a TRANS_PAIR job's last word entered the adder tree -> the PE array's one DRAIN stage takes
-      the next job (of any descriptor).
+      the next job (of any descriptor);
+    * ``copy``: the input unit's overhead per descriptor (a copy of n beats takes n + ``copy`` cycles);
+    * ``cpl``: the output writer done with a descriptor -> its completion (before its returned beats);
+    * ``lead_sfu``: a SOFTMAX's input copied -> the SFU's first word (``lead``'s counterpart; may be negative);
+    * ``hold``: the SFU's last word taken -> the input feeder free for the next job;
+    * ``wpe``: slack of a PE job's first output against the output writer (may be negative);
+    * ``xf_pe``: the input feeder free -> a PE job's first A beat (beyond its x beats).
+
+    The post_* constants and ``cpl`` are relative to the writer's events (docs/ndp_perf.md); ``post_*``,
+    ``lead_sfu`` and ``wpe`` are fitted in -64..64, the others in 0..64.
     """
 
     start: float = 0.0
@@ -106,6 +123,12 @@ class Calibration:
     ret_wait: float = 0.0
     ret_gap: float = 0.0
     pair_free: float = 0.0
+    copy: float = 0.0
+    cpl: float = 0.0
+    lead_sfu: float = 0.0
+    hold: float = 0.0
+    wpe: float = 0.0
+    xf_pe: float = 0.0
 
 
 def load_calibration(path=CALIBRATION_PATH) -> Calibration:
@@ -220,6 +243,33 @@ def _kind(d):
     return "trans" if d.trans else "row"
 
 
+def _sfu_accept(sfu, rows, nb):
+    """Cycles (from the job's cmd) at which the SFU takes each of its ``rows x nb`` input words, every input
+    valid and every output ready: the schedule of :meth:`hdl.ndp.softmax.SoftmaxUnit.cycles` (a row goes into
+    one of two row slots, word q of row r >= 2 once row r - 2's exp pass has read word q)."""
+    D = sfu.anchor_depth
+    start, acc_t, words, last_in = [], [], [], 0
+    for r in range(rows):
+        t = last_in + 1
+        for q in range(nb):
+            if r >= 2:
+                t = max(t, start[r - 2] + q + 1)
+            t_q, t = t, t + 1
+            words.append(t_q)
+        last_in = t_q
+        e = last_in + sfu.max_latency + 1
+        if r >= 1:
+            e = max(e, start[r - 1] + nb)
+        if r >= D:
+            e = max(e, acc_t[r - D] + 1)
+        start.append(e)
+        a = e + nb - 1 + sfu.exp_latency + sfu.anchor_latency
+        if r >= 1:
+            a = max(a, acc_t[r - 1] + 1)
+        acc_t.append(a)
+    return tuple(words)
+
+
 class NDPPerfModel:
     """Cycles of NDP descriptor programs on ``config`` with memory ``memory`` (module docstring), and the
     PLoRA host's whole-device interface (seconds): :meth:`load_s`, :meth:`lora_e3_s`, :meth:`lora_e4_s`,
@@ -326,18 +376,23 @@ class NDPPerfModel:
                     # taken (the next job, of any descriptor, enters DRAIN after them): TRANS frees it once its
                     # last word entered the adder tree, TRANS_PAIR ``pair_free`` cycles later (calibrated: its
                     # two-column words leave the tree's root through the serializer), ROW once its words left
+                    # lat: the last A beat -> the DRAIN stage may start (the accumulation's latency); fo: the
+                    # DRAIN stage's start -> its first output (to the output writer)
                     if mode in (PEMode.TRANS, PEMode.TRANS_HALF):
-                        drain = rows * g + pe.tree_latency      # one scalar per cycle (TRANS_PAIR: rows 1)
-                        occ = rows * g                  # TRANS_PAIR: + the calibrated pair_free (in _run)
+                        # one scalar per cycle into the adder tree (TRANS_PAIR: rows 1); the stage is held until
+                        # the tree has emptied (the RTL's d_busy, tests/sim/perf's traces)
+                        drain = occ = rows * g + pe.tree_latency     # TRANS_PAIR: + the calibrated pair_free
+                        lat, fo = 0, pe.tree_latency
                     elif j["S"] == 1 and mode in (PEMode.ROW, PEMode.ROW_GROUP):
-                        drain = rows * j["words"] + pe.drain_latency      # PEArray.cycles, nb >= 8
-                        occ = rows * j["words"]
+                        drain = occ = rows * j["words"]              # PEArray.cycles, nb >= 8
+                        lat, fo = pe.drain_latency, 1
                     else:
-                        drain = rows * j["words"] * pe.reduce_cycles(j["S"], mode == PEMode.ROW_HALF) \
-                            + pe.loop_latency + 1
-                        occ = drain
+                        # the K-split phases reduced one output beat at a time (PEArray.reduce_cycles)
+                        red = pe.reduce_cycles(j["S"], mode == PEMode.ROW_HALF)
+                        drain = occ = rows * j["words"] * red
+                        lat, fo = pe.loop_latency + 1, red
                     a_beats = j["beats"] * (2 if pair else 1)
-                    passes.append([comp, drain, a_beats if r0 == 0 else None, occ, pair])
+                    passes.append([comp, drain, a_beats if r0 == 0 else None, occ, pair, lat, fo])
                     beats_first += a_beats if r0 == 0 else 0
             # the first row pass sweeps the operand once, column group after column group (the k-major layout
             # stores the groups one after the other): job j needs the lines up to its share of the operand
@@ -353,8 +408,13 @@ class NDPPerfModel:
         elif k == "softmax":
             R, Lt = d.input_dim0, d.input_dim1
             out["x"] = R * Lt // L if d.grouped(cfg) else R * -(-Lt // L)       # (GROUP: packed rows)
-            out["pass"] = [(self.sfu.cycles(R, -(-Lt // cfg.sfu_lanes)), 0, None, 0, False)]
+            nb = -(-Lt // cfg.sfu_lanes)
+            out["pass"] = [(self.sfu.cycles(R, nb), 0, None, 0, False)]
             out["passes"] = 1
+            # the SFU's word acceptance (cycle of each of its R nb input words, from its first) and its first
+            # output's latency, from its cycle formula's schedule (SoftmaxUnit.cycles)
+            out["sfu_acc"] = _sfu_accept(self.sfu, R, nb)
+            out["sfu_fo"] = _sfu_accept(self.sfu, 1, nb)[-1] + self.sfu.max_latency + 1 + self.sfu.exp_latency
         elif k == "load":
             beats = -(-d.operand_bytes // (2 * L))
             out["pass"] = [(beats, 0, 1.0, 0, False)]
@@ -373,21 +433,28 @@ class NDPPerfModel:
         owners = [e[2] if isinstance(e, tuple) and len(e) == 3 else 0 for e in program]
         return self._run([self.shape(d) for d in descs], owners)
 
-    def _run(self, shapes, owners=None) -> float:
+    def _run(self, shapes, owners=None, trace=None) -> float:
+        """The units' recurrence over the program (module docstring); ``trace`` (a list): each descriptor's
+        (written, completion) cycles are appended."""
         c, mem = self.cal, self.memory
         r = mem.ratio
+        fifo = self.config.sfu_fifo
         t_issue_free = c.start                  # memory engine free to issue
         arrive_prev = 0.0
-        comp_prev = -1e18                       # last A beat of the previous descriptor
-        drain_prev = 0.0                        # previous descriptor's result written
+        comp_prev = -1e18                       # last A beat of the previous PE job
         pe_free = 0.0                           # the PE array's DRAIN stage free (one stage for every descriptor)
         done_prev = 0.0                         # previous completion
+        in_free = 0.0                           # input unit free (in order)
+        xf_free = 0.0                           # input feeder free (in order)
+        sfu_free = 0.0                          # SFU free
+        w_free = 0.0                            # output writer done with the previous descriptor
         cum = 0
         cum_ends, comp_ends = [], []
-        kept_at = {}                            # owner -> its last KEEP's result written (a CHAIN's producer)
+        kept_at = {}                            # owner -> its last KEEP written (a CHAIN's producer)
         for i, s in enumerate(shapes):
             owner = owners[i] if owners is not None else 0
             lines = s["lines"]
+            kind = s["kind"]
             # ---- memory: ring space, then the stream
             if not self.overlap:
                 t_issue_free = max(t_issue_free, done_prev + (c.start if i else 0.0))
@@ -411,44 +478,83 @@ class NDPPerfModel:
             else:
                 arrive_first = arrive_end = start
             cum += lines
-            # ---- input: x from the GPU (ready from the start) or the CHAIN copy of the kept result
+            # ---- input unit (in order): the GPU's x, or a CHAIN's copy once its producer is written
             x_first = s["x"] if s["x_first"] is None else s["x_first"]
-            # (the core copies a CHAIN's input once its producer, the owner's last KEEP, has written it)
-            x_ready = (kept_at.get(owner, drain_prev) + c.chain if s["chain"] else c.start) + x_first
-            # ---- PE passes (jobs)
-            t = max(comp_prev + c.gap, arrive_first + c.lead, x_ready + c.lead)
-            drain_end = 0.0
-            pe_kind = s["kind"] in ("row", "trans")
-            for n, (comp, drain, frac, occ, pair) in enumerate(s["pass"]):
-                if n:
-                    t += c.gap
-                if frac is not None and lines:
-                    # the first sweep over the operand consumes the lines as they arrive (at most one beat per
-                    # cycle): this job's share of them has arrived
-                    end = max(t + comp, arrive_first + frac * (arrive_end - arrive_first) + 1)
-                else:
-                    end = t + comp
-                if s["kind"] == "load":
-                    # LOAD data goes straight to the return ring: its last beat needs the ring to have room,
-                    # i.e. the previous results returned down to ret_cap - ret beats
-                    end = max(end, done_prev + c.ret_wait - self.ret_cap + 2 * s["ret"])
-                if pe_kind and self.drain_stage:
-                    d0 = max(end, drain_end, pe_free)
-                    pe_free = d0 + occ + (c.pair_free if pair else 0.0)
-                    drain_end = d0 + drain
-                else:
-                    drain_end = max(end, drain_end) + drain
-                t = end
-            if s["kind"] != "load" and s["ret"]:
-                drain_end = max(drain_end, done_prev + c.ret_wait - self.ret_cap + 2 * s["ret"])
-            comp_prev = t
-            comp_ends.append(t)
+            if kind == "load":
+                x_ready = c.start
+            else:
+                src = kept_at.get(owner, w_free) + c.chain if s["chain"] else c.start
+                cs = max(src, in_free)
+                x_ready = cs + x_first + c.copy
+                in_free = cs + s["x"] + c.copy
+            if kind == "softmax":
+                # ---- the SFU: the feeder hands it the words (after its cmd), its outputs wait for the writer
+                comp = s["pass"][0][0]
+                acc = s["sfu_acc"]
+                t_in = max(xf_free, x_ready + c.lead_sfu, sfu_free)
+                ts = max(t_in, w_free + 1 - s["sfu_fo"])
+                end = ts + comp
+                n = len(acc)
+                # the feeder is free once the SFU (or the FIFO in front of it) has taken the last word
+                xf_free = max(t_in + n, ts + acc[n - 1 - fifo] + 1 if n > fifo else 0.0) + c.hold
+                sfu_free = end
+                written = max(end, w_free + 1) + c.post_softmax
+                comp_ends.append(comp_prev)
+            else:
+                # ---- PE passes (jobs) / LOAD / STORE
+                t = max(comp_prev + c.gap, arrive_first + c.lead, x_ready + c.lead, xf_free + x_first + c.xf_pe)
+                t0 = t
+                drain_end = 0.0
+                pe_kind = kind in ("row", "trans")
+                for n, ps in enumerate(s["pass"]):
+                    comp, drain, frac, occ, pair = ps[:5]
+                    if n:
+                        t += c.gap
+                    if frac is not None and lines:
+                        # the first sweep over the operand consumes the lines as they arrive (at most one beat per
+                        # cycle): this job's share of them has arrived
+                        end = max(t + comp, arrive_first + frac * (arrive_end - arrive_first) + 1)
+                    else:
+                        end = t + comp
+                    if kind == "load":
+                        # LOAD data goes straight to the return ring: its last beat needs the ring to have room,
+                        # i.e. the previous results returned down to ret_cap - ret beats
+                        end = max(end, done_prev + c.ret_wait - self.ret_cap + 2 * s["ret"])
+                    if pe_kind and self.drain_stage:
+                        lat, fo = ps[5], ps[6]
+                        # the DRAIN stage: after the accumulation's latency, once free, and once the writer can
+                        # take its first output
+                        d0 = max(end + lat, drain_end, pe_free, w_free - fo + c.wpe)
+                        pe_free = d0 + occ + (c.pair_free if pair else 0.0)
+                        drain_end = d0 + drain
+                    elif pe_kind:
+                        drain_end = max(end + ps[5], drain_end) + drain
+                    else:
+                        drain_end = max(end, drain_end) + drain
+                    t = end
+                if pe_kind or kind == "store":
+                    xf_free = max(xf_free, t0 - c.lead)
+                comp_prev = t
+                comp_ends.append(t)
+                if kind != "load" and s["ret"]:
+                    drain_end = max(drain_end, done_prev + c.ret_wait - self.ret_cap + 2 * s["ret"])
+                written = max(max(drain_end, t) + getattr(c, "post_" + kind, 0.0), w_free + 1)
             cum_ends.append(cum)
-            drain_prev = max(drain_end, t) + getattr(c, "post_" + s["kind"], 0.0)
+            w_free = written
             if s["keep"]:
-                kept_at[owner] = drain_prev
-            done_prev = max(drain_prev, done_prev + (c.ret_gap if i else 0.0)) + s["ret"]
+                kept_at[owner] = written
+            done_prev = max(written + c.cpl, done_prev + (c.ret_gap if i else 0.0)) + s["ret"]
+            if trace is not None:
+                trace.append((written, done_prev))
         return done_prev
+
+    def program_trace(self, program) -> list:
+        """(written, completion) cycles of every descriptor of ``program`` (as :meth:`program_cycles`)."""
+        descs = [e[0] if isinstance(e, tuple) else e for e in program]
+        owners = [e[2] if isinstance(e, tuple) and len(e) == 3 else 0 for e in program]
+        out = []
+        self._run([self.shape(d) for d in descs], owners, out)
+        return out
 
     # ---- kernels (firmware/ndp/kernels.py tiling) -----------------------------------------------------------
     def _kernel(self, name, *args):
@@ -479,7 +585,8 @@ class NDPPerfModel:
             hd, tokens, g, *n = args
             lay = K.kv_group_layout(hd, tokens, config=replace(cfg, device_bytes=1 << 62), rows=g)
             q = np.zeros((g, cfg.group_segments, hd), np.uint16)
-            return K.attention_batch([(q, lay)] * (n[0] if n else 1), config=cfg).entries()
+            # the hosts issue the batch's grouped entries software-pipelined over two owners (docs/ndp_core.md)
+            return K.attention_batch([(q, lay)] * (n[0] if n else 1), config=cfg, pipelined=True).entries()
         raise ValueError(f"unknown kernel {name!r}; allowed: e2, e3, e4, attention, attention_grouped")
 
     def kernel_cycles(self, name, *args) -> float:
@@ -576,12 +683,18 @@ class NDPPerfModel:
         idle device (its first read's latency; the last pair's drain and return after the stream). Taken as the
         largest over the batch's shares (design choice: the stream's order is the host's; the largest is an upper
         bound over the first-pair choices); 0 for an empty batch."""
-        lone = np.atleast_1d(self._attention_vec(tokens, head_dim, q_heads, kv_heads, self._attention_cycles))
-        inc = np.atleast_1d(self.attention_stream_s(tokens, head_dim, q_heads, kv_heads))
-        extra = (lone - inc) / kv_heads        # per pair: lone(P) - inc(P) (kv_heads validated above)
+        units = []
+        inc = np.atleast_1d(self._attention_vec(tokens, head_dim, q_heads, kv_heads, self._attention_inc, units))
+        lone = np.atleast_1d(self._attention_vec(tokens, head_dim, q_heads, kv_heads, self._attention_cycles,
+                                                 kernel=units[0]))
+        # per entry (a (request, KV head) pair, or a grouped entry of lanes / W KV heads): lone - inc
+        extra = (lone - inc) / np.atleast_1d(units[1])
         return float(extra.max()) if extra.size and np.any(lone > 0) else 0.0
 
-    def _attention_vec(self, tokens, head_dim, q_heads, kv_heads, fn):
+    def _attention_vec(self, tokens, head_dim, q_heads, kv_heads, fn, units=None, kernel=None):
+        """Per request: ``fn``'s cycles of its entries, in seconds (the grouped kernel where it is the cheaper).
+        ``units`` (a list): the kernel chosen per request (True: grouped) and its entries per request are appended;
+        ``kernel``: that choice, imposed (an array from ``units``)."""
         head_dim, q_heads, kv_heads = _pos("head_dim", head_dim), _pos("q_heads", q_heads), _pos("kv_heads", kv_heads)
         if q_heads % kv_heads:
             raise ValueError(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")
@@ -591,11 +704,15 @@ class NDPPerfModel:
         g = q_heads // kv_heads
         from firmware.ndp.kernels import share_tokens
         cfg = self.config
+        scalar = np.ndim(tokens) == 0
+        tok = np.atleast_1d(tok)
         padded = np.atleast_1d(share_tokens(tok, cfg)).reshape(tok.shape)
         out = np.zeros_like(tok)
         for v in np.unique(padded):
             if v > 0:
                 out[padded == v] = kv_heads * fn(head_dim, int(v), g) / self.hz
+        grouped = np.zeros(tok.shape, bool)
+        n_entries = np.full(tok.shape, float(kv_heads))
         if self.uses_grouped(head_dim, q_heads, kv_heads):
             # the grouped kernel (kv_heads / segs entries of segs heads, the share in whole tiles of W tokens)
             # where it is faster: the host issues, per share, the cheaper of the two kernels (both exact)
@@ -605,8 +722,15 @@ class NDPPerfModel:
             for v in np.unique(pg):
                 if v > 0:
                     sel = pg == v
-                    out[sel] = np.minimum(out[sel], (kv_heads // segs) * fg(head_dim, int(v), g) / self.hz)
-        return float(out) if np.ndim(tokens) == 0 else out
+                    tg = (kv_heads // segs) * fg(head_dim, int(v), g) / self.hz
+                    use = (tg < out[sel]) if kernel is None else np.asarray(kernel)[sel]
+                    idx = np.flatnonzero(sel)[use]
+                    out[idx] = tg
+                    grouped[idx] = True
+                    n_entries[idx] = kv_heads // segs
+        if units is not None:
+            units += [grouped, n_entries]
+        return float(out[0]) if scalar else out
 
     def uses_grouped(self, head_dim, q_heads, kv_heads) -> bool:
         """Whether a layer's decode attention of this shape runs in the grouped dataflow
@@ -858,14 +982,14 @@ def rtl_group_config():
     """tests/hdl/ndp/test_core.py's grouped DUT: the tiny core with the grouped dataflow (segments of W = 2 of 8
     lanes, 4 per beat as PAPER's 128 of 512; a 2-lane SFU; GQA groups of 2) on the same burst memory."""
     cfg, mem = rtl_config()
-    return replace(cfg, name="tiny-group", sfu_lanes=2, group_lanes=2, max_batch=8), mem
+    return replace(cfg, name="tiny-group", sfu_lanes=2, group_lanes=2, max_batch=8, sfu_fifo=8), mem
 
 
 def grouped_programs(config, seed=0, pipelined=False):
     """Grouped attention streams (kernels.attention_batch of kv_group_layout entries; issue 29) on ``config``
     (:func:`rtl_group_config`): (query rows B, tokens per share, entries) = (1, 2, 8), (1, 8, 8), (2, 4, 6),
-    (1, 16, 3). None of them is a calibration shape (the constants were fitted before the grouped kernel).
-    ``pipelined``: the same entries software-pipelined (``attention_batch(pipelined=True)``; not priced)."""
+    (1, 16, 3), none of :func:`calibration_group_programs`' shapes. ``pipelined``: the same entries
+    software-pipelined (``attention_batch(pipelined=True)``, the order the hosts issue)."""
     from firmware.ndp import kernels as K
     rng = np.random.default_rng(seed)
     g, W = config.group_segments, config.group_lanes
@@ -877,6 +1001,62 @@ def grouped_programs(config, seed=0, pipelined=False):
             base = lay["end"]
             ents.append(((rng.standard_normal((B, g, W))).astype(np.float16).view(np.uint16), lay))
         out[f"att_grouped_b{B}_l{l}_x{n}"] = K.attention_batch(ents, config=config, pipelined=pipelined).entries()
+    return out
+
+
+def _grouped_stream(config, specs, seed, pipelined, prefix):
+    from firmware.ndp import kernels as K
+    rng = np.random.default_rng(seed)
+    g, W = config.group_segments, config.group_lanes
+    out = {}
+    for B, l, n in specs:
+        ents, base = [], 0
+        for _ in range(n):
+            lay = K.kv_group_layout(W, l, config=config, rows=B, base=base)
+            base = lay["end"]
+            ents.append(((rng.standard_normal((B, g, W))).astype(np.float16).view(np.uint16), lay))
+        out[f"{prefix}_b{B}_l{l}_x{n}{'_pipelined' if pipelined else ''}"] = \
+            K.attention_batch(ents, config=config, pipelined=pipelined).entries()
+    return out
+
+
+def calibration_group_programs(config):
+    """Grouped attention streams the calibration measures on the grouped DUT (:func:`rtl_group_config`), in the
+    plain and the pipelined order: (query rows B, tokens per share, entries) = (1, 4, 5), (2, 2, 4), (1, 6, 3),
+    none of :func:`grouped_programs`' shapes; and two mixed streams (:func:`mixed_programs`, :data:`CAL_MIXED`)."""
+    out = {}
+    for piped in (False, True):
+        out.update(_grouped_stream(config, ((1, 4, 5), (2, 2, 4), (1, 6, 3)), 1, piped, "cal_grouped"))
+    out.update({"cal_" + n: p for n, p in mixed_programs(config, CAL_MIXED).items()})
+    return out
+
+
+#: (B, l, n, GEMV K, GEMV N) of the calibration's mixed streams (:func:`mixed_programs`)
+CAL_MIXED = ((1, 2, 5, 64, 16), (2, 2, 4, 32, 32))
+
+
+def mixed_programs(config, shapes=((2, 2, 6, 64, 32), (2, 4, 4, 128, 16))):
+    """Validation streams where the input feeder's wait on the SFU matters (the FIFO in front of it,
+    ``NDPConfig.sfu_fifo``): a pipelined grouped stream (owners 0 and 1) with a GEMV of owner 2 right after each
+    SOFTMAX, whose input comes behind the SOFTMAX's in the feeder. ``shapes``: (B, l, n, GEMV K, GEMV N) of each
+    (:func:`calibration_group_programs` measures two others)."""
+    from firmware.ndp import kernels as K
+    from firmware.ndp.descriptor import gemv
+    out = {}
+    for B, l, n, k, nn in shapes:
+        rng = np.random.default_rng(3)
+        g, W = config.group_segments, config.group_lanes
+        ents, base = [], 0
+        for _ in range(n):
+            lay = K.kv_group_layout(W, l, config=config, rows=B, base=base)
+            base = lay["end"]
+            ents.append(((rng.standard_normal((B, g, W))).astype(np.float16).view(np.uint16), lay))
+        prog = []
+        for e in K.attention_batch(ents, config=config, pipelined=True).entries():
+            prog.append(e)
+            if e[0].op == DescOp.SOFTMAX:
+                prog.append((gemv(base, k, nn, trans=True), np.zeros((1, k), np.uint16), 2))
+        out[f"mixed_b{B}_l{l}_x{n}_gemv{k}x{nn}"] = prog
     return out
 
 
@@ -892,6 +1072,46 @@ def rtl_cycles(program, config, dut, backend):
     if any(status):
         raise RuntimeError(f"RTL program failed: statuses {status}")
     return run.cycles
+
+
+def rtl_written(program, config, dut):
+    """Cycle at which the RTL's output writer is done with each descriptor of ``program`` (the core's ``rp_out``
+    pointer advancing), from a waveform of Amaranth's simulator (the same DUT as :func:`rtl_cycles`; the core's
+    internal events are not on its ports). Returns (cycles of the run, [written cycle per descriptor])."""
+    import tempfile
+    from sim.e2e.waveform import VCDAmaranthBackend
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "run.vcd"
+        total = rtl_cycles(program, config, dut, VCDAmaranthBackend(path))
+        written = _vcd_advances(path, "rp_out")
+    if len(written) != len(program):
+        raise RuntimeError(f"waveform: {len(written)} rp_out advances for {len(program)} descriptors")
+    return total, written
+
+
+def _vcd_advances(path, name):
+    """Cycles at which the signal ``name`` of the core (scope ``...core.core``) changes value (a VCD of
+    :class:`sim.e2e.waveform.VCDAmaranthBackend`: 1 ns clock, rising edges at 0.5 ns + k ns)."""
+    code, scope, out, t = None, [], [], 0
+    with open(path) as f:
+        for line in f:
+            if line.startswith("$scope"):
+                scope.append(line.split()[2])
+            elif line.startswith("$upscope"):
+                scope.pop()
+            elif line.startswith("$var"):
+                parts = line.split()
+                if parts[4] == name and scope[-2:] == ["core", "core"] and code is None:
+                    code = parts[3]
+            elif line.startswith("#"):
+                t = int(line[1:])
+            elif code is not None and line.strip() and line[0] == "b":
+                v, c = line.split()
+                if c == code and t > 0:
+                    out.append((t - 500_000) // 1_000_000)
+    if code is None:
+        raise RuntimeError(f"waveform {path}: no signal {name!r} in the core's scope")
+    return out
 
 
 def rtl_config():
@@ -923,31 +1143,52 @@ def rtl_dut(dut=None):
     return cfg, _DUT[0], mem
 
 
+#: Weight of the per-descriptor writer cycles against the program's total in :func:`fit`'s error (design choice:
+#: the totals are what the model is held to; the writes pin the units' order of events, docs/ndp_perf.md).
+WRITTEN_WEIGHT = 0.25
+#: Constants fitted in -64..64 (the others in 0..64).
+SIGNED = ("post_trans", "post_row", "post_load", "post_softmax", "lead_sfu", "wpe")
+
+
 def fit(measured: dict, config, memory, starts=()) -> Calibration:
-    """Constants minimizing the summed squared relative error of the model over ``measured`` {name: (program,
-    cycles)} (integer grid, coordinate descent; each constant in 0..64 cycles, ``post_*`` in -64..64). The
-    descent runs from 0 and from each of ``starts`` (e.g. the constants of the previous calibration: coordinate
-    descent stops in local minima), and the best end point is kept."""
+    """Constants minimizing the model's summed squared relative error over ``measured`` {name: (program, cycles[,
+    config[, written]])}: a program on another core configuration names it; ``written``, the cycle the RTL's output
+    writer was done with each descriptor (:func:`rtl_written`), adds the mean squared error of the model's
+    per-descriptor writes (relative to the program's cycles) to the program's. Integer grid, coordinate descent;
+    each constant in 0..64 cycles, :data:`SIGNED` in -64..64. The descent runs from 0 and from each of ``starts``
+    (coordinate descent stops in local minima), and the best end point is kept."""
     results = [_descend(measured, config, memory, Calibration())]
     results += [_descend(measured, config, memory, st) for st in starts]
     return min(results, key=lambda r: r[1])[0]
 
 
 def _descend(measured, config, memory, best):
-    m = NDPPerfModel(config, memory, best)
+    models = {}
 
-    def errs(cal):
-        m.cal = cal
-        return [(m.program_cycles(p) - c) / c for p, c in measured.values()]
+    def model(cfg):
+        if cfg not in models:
+            models[cfg] = NDPPerfModel(cfg, memory, best)
+        return models[cfg]
+    runs = [(model(v[2] if len(v) > 2 else config), v[0], v[1], v[3] if len(v) > 3 else None)
+            for v in measured.values()]
 
     def cost(cal):
-        return sum(e * e for e in errs(cal))
+        e = 0.0
+        for m, p, cyc, wr in runs:
+            m.cal = cal
+            if wr is None:
+                e += ((m.program_cycles(p) - cyc) / cyc) ** 2
+            else:
+                tr = m.program_trace(p)
+                e += ((tr[-1][1] - cyc) / cyc) ** 2 \
+                    + WRITTEN_WEIGHT * sum(((w - o) / cyc) ** 2 for (w, _), o in zip(tr, wr)) / len(wr)
+        return e
     e = cost(best)
     names = [f.name for f in fields(Calibration)]
     for _ in range(30):
         improved = False
         for f in names:
-            lo = -64 if f.startswith("post_") else 0
+            lo = -64 if f in SIGNED else 0
             for v in range(lo, 65):
                 cand = replace(best, **{f: float(v)})
                 ec = cost(cand)
@@ -958,32 +1199,55 @@ def _descend(measured, config, memory, best):
     return best, e
 
 
+#: A start of the descent near the latencies the RTL's waveforms show (tests/hdl/ndp/test_core.py's DUT, Amaranth
+#: VCD of the grouped streams: a CHAIN's copy starts one cycle after its producer's last write, a one-beat copy
+#: takes three cycles, a completion follows the writer by three); the descent moves every constant from here.
+WAVEFORM_START = Calibration(start=18, gap=1, lead=3, chain=1, ret_wait=10, ret_gap=4, pair_free=16, copy=2, cpl=3)
+
+
 def calibrate(path=CALIBRATION_PATH, *, refit=False) -> dict:
-    """Measure :func:`calibration_programs` on the RTL (Verilator), fit the constants, write ``path``.
-    ``refit``: reuse the RTL cycles already in ``path`` (same programs) and only fit again."""
+    """Measure :func:`calibration_programs` (and :func:`calibration_group_programs` on the grouped DUT) on the RTL:
+    the cycles on Verilator, the output writer's per-descriptor cycles from Amaranth's simulator's waveform
+    (:func:`rtl_written`, the same cycles: checked); fit the constants (:func:`fit`), write ``path``. ``refit``:
+    reuse the measurements already in ``path`` (same programs) and only fit again."""
     cfg, dut, mem = rtl_dut()
-    progs = calibration_programs(cfg)
+    gcfg, _ = rtl_group_config()
+    progs = {n: (p, cfg) for n, p in calibration_programs(cfg).items()}
+    progs.update({n: (p, gcfg) for n, p in calibration_group_programs(gcfg).items()})
     if refit:
-        old = {r["name"]: r["rtl_cycles"] for r in json.loads(Path(path).read_text())["measured"]}
-        measured = {n: (p, old[n]) for n, p in progs.items()}
+        old = {r["name"]: r for r in json.loads(Path(path).read_text())["measured"]}
+        measured = {n: (p, old[n]["rtl_cycles"], c, old[n]["rtl_written"]) for n, (p, c) in progs.items()}
     else:
         from sim.backends import get_backend
+        from sim.ndp.system import NDPBurstSystem
         be = get_backend("verilator")
-        measured = {n: (p, rtl_cycles(p, cfg, dut, be)) for n, p in progs.items()}
+        gdut = NDPBurstSystem(config=gcfg, burst_bits=mem.line_bytes * 8, depth=512)
+        measured = {}
+        for n, (p, c) in progs.items():
+            d = dut if c is cfg else gdut
+            cyc = rtl_cycles(p, c, d, be)
+            total, written = rtl_written(p, c, d)
+            if total != cyc:
+                raise RuntimeError(f"{n}: {cyc} cycles on Verilator but {total} on Amaranth's simulator")
+            measured[n] = (p, cyc, c, written)
+    starts = [WAVEFORM_START]
     try:
-        starts = [load_calibration(path)]         # the previous constants (a field it lacks starts at 0)
+        starts.append(load_calibration(path))       # the previous constants (a field it lacks starts at 0)
     except (FileNotFoundError, TypeError, KeyError, ValueError):
-        starts = []
+        pass
     cal = fit(measured, cfg, mem, starts)
-    model = NDPPerfModel(cfg, mem, cal)
     rows = []
-    for n, (p, c) in measured.items():
-        mc = model.program_cycles(p)
-        rows.append({"name": n, "descriptors": [str(d) for d, _ in p], "rtl_cycles": c, "model_cycles": mc,
-                     "rel_err": (mc - c) / c})
-    out = {"source": "python -m sim.perf.ndp --calibrate: Verilator, tests/hdl/ndp/test_core.py's DUT "
-                     "(tiny geometry 8 lanes x 2 PE rows, 512-bit burst memory, latency 8)",
-           "config": cfg.name, "memory": {"kind": "burst", "line_bytes": mem.line_bytes, "latency": mem.latency},
+    for n, (p, c, conf, written) in measured.items():
+        mc = NDPPerfModel(conf, mem, cal).program_cycles(p)
+        rows.append({"name": n, "config": conf.name, "descriptors": [str(e[0] if isinstance(e, tuple) else e)
+                                                                     for e in p],
+                     "rtl_cycles": c, "rtl_written": written, "model_cycles": mc, "rel_err": (mc - c) / c})
+    out = {"source": "python -m sim.perf.ndp --calibrate: tests/hdl/ndp/test_core.py's DUTs (tiny geometry 8 "
+                     "lanes x 2 PE rows, 512-bit burst memory, latency 8; the grouped programs on its grouped "
+                     "configuration): cycles on Verilator, the output writer's per-descriptor cycles from Amaranth's "
+                     "simulator",
+           "config": cfg.name, "group_config": gcfg.name,
+           "memory": {"kind": "burst", "line_bytes": mem.line_bytes, "latency": mem.latency},
            "constants": asdict(cal), "fit_starts": [asdict(Calibration())] + [asdict(st) for st in starts],
            "measured": rows}
     Path(path).parent.mkdir(parents=True, exist_ok=True)

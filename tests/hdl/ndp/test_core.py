@@ -227,7 +227,7 @@ def test_half_beat_attention_shares():
 
 #: TINY's datapath with the grouped dataflow: segments of W = 2 lanes (4 per beat, as PAPER's 128 of 512), an SFU
 #: of W lanes, room for GQA groups of 2 (R = 2 x 4 rows)
-GROUP_CFG = replace(CFG, name="tiny-group", sfu_lanes=2, group_lanes=2, max_batch=8)
+GROUP_CFG = replace(CFG, name="tiny-group", sfu_lanes=2, group_lanes=2, max_batch=8, sfu_fifo=8)
 
 
 def test_grouped_attention():
@@ -236,7 +236,8 @@ def test_grouped_attention():
     descriptors among them (GEMV with GROUP, rows not a multiple of g, a wrong operand width: refused, nothing
     disturbed): bit-exact against the golden core on Verilator at full rate and under random traffic and on
     Amaranth's simulator under random traffic; the host merges every (query, head)'s partials to the float64
-    attention; the NDP performance model holds the RTL within 3 % on grouped streams (not calibrated on them)."""
+    attention; the NDP performance model holds the RTL within 3 % on grouped streams, plain and pipelined, and on a
+    pipelined stream mixed with GEMVs (none calibrated on)."""
     from sim.golden.attention import merge_partials, reference_attention, prepare_query
     cfg, rng = GROUP_CFG, np.random.default_rng(3)
     g, W = cfg.group_segments, cfg.group_lanes
@@ -277,14 +278,28 @@ def test_grouped_attention():
         assert abs(err) <= 0.03, (name, rtl, err)
         # the same stream software-pipelined over two owners (kernels.attention_batch(pipelined=True): the next
         # tile's scores before the current context; the core copies a CHAIN's input once its producer has
-        # written it): bit-exact and faster on the RTL (not priced by the model)
+        # written it): bit-exact, faster on the RTL, and priced by the model within 3 %
         kp = piped_progs[name]
         assert {o for *_, o in kp} == {0, 1}
         if "_b2_" in name:
             run, y, cpl = run_core(get_backend("verilator"), kp, config=cfg)
             assert completions(run.outputs["cpl"]) == cpl and run.outputs["y"] == y
-            print(f"   pipelined: RTL {run.cycles} cycles ({100 * (run.cycles - rtl) / rtl:+.1f} %)")
+            perr = (model.program_cycles(kp) - run.cycles) / run.cycles
+            print(f"   pipelined: RTL {run.cycles} cycles ({100 * (run.cycles - rtl) / rtl:+.1f} %), model "
+                  f"{100 * perr:+.2f} %")
             assert run.cycles < 0.9 * rtl
+            assert abs(perr) <= 0.03, (name, run.cycles, perr)
+    # a pipelined stream with a GEMV of a third owner after each SOFTMAX (sim.perf.ndp.mixed_programs): the GEMV's
+    # input passes the SOFTMAX's rows waiting in the FIFO in front of the SFU (config.sfu_fifo); bit-exact, and
+    # the model (which prices the FIFO) within 3 %
+    from sim.perf.ndp import mixed_programs
+    assert cfg.sfu_fifo
+    mname, mixed = next(iter(mixed_programs(cfg).items()))
+    run, y, cpl = run_core(get_backend("verilator"), mixed, config=cfg)
+    assert completions(run.outputs["cpl"]) == cpl and run.outputs["y"] == y
+    merr = (model.program_cycles(mixed) - run.cycles) / run.cycles
+    print(f"{mname}: RTL {run.cycles} cycles, model {100 * merr:+.2f} %")
+    assert abs(merr) <= 0.03, (mname, run.cycles, merr)
     golden = GoldenCore(cfg, MEM_BYTES)
     golden.run(prog[:len(prog) - len(kb.program) - len(bad)])
     for (_, lay), parts, ref in zip(entries, kb.results(golden.run(kb.entries())), refs):
