@@ -10,12 +10,14 @@ adapters reach HBM; assumptions (each a modelling choice, see docs/plora_host.md
   KV (all layers, this GPU's share); an adapter occupies ``ceil(bytes / slot)`` slots; KV and adapters share it;
 * admission reserves the request's final KV (prompt + output - 1 tokens) and, if its adapter is not resident,
   the adapter's slots; idle adapters (no running request) are evicted least-recently-used to make room;
-* adapters are fetched over PCIe when their request is admitted. S-LoRA's code leaves prefetching off by default
-  (S-LoRA/S-LoRA slora/server/api_server.py: ``--prefetch`` is ``store_true``), so a new batch's adapters are
-  loaded before it runs: the iteration that first uses the adapter lasts ``compute + fetch``. With
-  ``prefetch=True`` (system ``s-lora-prefetch``, not in the grid; S-LoRA's paper, arXiv:2311.03285 section 5.2,
-  describes prefetching the next batch's adapters while the current one decodes) the fetch overlaps one
-  iteration: ``max(compute, fetch)``;
+* adapters are fetched over PCIe when their request is admitted, one pinned copy per adapter per layer
+  (S-LoRA/S-LoRA slora/models/peft/lora_adapter.py ``load_to_gpu``). S-LoRA's code leaves prefetching off by
+  default (slora/server/api_server.py: ``--prefetch`` is ``store_true``), so a new batch's adapters are loaded on
+  the compute stream before it runs; executed, each copy starts once the one before it completed. The estimate:
+  ``compute + fetch`` (all bytes at W plus one round trip). With ``prefetch=True`` (system ``s-lora-prefetch``,
+  not in the grid; S-LoRA's paper, arXiv:2311.03285 section 5.2, describes prefetching the next batch's adapters
+  while the current one decodes) the copies run on a stream of their own beside the iteration that first uses
+  them, each layer's LoRA kernel waiting for that layer's copies; the estimate: ``max(compute, fetch)``;
 * LoRA on the GPU: the batched MBGMM/MBGMV kernels over all the batch's adapters (bytes of their A and B, FLOPs)
   per layer, their bytes at :data:`SLORA_LORA_BW_EFFICIENCY` of the HBM bandwidth (Punica's measured SGMV, below;
   S-LoRA publishes no kernel timings of its own), their FLOPs at the datasheet peak; attention on the GPU over
@@ -31,10 +33,16 @@ memory over PCIe"):
 * every use of an adapter reaches the SMs only across a kernel boundary: in every layer of every iteration the
   running kernel stops, the CPU copies the batch's adapters' matrices of that layer over PCIe (cudaMemcpy, one
   copy for all of them), and the next kernel reads them: per layer ``kernel stop + bytes / W_pcie + L_pcie``,
-  serialized with compute (no prefetch). Nothing stays in HBM across iterations: the staging buffer holds one
+  serialized with compute (no prefetch; the synchronous copy on the default stream follows the queued kernels). Nothing stays in HBM across iterations: the staging buffer holds one
   layer's matrices (design choice: the paper's baseline stages adapters, it does not cache them);
 * ``cache=True`` (system ``cpu-lora-offload-cached``, the behaviour before issue 30): a staged adapter is cached in
   the HBM that KV does not hold (least-recently-used; never at the cost of admitted KV) and is not staged again.
+
+**Execution and estimate** (issue 30): each iteration is executed on :mod:`host.plora.staged_timeline` (one GPU
+stream, its PCIe copy engine, the host's staging path; the GPU items from the calibrated ``host.gpu`` model and the
+LoRA kernels above), and the run's time is the timeline's. The formulas above are each system's estimate (neither
+system decides anything with it); ``estimate_s`` per iteration and ``cost_model_err`` in summary.json say how far it
+was from what the timeline executed.
 """
 
 from itertools import repeat
