@@ -359,7 +359,14 @@ class CostModel:
         if tokens_total <= 0:
             return 0.0
         if self._gpu_att is not None:
-            return float(self._gpu_att(n_req, tokens_total))
+            # the last answer is kept: an iteration's estimate and its execution ask for the same share in turn
+            key = (n_req, tokens_total)
+            last = self.__dict__.get("_last_gpu_att")
+            if last is not None and last[0] == key:
+                return last[1]
+            got = float(self._gpu_att(n_req, tokens_total))
+            self._last_gpu_att = (key, got)
+            return got
         return tokens_total * self.kv_tok_layer / self.gpu.W_hbm
 
     def attention(self, kv_tokens, dup, *, distributed: bool = True, new_tokens_to_devices: bool = True
