@@ -143,6 +143,9 @@ class AttentionCost:
     link_s: float
     merge_s: float
     total_s: float
+    #: (n_req, n_dev) tokens each device holds (:meth:`CostModel.device_tokens`; distributed attention only), for
+    #: the execution of the same attention to reuse
+    dev_tokens: np.ndarray | None = None
 
 
 class CostModel:
@@ -407,7 +410,7 @@ class CostModel:
         # host-mediated: per device with a share a copy of the queries out, the kernel launch, a copy back
         dev_side += self.host_op_s * 3.0 * float(np.count_nonzero(active.any(axis=0)))
         total = max(gpu_s, dev_side) + merge_s
-        return AttentionCost(gpu_s, dev_s, per_dev, out_b, in_b, link_s, merge_s, total)
+        return AttentionCost(gpu_s, dev_s, per_dev, out_b, in_b, link_s, merge_s, total, cnt)
 
     # --- aggregate estimate the memory manager ranks with -------------------------------------------------
     def attention_rates(self):
