@@ -45,8 +45,6 @@ system decides anything with it); ``estimate_s`` per iteration and ``cost_model_
 was from what the timeline executed.
 """
 
-from itertools import repeat
-
 import numpy as np
 
 from host.serving import System, ContinuousBatcher, IterationResult, RunResult, Span
@@ -54,7 +52,7 @@ from host.serving import System, ContinuousBatcher, IterationResult, RunResult, 
 from .config import KERNEL_STOP_S, WORKSPACE_FRACTION, DEFAULT_MAX_BATCH, DEFAULT_MAX_TOKENS
 from .lora import E1, STRATEGIES, adapter_bytes, lora_matrices
 from .staged_timeline import StagedTimeline, StagedWork
-from .system import PLoRASystem, shape_of, adapter_ranks
+from .system import shape_of, adapter_ranks, estimate_error
 
 __all__ = ["HostMemorySystem", "SLoRASystem", "CPULoRAOffloadSystem", "SLORA_LORA_BW_EFFICIENCY"]
 
@@ -133,7 +131,7 @@ class HostMemorySystem(System):
         self.adapters_used = 0.0
         self.pending_fetch = []             # adapters admitted since the last iteration and not resident
         self.fetches = 0
-        self._est_err = []
+        self._est_err = []                  # per stretch: estimate / executed - 1 of each iteration (an array)
         self.acc = {"t": 0.0, "adapters": 0.0, "kv": 0.0}
         self.peak = {"adapters": 0.0, "kv": 0.0}
         self.adapter_iters = 0.0
@@ -221,7 +219,10 @@ class HostMemorySystem(System):
         if not len(adapters):
             return 0.0
         # the same left-to-right sums as a loop (bit-equal): Python's sum over the rows' entries
-        rows = [self._terms(r, t) for r, t in zip(self.ranks[adapters].tolist(), tokens.tolist())]
+        get = self._tcache.get
+        rows = [get(k) for k in zip(self.ranks[adapters].tolist(), tokens.tolist())]
+        if any(r is None for r in rows):
+            rows = [self._terms(r, t) for r, t in zip(self.ranks[adapters].tolist(), tokens.tolist())]
         gb = sum([row[3] for row in rows], 0.0)
         gf = sum([row[4] for row in rows], 0.0)
         gb /= self.n_gpus
@@ -245,7 +246,9 @@ class HostMemorySystem(System):
         """TP > 1: all-reduce of the tokens x rank LoRA intermediate per input group per layer."""
         if self.n_gpus == 1 or tokens_total == 0:
             return 0.0
-        groups = len({m.group for m in lora_matrices(self.shape)})
+        groups = self.__dict__.get("_lora_groups")
+        if groups is None:
+            groups = self._lora_groups = len({m.group for m in lora_matrices(self.shape)})
         nbytes = 2.0 * tokens_total * float(np.max(ranks))
         return groups * float(self.gpu_model.all_reduce(nbytes, self.n_gpus).calibrated_s)
 
@@ -270,14 +273,22 @@ class HostMemorySystem(System):
     def _execute(self, w, spans=True):
         return self.timeline.run(w, self.shape.n_layers, spans=spans and self.emit_spans)
 
-    _note_estimate = PLoRASystem._note_estimate
+    def _note_estimate(self, est, executed):
+        """Record how far the estimate of an iteration was from what the timeline executed."""
+        if executed > 0:
+            self._est_err.append(np.array([est / executed - 1.0]))
 
     def _note_estimates(self, est, executed):
         """:meth:`_note_estimate` for every iteration of a stretch."""
         d = np.asarray(executed, float)
         ok = d > 0
-        self._est_err.extend(zip((np.asarray(est, float)[ok] / d[ok] - 1.0).tolist(), repeat(1)))
-    cost_model_err = PLoRASystem.cost_model_err
+        self._est_err.append(np.asarray(est, float)[ok] / d[ok] - 1.0)
+
+    def cost_model_err(self) -> dict:
+        """How far the system's estimate (its formula) was from the executed timeline, over the iterations
+        (relative error ``estimate / executed - 1``; as :meth:`host.plora.system.PLoRASystem.cost_model_err`)."""
+        e = np.concatenate(self._est_err) if self._est_err else np.zeros(0)
+        return estimate_error(e, np.ones(len(e)))
 
     @staticmethod
     def _stretch_parts(parts, k):

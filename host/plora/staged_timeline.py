@@ -83,10 +83,15 @@ class StagedTimeline:
         L = int(n_layers)
         out = []
         lora_comm = w.lora_s + w.comm_s
-        if not spans and not len(w.fetch_s) and not w.stage_s > 0 and np.ndim(w.base_s) == 0:
-            # one iteration, nothing to copy, no trace: the layers back to back on the GPU stream
-            busy = L * (float(w.base_s) + lora_comm)
-            return Executed(busy, {"GPU 0": busy, "PCIe 0": 0.0, "host": 0.0}, L * lora_comm, 0.0, out)
+        if not spans and not len(w.fetch_s) and not w.stage_s > 0:
+            # nothing to copy, no trace: the layers back to back on the GPU stream
+            if np.ndim(w.base_s) == 0:
+                busy = L * (float(w.base_s) + lora_comm)
+                return Executed(busy, {"GPU 0": busy, "PCIe 0": 0.0, "host": 0.0}, L * lora_comm, 0.0, out)
+            busy = L * (w.base_s + lora_comm)
+            zero = np.zeros(len(busy))
+            return Executed(busy, {"GPU 0": busy, "PCIe 0": zero, "host": zero}, np.full(len(busy), L * lora_comm),
+                            0.0, out)
         base = np.asarray(w.base_s, float)
         scalar = base.ndim == 0
         base = np.atleast_1d(base)

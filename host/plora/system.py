@@ -36,7 +36,7 @@ from .ndp_model import make_ndp_model
 from .timeline import LayerWork, Timeline
 from .temperature import Temperature
 
-__all__ = ["PLoRASystem", "shape_of", "adapter_ranks", "PricedIteration"]
+__all__ = ["PLoRASystem", "shape_of", "adapter_ranks", "PricedIteration", "estimate_error"]
 
 
 def shape_of(model) -> ModelShape:
@@ -656,15 +656,21 @@ class PLoRASystem(System):
         iterations (weighted; relative error ``estimate / executed - 1``): ``mean`` (signed), ``mean_abs``,
         ``p99_abs`` and ``max_abs``."""
         if not self._est_err:
-            return {"mean": 0.0, "mean_abs": 0.0, "p99_abs": 0.0, "max_abs": 0.0, "iterations": 0}
-        e = np.array([x for x, _ in self._est_err])
-        wt = np.array([k for _, k in self._est_err], float)
-        a = np.abs(e)
-        order = np.argsort(a)
-        cw = np.cumsum(wt[order]) / wt.sum()
-        p99 = float(a[order][min(np.searchsorted(cw, 0.99), len(a) - 1)])
-        return {"mean": float(np.average(e, weights=wt)), "mean_abs": float(np.average(a, weights=wt)),
-                "p99_abs": p99, "max_abs": float(a.max()), "iterations": float(wt.sum())}
+            return estimate_error(np.zeros(0), np.zeros(0))
+        return estimate_error(np.array([x for x, _ in self._est_err]), np.array([k for _, k in self._est_err], float))
+
+
+def estimate_error(e: np.ndarray, wt: np.ndarray) -> dict:
+    """``cost_model_err`` of relative errors ``e`` (``estimate / executed - 1``) with weights ``wt`` (iterations):
+    ``mean`` (signed), ``mean_abs``, ``p99_abs``, ``max_abs`` and ``iterations``."""
+    if not len(e):
+        return {"mean": 0.0, "mean_abs": 0.0, "p99_abs": 0.0, "max_abs": 0.0, "iterations": 0}
+    a = np.abs(e)
+    order = np.argsort(a)
+    cw = np.cumsum(wt[order]) / wt.sum()
+    p99 = float(a[order][min(np.searchsorted(cw, 0.99), len(a) - 1)])
+    return {"mean": float(np.average(e, weights=wt)), "mean_abs": float(np.average(a, weights=wt)),
+            "p99_abs": p99, "max_abs": float(a.max()), "iterations": float(wt.sum())}
 
 
 class _TempView:
