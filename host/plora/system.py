@@ -465,7 +465,13 @@ class PLoRASystem(System):
         return got
 
     def _gpu_add_s(self, nbytes: float) -> float:
-        return float(self.gpu_model.elementwise("add", nbytes).calibrated_s) if nbytes > 0 else 0.0
+        if not nbytes > 0:
+            return 0.0
+        memo = self.__dict__.setdefault("_add_memo", {})
+        got = memo.get(nbytes)
+        if got is None:
+            got = memo[nbytes] = float(self.gpu_model.elementwise("add", nbytes).calibrated_s)
+        return got
 
     def _layer_work(self, p, kv_after, dup, load_bytes, att=None) -> LayerWork:
         """One layer's work of the iteration priced by ``p`` (:meth:`_price_parts`) with decode requests of
