@@ -409,6 +409,10 @@ class SLoRASystem(HostMemorySystem):
                       fetch_blocks=not self.prefetch)
         return copies, float(self.a_bytes[ids].sum()) / W + self.link.rtt_ns * 1e-9
 
+    def _fetch_executed_s(self, copies) -> float:
+        """The fetch as executed: its copies one after another, each its bytes and a round trip."""
+        return float(np.sum(copies["fetch_s"] + self.link.rtt_ns * 1e-9)) if copies else 0.0
+
     def price(self, batch, now):
         uniq, it, lora_l, comm_l = self._batch_parts(batch)
         L = self.shape.n_layers
@@ -420,7 +424,8 @@ class SLoRASystem(HostMemorySystem):
         dur = ex.duration_s
         self._note_estimate(est, dur)
         self._account(dur, 1, len(uniq))
-        return IterationResult(dur, breakdown=self._breakdown(it, ex, lora_l, comm_l, L),
+        return IterationResult(dur, breakdown=self._breakdown(it, ex, lora_l, comm_l, L,
+                                                              fetch_s=self._fetch_executed_s(copies)),
                                spans=ex.spans, record={"estimate_s": est})
 
     def price_decode_run(self, batch, max_iters, now):
@@ -442,9 +447,9 @@ class SLoRASystem(HostMemorySystem):
             ex0 = ex
         self._note_estimates(est, durs)
         self._account(float(durs.sum()), k, len(uniq))
-        parts = self._stretch_parts(self._breakdown(it, ex, lora_l, comm_l, L), k)
+        parts = self._stretch_parts(self._breakdown(it, ex, lora_l, comm_l, L, fetch_s=0.0), k)
         if copies:
-            for n, v in self._breakdown(it, ex0, lora_l, comm_l, L).items():
+            for n, v in self._breakdown(it, ex0, lora_l, comm_l, L, fetch_s=self._fetch_executed_s(copies)).items():
                 parts[n][0] = np.asarray(v, float).ravel()[0]
         return RunResult(durs, breakdown=parts, spans=self._stretch_spans(ex0, durs, k), record={"estimate_s": est})
 
