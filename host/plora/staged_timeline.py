@@ -99,6 +99,9 @@ class StagedTimeline:
         fs = np.asarray(w.fetch_s, float)
         if K > 1 and len(fs):
             raise ValueError("StagedTimeline.run: fetches belong to one iteration (give one base_s)")
+        if len(fs) and w.stage_s > 0:
+            # the staging below takes the copy engine as idle when each layer's base work ends
+            raise ValueError("StagedTimeline.run: a work either fetches adapters or stages them, not both")
         busy_gpu = L * (base + lora_comm)
         if not len(fs) and not w.stage_s > 0:
             # nothing to copy: the layers run back to back on the GPU stream

@@ -65,6 +65,10 @@ def test_staging_sits_on_every_layers_critical_path():
     one = [tl.run(StagedWork(base_s=float(b), lora_s=1 * US, stage_s=3 * US, stop_s=KERNEL_STOP_S), 4,
                   spans=False).duration_s for b in bases]
     assert many.duration_s.tolist() == one
+    with pytest.raises(ValueError, match="not both"):
+        tl.run(StagedWork(base_s=US, fetch_s=np.full(2, US), fetch_layer=np.arange(2), stage_s=US), 2)
+    with pytest.raises(ValueError, match="one iteration"):
+        tl.run(StagedWork(base_s=bases, fetch_s=np.full(2, US), fetch_layer=np.arange(2)), 2)
 
 
 # --- the systems -------------------------------------------------------------------------------------------------
