@@ -10,12 +10,14 @@ adapters reach HBM; assumptions (each a modelling choice, see docs/plora_host.md
   KV (all layers, this GPU's share); an adapter occupies ``ceil(bytes / slot)`` slots; KV and adapters share it;
 * admission reserves the request's final KV (prompt + output - 1 tokens) and, if its adapter is not resident,
   the adapter's slots; idle adapters (no running request) are evicted least-recently-used to make room;
-* adapters are fetched over PCIe when their request is admitted. S-LoRA's code leaves prefetching off by default
-  (S-LoRA/S-LoRA slora/server/api_server.py: ``--prefetch`` is ``store_true``), so a new batch's adapters are
-  loaded before it runs: the iteration that first uses the adapter lasts ``compute + fetch``. With
-  ``prefetch=True`` (system ``s-lora-prefetch``, not in the grid; S-LoRA's paper, arXiv:2311.03285 section 5.2,
-  describes prefetching the next batch's adapters while the current one decodes) the fetch overlaps one
-  iteration: ``max(compute, fetch)``;
+* adapters are fetched over PCIe when their request is admitted, one pinned copy per adapter per layer
+  (S-LoRA/S-LoRA slora/models/peft/lora_adapter.py ``load_to_gpu``). S-LoRA's code leaves prefetching off by
+  default (slora/server/api_server.py: ``--prefetch`` is ``store_true``), so a new batch's adapters are loaded on
+  the compute stream before it runs; executed, each copy starts once the one before it completed. The estimate:
+  ``compute + fetch`` (all bytes at W plus one round trip). With ``prefetch=True`` (system ``s-lora-prefetch``,
+  not in the grid; S-LoRA's paper, arXiv:2311.03285 section 5.2, describes prefetching the next batch's adapters
+  while the current one decodes) the copies run on a stream of their own beside the iteration that first uses
+  them, each layer's LoRA kernel waiting for that layer's copies; the estimate: ``max(compute, fetch)``;
 * LoRA on the GPU: the batched MBGMM/MBGMV kernels over all the batch's adapters (bytes of their A and B, FLOPs)
   per layer, their bytes at :data:`SLORA_LORA_BW_EFFICIENCY` of the HBM bandwidth (Punica's measured SGMV, below;
   S-LoRA publishes no kernel timings of its own), their FLOPs at the datasheet peak; attention on the GPU over
@@ -31,10 +33,16 @@ memory over PCIe"):
 * every use of an adapter reaches the SMs only across a kernel boundary: in every layer of every iteration the
   running kernel stops, the CPU copies the batch's adapters' matrices of that layer over PCIe (cudaMemcpy, one
   copy for all of them), and the next kernel reads them: per layer ``kernel stop + bytes / W_pcie + L_pcie``,
-  serialized with compute (no prefetch). Nothing stays in HBM across iterations: the staging buffer holds one
+  serialized with compute (no prefetch; the synchronous copy on the default stream follows the queued kernels). Nothing stays in HBM across iterations: the staging buffer holds one
   layer's matrices (design choice: the paper's baseline stages adapters, it does not cache them);
 * ``cache=True`` (system ``cpu-lora-offload-cached``, the behaviour before issue 30): a staged adapter is cached in
   the HBM that KV does not hold (least-recently-used; never at the cost of admitted KV) and is not staged again.
+
+**Execution and estimate** (issue 30): each iteration is executed on :mod:`host.plora.staged_timeline` (one GPU
+stream, its PCIe copy engine, the host's staging path; the GPU items from the calibrated ``host.gpu`` model and the
+LoRA kernels above), and the run's time is the timeline's. The formulas above are each system's estimate (neither
+system decides anything with it); ``estimate_s`` per iteration and ``cost_model_err`` in summary.json say how far it
+was from what the timeline executed.
 """
 
 import numpy as np
@@ -43,7 +51,8 @@ from host.serving import System, ContinuousBatcher, IterationResult, RunResult, 
 
 from .config import KERNEL_STOP_S, WORKSPACE_FRACTION, DEFAULT_MAX_BATCH, DEFAULT_MAX_TOKENS
 from .lora import E1, STRATEGIES, adapter_bytes, lora_matrices
-from .system import shape_of, adapter_ranks
+from .staged_timeline import StagedTimeline, StagedWork
+from .system import shape_of, adapter_ranks, estimate_error
 
 __all__ = ["HostMemorySystem", "SLoRASystem", "CPULoRAOffloadSystem", "SLORA_LORA_BW_EFFICIENCY"]
 
@@ -95,6 +104,10 @@ class HostMemorySystem(System):
         self.kv_bits, self.seed = kv_bits, seed
         self.slot_bytes = model.kv_bytes_per_token(n_gpus, kv_bits / 8.0)   # one token's KV on one GPU
         self._tcache = HostMemorySystem._E1_SHARED.setdefault(self.shape, {})
+        # the run's time comes from executing each iteration on this model of the resources (one GPU stream, its
+        # PCIe copy engine, the host's staging path), not from the formula the system's estimate is
+        self.timeline = StagedTimeline(link.bw_gbps * 1e9, link.rtt_ns * 1e-9, n_gpus)
+        self.emit_spans = True          # False: the timeline builds no trace spans (sweeps; the time is the same)
 
     def bind(self, table):
         super().bind(table)
@@ -116,8 +129,9 @@ class HostMemorySystem(System):
         self.last_use = np.zeros(self.n_adapters)
         self.users = np.zeros(self.n_adapters, np.int64)
         self.adapters_used = 0.0
-        self.pending_fetch = 0.0
+        self.pending_fetch = []             # adapters admitted since the last iteration and not resident
         self.fetches = 0
+        self._est_err = []                  # per stretch: estimate / executed - 1 of each iteration (an array)
         self.acc = {"t": 0.0, "adapters": 0.0, "kv": 0.0}
         self.peak = {"adapters": 0.0, "kv": 0.0}
         self.adapter_iters = 0.0
@@ -205,7 +219,10 @@ class HostMemorySystem(System):
         if not len(adapters):
             return 0.0
         # the same left-to-right sums as a loop (bit-equal): Python's sum over the rows' entries
-        rows = [self._terms(r, t) for r, t in zip(self.ranks[adapters].tolist(), tokens.tolist())]
+        get = self._tcache.get
+        rows = [get(k) for k in zip(self.ranks[adapters].tolist(), tokens.tolist())]
+        if any(r is None for r in rows):
+            rows = [self._terms(r, t) for r, t in zip(self.ranks[adapters].tolist(), tokens.tolist())]
         gb = sum([row[3] for row in rows], 0.0)
         gf = sum([row[4] for row in rows], 0.0)
         gb /= self.n_gpus
@@ -229,21 +246,65 @@ class HostMemorySystem(System):
         """TP > 1: all-reduce of the tokens x rank LoRA intermediate per input group per layer."""
         if self.n_gpus == 1 or tokens_total == 0:
             return 0.0
-        groups = len({m.group for m in lora_matrices(self.shape)})
+        groups = self.__dict__.get("_lora_groups")
+        if groups is None:
+            groups = self._lora_groups = len({m.group for m in lora_matrices(self.shape)})
         nbytes = 2.0 * tokens_total * float(np.max(ranks))
         return groups * float(self.gpu_model.all_reduce(nbytes, self.n_gpus).calibrated_s)
 
     def _batch_parts(self, batch, runs=1):
+        """The batch's adapters, the GPU model's iteration time(s), and per layer the LoRA kernel's and the TP
+        all-reduce's seconds."""
         t = self.table
         ad = t.adapter_id[batch.req]
         uniq, inv = np.unique(ad, return_inverse=True)
         tok = np.bincount(inv, weights=batch.new_tokens).astype(np.int64)
         it = self.gpu_model.batch_time(self.model, batch, tp=self.n_gpus, kv_dtype_bytes=self.kv_bits / 8.0,
                                        runs=runs)
-        L = self.shape.n_layers
-        lora = L * (self._lora_layer_s(uniq, tok) + self._lora_comm_s(int(tok.sum()), self.ranks[uniq]))
+        lora_l = self._lora_layer_s(uniq, tok)
+        comm_l = self._lora_comm_s(int(tok.sum()), self.ranks[uniq])
         self.last_use[uniq] = self.clock
-        return uniq, it, lora
+        return uniq, it, lora_l, comm_l
+
+    def _work(self, it, lora_l, comm_l, **kw) -> StagedWork:
+        return StagedWork(base_s=np.asarray(it.total_s, float) / self.shape.n_layers, lora_s=lora_l, comm_s=comm_l,
+                          **kw)
+
+    def _execute(self, w, spans=True):
+        return self.timeline.run(w, self.shape.n_layers, spans=spans and self.emit_spans)
+
+    def _note_estimate(self, est, executed):
+        """Record how far the estimate of an iteration was from what the timeline executed."""
+        if executed > 0:
+            self._est_err.append(np.array([est / executed - 1.0]))
+
+    def _note_estimates(self, est, executed):
+        """:meth:`_note_estimate` for every iteration of a stretch."""
+        d = np.asarray(executed, float)
+        ok = d > 0
+        self._est_err.append(np.asarray(est, float)[ok] / d[ok] - 1.0)
+
+    def cost_model_err(self) -> dict:
+        """How far the system's estimate (its formula) was from the executed timeline, over the iterations
+        (relative error ``estimate / executed - 1``; as :meth:`host.plora.system.PLoRASystem.cost_model_err`)."""
+        e = np.concatenate(self._est_err) if self._est_err else np.zeros(0)
+        return estimate_error(e, np.ones(len(e)))
+
+    @staticmethod
+    def _stretch_parts(parts, k):
+        """A stretch's breakdown: every part an array over its ``k`` iterations (each its own copy)."""
+        return {n: np.full(k, float(v)) if np.ndim(v) == 0 else np.array(v, float) for n, v in parts.items()}
+
+    @staticmethod
+    def _breakdown(it, ex, lora_l, comm_l, L, **extra):
+        att = it.ops.get("attn_decode", 0.0)
+        att = np.asarray(att, float) + np.asarray(it.ops.get("attn_prefill", 0.0), float)
+        total = np.asarray(it.total_s, float)
+        att = att if att.ndim else float(att)
+        out = {"base_s": total - att, "attention_s": att, "lora_s": ex.lora_s, "pcie_busy_s": ex.busy_s["PCIe 0"],
+               "host_s": ex.busy_s["host"]}
+        out.update(extra)
+        return out
 
     def _account(self, dur, k=1, n_adapters=0):
         a = self.acc
@@ -272,12 +333,22 @@ class HostMemorySystem(System):
                 "gpu_mem_gb_peak": {"adapters": gb(self.peak["adapters"]), "kv": gb(self.peak["kv"])},
                 "strategy_counts": {"decisions": {"E1": int(self.table.n)}, "fetches": self.fetches,
                                     "adapter_iterations": {"E1": float(self.adapter_iters)}},
-                "host_store_gb": gb(float(self.a_bytes[np.unique(self.table.adapter_id)].sum()) * self.n_gpus)}
+                "host_store_gb": gb(float(self.a_bytes[np.unique(self.table.adapter_id)].sum()) * self.n_gpus),
+                "cost_model_err": self.cost_model_err()}
 
-    def _spans(self, compute, fetch_s, label, lanes_extra=()):
-        spans = [Span(f"GPU {g}", label, 0.0, compute) for g in range(self.n_gpus)]
-        if fetch_s > 0:
-            spans.append(Span("link", label, 0.0, fetch_s))
+    def _stretch_spans(self, ex, durs, k):
+        """The trace of a stretch: the first iteration's lanes as executed, one span per lane (and GPU) for the
+        rest, as long as the lane's share of the last iteration."""
+        spans = list(ex.spans)
+        if k > 1 and self.emit_spans:
+            d0 = float(durs[0])
+            rest = float(durs[1:].sum())
+            for lane, b in ex.busy_s.items():
+                b = float(np.asarray(b).ravel()[-1])
+                if b > 0:
+                    frac = min(1.0, b / float(durs[-1]))
+                    lanes = [lane] if lane == "host" else [f"{lane[:-2]} {g}" for g in range(self.n_gpus)]
+                    spans += [Span(x, f"decode x{k - 1}", d0, rest * frac, {"busy_fraction": frac}) for x in lanes]
         return spans
 
 
@@ -309,8 +380,8 @@ class SLoRASystem(HostMemorySystem):
         self.name = ("s-lora" if n_gpus == 1 else f"s-lora-{n_gpus}gpu") + ("-prefetch" if self.prefetch else "")
 
     def _with_fetch(self, compute, fetch):
-        """The iteration that first uses fetched adapters: after the fetch (S-LoRA's default), or overlapped with
-        it (prefetch)."""
+        """The estimate of the iteration that first uses fetched adapters: after the fetch (S-LoRA's default), or
+        overlapped with it (prefetch)."""
         return max(compute, fetch) if self.prefetch else compute + fetch
 
     def config(self):
@@ -321,40 +392,66 @@ class SLoRASystem(HostMemorySystem):
             self.resident[a] = True
             sz = self._rounded(self.a_bytes[a])
             self.adapters_used += sz
-            self.pending_fetch += self.a_bytes[a]
+            self.pending_fetch.append(a)
             self.fetches += 1
 
-    def _fetch_s(self):
-        if self.pending_fetch <= 0:
-            return 0.0
-        s = self.pending_fetch / (self.link.bw_gbps * 1e9) + self.link.rtt_ns * 1e-9
-        self.pending_fetch = 0.0
-        return s
+    def _take_fetch(self):
+        """The copies of the adapters admitted since the last iteration (in S-LoRA's issue order: adapter by
+        adapter, layer by layer, each one layer's share of this GPU's bytes) and the estimate's fetch time: all
+        their bytes over the link plus one round trip."""
+        if not self.pending_fetch:
+            return {}, 0.0
+        ids = np.array(self.pending_fetch, np.int64)
+        self.pending_fetch = []
+        L, W = self.shape.n_layers, self.link.bw_gbps * 1e9
+        per_layer = self.a_bytes[ids] / L / W
+        copies = dict(fetch_s=np.repeat(per_layer, L), fetch_layer=np.tile(np.arange(L), len(ids)),
+                      fetch_blocks=not self.prefetch)
+        return copies, float(self.a_bytes[ids].sum()) / W + self.link.rtt_ns * 1e-9
+
+    def _fetch_executed_s(self, copies) -> float:
+        """The fetch as executed: its copies one after another, each its bytes and a round trip."""
+        return float(np.sum(copies["fetch_s"] + self.link.rtt_ns * 1e-9)) if copies else 0.0
 
     def price(self, batch, now):
-        uniq, it, lora = self._batch_parts(batch)
-        compute = float(it.total_s) + lora
-        fetch = self._fetch_s()
-        dur = self._with_fetch(compute, fetch)
+        uniq, it, lora_l, comm_l = self._batch_parts(batch)
+        L = self.shape.n_layers
+        copies, fetch_est = self._take_fetch()
+        est = float(it.total_s) + L * (lora_l + comm_l)
+        if copies:
+            est = self._with_fetch(est, fetch_est)
+        ex = self._execute(StagedWork(base_s=float(it.total_s) / L, lora_s=lora_l, comm_s=comm_l, **copies))
+        dur = ex.duration_s
+        self._note_estimate(est, dur)
         self._account(dur, 1, len(uniq))
-        return IterationResult(dur, breakdown={"base_s": float(it.total_s) - float(it.ops.get("attn_decode", 0.0))
-                                               - float(it.ops.get("attn_prefill", 0.0)),
-                                               "attention_s": float(it.ops.get("attn_decode", 0.0))
-                                               + float(it.ops.get("attn_prefill", 0.0)),
-                                               "lora_s": lora, "fetch_s": fetch},
-                               spans=self._spans(compute, fetch, "iteration"))
+        return IterationResult(dur, breakdown=self._breakdown(it, ex, lora_l, comm_l, L,
+                                                              fetch_s=self._fetch_executed_s(copies)),
+                               spans=ex.spans, record={"estimate_s": est})
 
     def price_decode_run(self, batch, max_iters, now):
         k = int(max_iters)
-        uniq, it, lora = self._batch_parts(batch, runs=k)
-        durs = np.asarray(it.total_s, float) + lora
-        fetch = self._fetch_s()
-        durs[0] = self._with_fetch(durs[0], fetch)
+        uniq, it, lora_l, comm_l = self._batch_parts(batch, runs=k)
+        L = self.shape.n_layers
+        total = np.asarray(it.total_s, float)
+        copies, fetch_est = self._take_fetch()
+        est = total + L * (lora_l + comm_l)
+        # the whole stretch executed at once (the timeline runs every iteration's base work); the fetch, if any,
+        # rides on its first iteration alone
+        ex = self._execute(self._work(it, lora_l, comm_l))
+        durs = np.array(ex.duration_s, float)
+        if copies:
+            est[0] = self._with_fetch(est[0], fetch_est)
+            ex0 = self._execute(StagedWork(base_s=float(total[0]) / L, lora_s=lora_l, comm_s=comm_l, **copies))
+            durs[0] = ex0.duration_s
+        else:
+            ex0 = ex
+        self._note_estimates(est, durs)
         self._account(float(durs.sum()), k, len(uniq))
-        att = np.asarray(it.ops.get("attn_decode", np.zeros(k)), float)
-        return RunResult(durs, breakdown={"attention_s": att, "lora_s": np.full(k, lora),
-                                          "base_s": durs - att - lora},
-                         spans=self._spans(float(durs.sum()), fetch, f"decode x{k}"))
+        parts = self._stretch_parts(self._breakdown(it, ex, lora_l, comm_l, L, fetch_s=0.0), k)
+        if copies:
+            for n, v in self._breakdown(it, ex0, lora_l, comm_l, L, fetch_s=self._fetch_executed_s(copies)).items():
+                parts[n][0] = np.asarray(v, float).ravel()[0]
+        return RunResult(durs, breakdown=parts, spans=self._stretch_spans(ex0, durs, k), record={"estimate_s": est})
 
 
 class CPULoRAOffloadSystem(HostMemorySystem):
@@ -391,32 +488,54 @@ class CPULoRAOffloadSystem(HostMemorySystem):
         W, rtt = self.link.bw_gbps * 1e9, self.link.rtt_ns * 1e-9
         return L * (KERNEL_STOP_S + rtt) + nbytes / W
 
+    def _staged(self, nbytes, n_missing):
+        """The timeline's per-layer staging: the layer's share of the bytes and a kernel stop (none if nothing is
+        staged)."""
+        if n_missing == 0:
+            return {}
+        return dict(stage_s=nbytes / self.shape.n_layers / (self.link.bw_gbps * 1e9), stop_s=KERNEL_STOP_S)
+
     def price(self, batch, now):
-        uniq, it, lora = self._batch_parts(batch)
+        uniq, it, lora_l, comm_l = self._batch_parts(batch)
+        L = self.shape.n_layers
         nbytes, miss = self._stage(uniq)
         stage = self._staging_s(nbytes, miss)
-        dur = float(it.total_s) + lora + stage
+        est = float(it.total_s) + L * (lora_l + comm_l) + stage
+        ex = self._execute(StagedWork(base_s=float(it.total_s) / L, lora_s=lora_l, comm_s=comm_l,
+                                      **self._staged(nbytes, miss)))
+        dur = ex.duration_s
+        self._note_estimate(est, dur)
         self._account(dur, 1, len(uniq))
-        att = float(it.ops.get("attn_decode", 0.0)) + float(it.ops.get("attn_prefill", 0.0))
-        return IterationResult(dur, breakdown={"base_s": float(it.total_s) - att, "attention_s": att, "lora_s": lora,
-                                               "staging_s": stage},
-                               spans=self._spans(float(it.total_s) + lora, stage, "iteration"))
+        return IterationResult(dur, breakdown=self._breakdown(it, ex, lora_l, comm_l, L, staging_s=stage),
+                               spans=ex.spans, record={"estimate_s": est})
 
     def price_decode_run(self, batch, max_iters, now):
         k = int(max_iters)
-        uniq, it, lora = self._batch_parts(batch, runs=k)
+        uniq, it, lora_l, comm_l = self._batch_parts(batch, runs=k)
+        L = self.shape.n_layers
+        total = np.asarray(it.total_s, float)
         nbytes, miss = self._stage(uniq)
-        durs = np.asarray(it.total_s, float) + lora
         stage = self._staging_s(nbytes, miss)
         staging = np.zeros(k)
+        staged = self._staged(nbytes, miss)
         if self.cache:
             staging[0] = stage               # staged once, then cached
+            ex = self._execute(StagedWork(base_s=total / L, lora_s=lora_l, comm_s=comm_l))
+            durs = np.array(ex.duration_s, float)
+            ex0 = ex
+            if staged:
+                ex0 = self._execute(StagedWork(base_s=float(total[0]) / L, lora_s=lora_l, comm_s=comm_l, **staged))
+                durs[0] = ex0.duration_s
         else:
             staging[:] = stage               # staged in every iteration
             self.fetches += (k - 1) * miss
-        durs += staging
+            ex = ex0 = self._execute(StagedWork(base_s=total / L, lora_s=lora_l, comm_s=comm_l, **staged))
+            durs = np.array(ex.duration_s, float)
+        est = total + L * (lora_l + comm_l) + staging
+        self._note_estimates(est, durs)
         self._account(float(durs.sum()), k, len(uniq))
-        att = np.asarray(it.ops.get("attn_decode", np.zeros(k)), float)
-        return RunResult(durs, breakdown={"base_s": np.asarray(it.total_s, float) - att, "attention_s": att,
-                                          "lora_s": np.full(k, lora), "staging_s": staging},
-                         spans=self._spans(float(durs.sum()), 0.0, f"decode x{k}"))
+        parts = self._stretch_parts(self._breakdown(it, ex, lora_l, comm_l, L, staging_s=staging), k)
+        if ex0 is not ex:
+            for n, v in self._breakdown(it, ex0, lora_l, comm_l, L).items():
+                parts[n][0] = np.asarray(v, float).ravel()[0]
+        return RunResult(durs, breakdown=parts, spans=self._stretch_spans(ex0, durs, k), record={"estimate_s": est})

@@ -143,6 +143,9 @@ class AttentionCost:
     link_s: float
     merge_s: float
     total_s: float
+    #: (n_req, n_dev) tokens each device holds (:meth:`CostModel.device_tokens`; distributed attention only), for
+    #: the execution of the same attention to reuse
+    dev_tokens: np.ndarray | None = None
 
 
 class CostModel:
@@ -359,7 +362,14 @@ class CostModel:
         if tokens_total <= 0:
             return 0.0
         if self._gpu_att is not None:
-            return float(self._gpu_att(n_req, tokens_total))
+            # the last answer is kept: an iteration's estimate and its execution ask for the same share in turn
+            key = (n_req, tokens_total)
+            last = self.__dict__.get("_last_gpu_att")
+            if last is not None and last[0] == key:
+                return last[1]
+            got = float(self._gpu_att(n_req, tokens_total))
+            self._last_gpu_att = (key, got)
+            return got
         return tokens_total * self.kv_tok_layer / self.gpu.W_hbm
 
     def attention(self, kv_tokens, dup, *, distributed: bool = True, new_tokens_to_devices: bool = True
@@ -400,7 +410,7 @@ class CostModel:
         # host-mediated: per device with a share a copy of the queries out, the kernel launch, a copy back
         dev_side += self.host_op_s * 3.0 * float(np.count_nonzero(active.any(axis=0)))
         total = max(gpu_s, dev_side) + merge_s
-        return AttentionCost(gpu_s, dev_s, per_dev, out_b, in_b, link_s, merge_s, total)
+        return AttentionCost(gpu_s, dev_s, per_dev, out_b, in_b, link_s, merge_s, total, cnt)
 
     # --- aggregate estimate the memory manager ranks with -------------------------------------------------
     def attention_rates(self):

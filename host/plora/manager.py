@@ -275,10 +275,18 @@ class _Eval:
 
 def _cold(state: ManagerState, cost: CostModel, aid: int):
     """Cold adapters (cached, not serving, not hot), coldest first."""
-    temp, ads = state.temperature, state.adapters
-    cold = [(temp.get(k, 0.0), k, _eviction(cost, "cold", k, a.rank, a.level))
-            for k, a in ((k, ads[k]) for k in state.cached_ids())
-            if k != aid and a.level != LEVEL_NONE and not a.serving and k not in state.hot]
+    temp, ads, hot = state.temperature, state.adapters, state.hot
+    memo = cost.__dict__.setdefault("_eviction_memo", {})
+    cold = []
+    for k in state.cached_ids():
+        a = ads[k]
+        # not serving: AdapterState.serving is ``strategy is not None and tokens > 0``
+        if k == aid or a.level == LEVEL_NONE or (a.strategy is not None and a.tokens > 0) or k in hot:
+            continue
+        ev = memo.get(("cold", k, a.rank, a.level))
+        if ev is None:
+            ev = _eviction(cost, "cold", k, a.rank, a.level)
+        cold.append((temp.get(k, 0.0), k, ev))
     cold.sort(key=_BY_TWO)
     return [c[2] for c in cold]
 
@@ -332,13 +340,17 @@ def _hot_and_serving(state: ManagerState, cost: CostModel, aid: int):
     hot, serving = [], []
     temp, ads, allowed, in_hot = state.temperature, state.adapters, tuple(state.allowed), state.hot
     memo = cost.__dict__.setdefault("_serving_memo", {})
+    ev_memo = cost.__dict__.setdefault("_eviction_memo", {})
     for k in state.cached_ids():
         a = ads[k]
         if k == aid or a.level == LEVEL_NONE:
             continue
         if a.strategy is None or a.tokens <= 0:          # not serving
             if k in in_hot:
-                hot.append((temp.get(k, 0.0), k, _eviction(cost, "hot", k, a.rank, a.level)))
+                ev = ev_memo.get(("hot", k, a.rank, a.level))
+                if ev is None:
+                    ev = _eviction(cost, "hot", k, a.rank, a.level)
+                hot.append((temp.get(k, 0.0), k, ev))
             continue
         got = memo.get((allowed, k, a.rank, a.tokens, a.level, a.strategy))
         if got is None:

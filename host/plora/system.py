@@ -36,7 +36,7 @@ from .ndp_model import make_ndp_model
 from .timeline import LayerWork, Timeline
 from .temperature import Temperature
 
-__all__ = ["PLoRASystem", "shape_of", "adapter_ranks", "PricedIteration"]
+__all__ = ["PLoRASystem", "shape_of", "adapter_ranks", "PricedIteration", "estimate_error"]
 
 
 def shape_of(model) -> ModelShape:
@@ -465,11 +465,19 @@ class PLoRASystem(System):
         return got
 
     def _gpu_add_s(self, nbytes: float) -> float:
-        return float(self.gpu_model.elementwise("add", nbytes).calibrated_s) if nbytes > 0 else 0.0
+        if not nbytes > 0:
+            return 0.0
+        memo = self.__dict__.setdefault("_add_memo", {})
+        got = memo.get(nbytes)
+        if got is None:
+            got = memo[nbytes] = float(self.gpu_model.elementwise("add", nbytes).calibrated_s)
+        return got
 
-    def _layer_work(self, p, kv_after, dup, load_bytes) -> LayerWork:
+    def _layer_work(self, p, kv_after, dup, load_bytes, att=None) -> LayerWork:
         """One layer's work of the iteration priced by ``p`` (:meth:`_price_parts`) with decode requests of
-        ``kv_after`` tokens, ``dup`` of them duplicated in HBM, and ``load_bytes`` of adapter loads pending."""
+        ``kv_after`` tokens, ``dup`` of them duplicated in HBM, and ``load_bytes`` of adapter loads pending
+        (``att``: the estimate's :class:`AttentionCost` of the same requests, whose GPU share, device tokens and
+        per-device times the execution takes instead of computing them again)."""
         cost, L = self.cost, p["L"]
         lora = p.get("_lora_work")
         if lora is None:
@@ -492,14 +500,15 @@ class PLoRASystem(System):
         Lt = np.asarray(kv_after, np.int64)
         a = np.asarray(dup, np.int64)
         if len(Lt):
-            w.att_gpu_s = cost.gpu_attention_s(int(np.count_nonzero(a)), float(a.sum()))
+            w.att_gpu_s = att.gpu_s if att is not None else cost.gpu_attention_s(int(np.count_nonzero(a)),
+                                                                                  float(a.sum()))
             if self.variant.distributed:
-                cnt = cost.device_tokens(Lt, a)
+                cnt = att.dev_tokens if att is not None else cost.device_tokens(Lt, a)
                 n_act = (cnt > 0).sum(axis=0).astype(float)
                 new_tok = np.bincount((Lt - 1) % self.n_dev, minlength=self.n_dev).astype(float)
                 w.att_out = n_act * cost.q_bytes + new_tok * cost.kv_tok_layer
                 w.att_in = n_act * cost.partial_bytes
-                w.att_s = cost.device_attention(cnt)
+                w.att_s = att.dev_per_device_s if att is not None else cost.device_attention(cnt)
                 parts = float(n_act.sum() + np.count_nonzero(a))
                 w.merge_s = self._gpu_add_s(parts * cost.partial_bytes + len(Lt) * cost.q_bytes)
             else:
@@ -507,8 +516,8 @@ class PLoRASystem(System):
                 w.new_kv_out = float(len(Lt)) * cost.kv_tok_layer
         return w
 
-    def _execute(self, p, kv_after, dup, load_bytes, spans=True):
-        return self.timeline.run(self._layer_work(p, kv_after, dup, load_bytes), p["L"],
+    def _execute(self, p, kv_after, dup, load_bytes, spans=True, att=None):
+        return self.timeline.run(self._layer_work(p, kv_after, dup, load_bytes, att), p["L"],
                                  spans=spans and self.emit_spans)
 
     def _record(self, r, kv_after, dec_req):
@@ -548,7 +557,7 @@ class PLoRASystem(System):
         kv_after = batch.kv_after[~batch.prefill]
         att = self._attention(p["dec_req"], kv_after)
         r = self._assemble(p, att, self.pending_load)            # Algorithm 1's estimate (VI-B)
-        ex = self._execute(p, kv_after, self.dup[p["dec_req"]], self.pending_load)
+        ex = self._execute(p, kv_after, self.dup[p["dec_req"]], self.pending_load, att=att)
         dur = ex.duration_s
         self._note_estimate(r.duration_s, dur)
         self.pending_load = 0.0
@@ -568,11 +577,12 @@ class PLoRASystem(System):
         pts = np.unique(np.array([0, k - 1], np.int64))
         # the duplicated prefixes grow within the stretch as they would iteration by iteration
         dups = {0: self.dup[dec], k - 1: self._dup_grown(dec, kv_after + (k - 1))}
-        rs, exs = [], []
+        rs, exs, atts = [], [], []
         for o in pts:
             o = int(o)
-            rs.append(self._assemble(p, self._attention(dec, kv_after, o, dups[o]), 0.0))
-            exs.append(self._execute(p, kv_after + o, dups[o], 0.0, spans=o == 0))
+            atts.append(self._attention(dec, kv_after, o, dups[o]))
+            rs.append(self._assemble(p, atts[-1], 0.0))
+            exs.append(self._execute(p, kv_after + o, dups[o], 0.0, spans=o == 0, att=atts[-1]))
         self._end_dup = (dec, dups[k - 1])
         it = np.arange(k)
         durs = np.interp(it, pts, [e.duration_s for e in exs])
@@ -580,8 +590,8 @@ class PLoRASystem(System):
         ests = [r.duration_s for r in rs]
         if self.pending_load > 0:
             # the adapter loads pending at the stretch's start ride on its first iteration only
-            rs[0] = self._assemble(p, self._attention(dec, kv_after, 0, dups[0]), self.pending_load)
-            exs[0] = self._execute(p, kv_after, dups[0], self.pending_load)
+            rs[0] = self._assemble(p, atts[0], self.pending_load)
+            exs[0] = self._execute(p, kv_after, dups[0], self.pending_load, att=atts[0])
             durs[0], est[0], ests[0] = exs[0].duration_s, rs[0].duration_s, rs[0].duration_s
         for j in range(len(pts)):
             # each executed end point stands for half the stretch (all of it when k == 1)
@@ -652,15 +662,21 @@ class PLoRASystem(System):
         iterations (weighted; relative error ``estimate / executed - 1``): ``mean`` (signed), ``mean_abs``,
         ``p99_abs`` and ``max_abs``."""
         if not self._est_err:
-            return {"mean": 0.0, "mean_abs": 0.0, "p99_abs": 0.0, "max_abs": 0.0, "iterations": 0}
-        e = np.array([x for x, _ in self._est_err])
-        wt = np.array([k for _, k in self._est_err], float)
-        a = np.abs(e)
-        order = np.argsort(a)
-        cw = np.cumsum(wt[order]) / wt.sum()
-        p99 = float(a[order][min(np.searchsorted(cw, 0.99), len(a) - 1)])
-        return {"mean": float(np.average(e, weights=wt)), "mean_abs": float(np.average(a, weights=wt)),
-                "p99_abs": p99, "max_abs": float(a.max()), "iterations": float(wt.sum())}
+            return estimate_error(np.zeros(0), np.zeros(0))
+        return estimate_error(np.array([x for x, _ in self._est_err]), np.array([k for _, k in self._est_err], float))
+
+
+def estimate_error(e: np.ndarray, wt: np.ndarray) -> dict:
+    """``cost_model_err`` of relative errors ``e`` (``estimate / executed - 1``) with weights ``wt`` (iterations):
+    ``mean`` (signed), ``mean_abs``, ``p99_abs``, ``max_abs`` and ``iterations``."""
+    if not len(e):
+        return {"mean": 0.0, "mean_abs": 0.0, "p99_abs": 0.0, "max_abs": 0.0, "iterations": 0}
+    a = np.abs(e)
+    order = np.argsort(a)
+    cw = np.cumsum(wt[order]) / wt.sum()
+    p99 = float(a[order][min(np.searchsorted(cw, 0.99), len(a) - 1)])
+    return {"mean": float(np.average(e, weights=wt)), "mean_abs": float(np.average(a, weights=wt)),
+            "p99_abs": p99, "max_abs": float(a.max()), "iterations": float(wt.sum())}
 
 
 class _TempView:

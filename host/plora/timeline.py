@@ -155,10 +155,17 @@ class Timeline:
         j_out_s = np.asarray(w.job_out, float) / W / waves
         j_in_s = np.asarray(w.job_in, float) / W / waves
         j_s = np.asarray(w.job_s, float) / waves
-        j_host = (np.ones(len(j_s)) if w.job_stops is None else np.asarray(w.job_stops, float)) * w.host_stop_s \
-            / waves
-        j_host_after = (np.zeros(len(j_s)) if w.job_stops_after is None else np.asarray(w.job_stops_after, float)) \
-            * w.host_stop_s / waves
+        hosted = w.host_stop_s > 0
+        if hosted:
+            j_host = (np.ones(len(j_s)) if w.job_stops is None else np.asarray(w.job_stops, float)) * w.host_stop_s \
+                / waves
+            j_host_after = (np.zeros(len(j_s)) if w.job_stops_after is None
+                            else np.asarray(w.job_stops_after, float)) * w.host_stop_s / waves
+            j_host_sum = float(j_host.sum())
+            # A FIFO whose jobs all arrive at one time ``x`` finishes them at ``cumsum(service) + max(x, free)``, bit
+            # for bit what :func:`fifo` computes (its slack is ``x``): the service sums are the same every layer
+            S_host = np.cumsum(j_host)
+            host_after = bool(j_host_after.any())
         nj = len(jd)
         if nj:
             # each device's jobs in their order (a stable sort by device, cut at each device's first job)
@@ -169,18 +176,51 @@ class Timeline:
             dev_idx = []
         # per device: its jobs' indices, their service times and busy seconds (the same every layer)
         dev_jobs = [(d, ix, j_s[ix], float(j_s[ix].sum())) for d, ix in enumerate(dev_idx) if len(ix)]
-        j_out_sum, j_in_sum, j_host_sum = float(j_out_s.sum()), float(j_in_s.sum()), float(j_host.sum())
-        att_s = np.zeros(n) if w.att_s is None else np.asarray(w.att_s, float)
-        att_out_s = np.zeros(n) if w.att_out is None else np.asarray(w.att_out, float) / W
-        att_in_s = np.zeros(n) if w.att_in is None else np.asarray(w.att_in, float) / W
-        att_devs = np.flatnonzero((att_s > 0) | (att_out_s > 0) | (att_in_s > 0))
+        if nj:
+            # every device's queue as one row of an (n_dev, most jobs) array, its jobs in order from the left (the
+            # rest padded): :func:`fifo` of all devices at once, its sequential sums along each row bit for bit
+            counts = np.array([len(ix) for ix in dev_idx], np.int64)
+            q_rows = jd[by_dev]
+            q_cols = np.arange(nj) - (np.cumsum(counts) - counts)[q_rows]
+            q_sv = np.zeros((n, int(counts.max())))
+            q_sv[q_rows, q_cols] = j_s[by_dev]
+            q_S = np.cumsum(q_sv, axis=1)
+            q_Sprev = q_S - q_sv
+            q_has = np.flatnonzero(counts)
+            q_last = counts[q_has] - 1
+            q_pad = np.full(q_sv.shape, -np.inf)
+            j_out_sum, j_in_sum = float(j_out_s.sum()), float(j_in_s.sum())
+            S_out = np.cumsum(j_out_s)
+        if w.att_s is None and w.att_out is None and w.att_in is None:
+            n_att = 0
+        else:
+            att_s = np.zeros(n) if w.att_s is None else np.asarray(w.att_s, float)
+            att_out_s = np.zeros(n) if w.att_out is None else np.asarray(w.att_out, float) / W
+            att_in_s = np.zeros(n) if w.att_in is None else np.asarray(w.att_in, float) / W
+            att_devs = np.flatnonzero((att_s > 0) | (att_out_s > 0) | (att_in_s > 0))
+            n_att = len(att_devs)
+            att_out_sel = att_out_s[att_devs]
+            S_att_out = np.cumsum(att_out_sel)
+            att_in_sum = float(att_in_s.sum())
+            att_out_sum = float(att_out_sel.sum())
+            att_in_sel = att_in_s[att_devs]
+            att_dev_list = att_devs.tolist()
+            att_s_l = att_s.tolist()
+            if hosted:
+                hs = np.full(n_att, 2.0 * w.host_stop_s)
+                S_hs = np.cumsum(hs)
+                hs_sum = float(hs.sum())
+                hs1 = np.full(n_att, w.host_stop_s)
+        state_buf = np.empty(3 + n)
         load_left = float(w.load_in)
         load_spans = []
         layer = 0
         while layer < n_layers:
             # the layer's start state: what each lane still has to do past ``t`` (a lane free before ``t`` acts as
             # free at ``t``: every arrival of the layer is at ``t`` or later)
-            backlog = np.round(np.maximum(np.concatenate([[lo, li, host], dev]) - t, 0.0), 15)
+            state_buf[0], state_buf[1], state_buf[2] = lo, li, host
+            state_buf[3:] = dev
+            backlog = np.round(np.maximum(state_buf - t, 0.0), 15)
             state = (round(load_left, 3), tuple(backlog.tolist()))
             if repeat and prev_state is not None and state == prev_state:
                 # the rest repeats the previous layer exactly
@@ -217,38 +257,43 @@ class Timeline:
                 b[1] += w.prefill_out / W
             tw = t
             for _ in range(waves if nj else 0):
-                disp = np.full(nj, tw)
-                if w.host_stop_s > 0:
+                if hosted:
                     # a kernel stop synchronizes the GPU: the host's first stop waits for the work already queued
                     # on the stream (the base GEMMs, the E1 kernel)
-                    disp = np.full(nj, max(tw, g))
-                    hf = fifo(disp, j_host, host)
-                    mark(3, float(hf[0] - j_host[0]))
+                    hf = S_host + max(max(tw, g), host)
+                    if spans:
+                        mark(3, float(hf[0] - j_host[0]))
                     host = float(hf[-1])
                     b[3] += j_host_sum
-                    disp = hf
-                of = fifo(disp, j_out_s, lo)
-                mark(1, float(of[0] - j_out_s[0]))
+                    of = fifo(hf, j_out_s, lo)
+                else:
+                    of = S_out + max(tw, lo)
+                if spans:
+                    mark(1, float(of[0] - j_out_s[0]))
                 lo = float(of[-1])
                 b[1] += j_out_sum
                 at_dev = of + lat
                 df = np.empty(nj)
+                q_a = q_pad.copy()
+                q_a[q_rows, q_cols] = at_dev[by_dev]
+                q_f = q_S + np.maximum(np.maximum.accumulate(q_a - q_Sprev, axis=1), dev[:, None])
+                df[by_dev] = q_f[q_rows, q_cols]
+                dev[q_has] = q_f[q_has, q_last]
                 for d, ix, js, js_sum in dev_jobs:
-                    f = fifo(at_dev[ix], js, dev[d])
-                    df[ix] = f
-                    mark(4 + d, float(f[0] - js[0]))
-                    dev[d] = float(f[-1])
+                    if spans:
+                        mark(4 + d, float(q_f[d, 0] - js[0]))
                     b[4 + d] += js_sum
                 order = np.argsort(df, kind="stable")
                 ready = df[order]
-                if w.host_stop_s > 0 and j_host_after.any():
+                if hosted and host_after:
                     # the results' copies back: host operations once each job is done, FIFO behind the rest
                     ha = j_host_after[order]
                     ready = fifo(ready, ha, host)
                     host = float(ready[-1])
                     b[3] += float(ha.sum())
                 inf = fifo(ready, j_in_s[order], li)
-                mark(2, float(inf[0] - j_in_s[order[0]]))
+                if spans:
+                    mark(2, float(inf[0] - j_in_s[order[0]]))
                 li = float(inf[-1])
                 b[2] += j_in_sum
                 g = max(g, float(inf[-1]) + lat) + w.gpu_after_s / waves
@@ -256,38 +301,42 @@ class Timeline:
                 tw = g
             ta = g
             # 3. attention
-            if len(att_devs):
-                disp = np.full(len(att_devs), ta)
-                if w.host_stop_s > 0:
+            if n_att:
+                if hosted:
                     # per device: the queries' copy and the launch before it can start
-                    hs = np.full(len(att_devs), 2.0 * w.host_stop_s)
-                    hf = fifo(np.full(len(att_devs), ta), hs, max(host, ta))
-                    mark(3, float(hf[0] - hs[0]))
+                    hf = S_hs + max(ta, max(host, ta))
+                    if spans:
+                        mark(3, float(hf[0] - hs[0]))
                     host = float(hf[-1])
-                    b[3] += float(hs.sum())
-                    disp = hf
-                of = fifo(disp, att_out_s[att_devs], lo)
-                mark(1, float(of[0] - att_out_s[att_devs[0]]))
+                    b[3] += hs_sum
+                    of = fifo(hf, att_out_sel, lo)
+                else:
+                    of = S_att_out + max(ta, lo)
+                if spans:
+                    mark(1, float(of[0] - att_out_s[att_devs[0]]))
                 lo = float(of[-1])
-                b[1] += float(att_out_s[att_devs].sum())
-                fin = np.empty(len(att_devs))
-                for j, d in enumerate(att_devs.tolist()):
-                    s0 = max(float(of[j]) + lat, dev[d])
-                    if att_s[d] > 0:
+                b[1] += att_out_sum
+                fin = np.empty(n_att)
+                of_l = of.tolist()
+                for j, d in enumerate(att_dev_list):
+                    s0 = max(of_l[j] + lat, dev[d])
+                    a_s = att_s_l[d]
+                    if spans and a_s > 0:
                         mark(4 + d, s0)
-                    fin[j] = s0 + att_s[d]
+                    fin[j] = s0 + a_s
                     dev[d] = fin[j]
-                    b[4 + d] += att_s[d]
+                    b[4 + d] += a_s
                 order = np.argsort(fin, kind="stable")
                 ready = fin[order]
-                if w.host_stop_s > 0:               # the partials' copy back, once each device is done
-                    ready = fifo(ready, np.full(len(ready), w.host_stop_s), host)
+                if hosted:                          # the partials' copy back, once each device is done
+                    ready = fifo(ready, hs1, host)
                     host = float(ready[-1])
-                    b[3] += w.host_stop_s * len(ready)
-                inf = fifo(ready, att_in_s[att_devs][order], li)
-                mark(2, float(inf[0] - att_in_s[att_devs][order[0]]))
+                    b[3] += w.host_stop_s * n_att
+                inf = fifo(ready, att_in_sel[order], li)
+                if spans:
+                    mark(2, float(inf[0] - att_in_sel[order[0]]))
                 li = float(inf[-1])
-                b[2] += float(att_in_s.sum())
+                b[2] += att_in_sum
                 got = float(inf.max()) + lat
                 g = ta + w.att_gpu_s + w.prefill_att_s
                 g = max(g, got) + w.merge_s
@@ -341,5 +390,4 @@ class Timeline:
                 load_spans.append(Span("link in", "adapter loads", s0, li - s0, {"bytes": load_left}))
         out_spans += load_spans
         end = max(t, lo, li, host, float(dev.max()) if n else 0.0)
-        names = ["GPU 0", "link out", "link in", "host"] + [f"device {d}" for d in range(n)]
-        return Executed(end, dict(zip(names, busy.tolist())), lora_tot, att_tot, out_spans)
+        return Executed(end, dict(zip(self.lanes, busy.tolist())), lora_tot, att_tot, out_spans)

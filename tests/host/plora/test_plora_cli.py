@@ -131,6 +131,30 @@ def test_run_grid_reports_its_figures(monkeypatch):
     assert out["plora_grid_hbm_pressure"] == {"llama2-7b/uniform": row["hbm_pressure"]}
     assert out["plora_grid_uniform_hbm_pressure_min"] == row["hbm_pressure"]
     assert out["plora_grid_rate_per_s"] == small[0].rate_per_s
+    # every system's estimate against its executed timeline, S-LoRA's (its formula) included
+    slora = run_point(small[1])
+    assert out["plora_grid_cost_model_err"]["s-lora"]["mean"] == slora["cost_model_err_mean"]
+    assert out["plora_grid_cost_model_err"]["s-lora"]["p99_worst"] == slora["cost_model_err_p99"]
+    assert set(out["plora_grid_cost_model_err"]) == {"plora", "s-lora", "nd-e4"}
+
+
+def test_run_grid_hands_out_the_costliest_points_first(monkeypatch):
+    """The workers get the PLoRA family before the host-memory baselines; the figures are the grid's order's."""
+    import host.plora.figures as F
+    from host.plora import bench
+    from host.sweep import LocalExecutor
+    small = [RunSpec(system=s, n_requests=6) for s in ("s-lora", "plora", "cpu-lora-offload", "nd-e4")]
+    monkeypatch.setattr(F, "grid_specs", lambda **kw: small)
+    seen = []
+
+    class Recording(LocalExecutor):
+        def map(self, fn, items, desc=None):
+            seen.extend(x.system for x in items)
+            return super().map(fn, items, desc)
+
+    out = bench.run_grid(executor=Recording(1))
+    assert seen == ["plora", "nd-e4", "s-lora", "cpu-lora-offload"]
+    assert out["plora_grid_tpot_ms"]["s-lora"] == run_point(small[0])["tpot_ms_mean"]
 
 
 def test_the_grid_runs_at_the_regime():
