@@ -17,9 +17,9 @@ from sim.perf.ndp import (NDPPerfModel, Calibration, load_calibration, calibrati
                           rtl_config, rtl_dut, rtl_cycles, rtl_group_config, calibration_group_programs)
 
 BOUND = 0.03
-#: Streams of very short attention pairs (one or two beats per share; issue 29): the model shares the PE array's
-#: DRAIN stage across descriptors (calibrated ``pair_free``) and holds them within 4 % (measured -3.9 .. +3.8 %;
-#: before the shared stage -16 .. +2 %). The 3 % target is open for them (docs/ndp_perf.md).
+#: Streams of very short per-head attention pairs (one or two beats per share; issue 29): held within 4 % (measured
+#: -0.7 .. +3.2 % with the model on the core's units, 2026-12-05; -3.9 .. +3.8 % before, -16 .. +2 % before the
+#: shared DRAIN stage). The 3 % target is open for the one-beat hd-16 stream (docs/ndp_perf.md).
 SHORT_STREAM_BOUND = 0.04
 _RTL = {}
 
