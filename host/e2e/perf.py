@@ -455,14 +455,24 @@ class NDPTiming:
     def attention_fixed_s(self, tokens, head_dim, q_heads, kv_heads) -> float:
         """Once per wave: the first job's time that the stream costs leave out, the largest over the shares'
         jobs (sim/perf/ndp.py ``attention_fixed_s``); 0 for no share."""
+        first = np.atleast_1d(self.attention_first_s(tokens, head_dim, q_heads, kv_heads))
+        return float(first.max()) if first.size else 0.0
+
+    def attention_first_s(self, tokens, head_dim, q_heads, kv_heads):
+        """Per request (vectorized): the largest over its share's jobs of the time the stream cost leaves out
+        (sim/perf/ndp.py ``attention_first_s``); 0 for no share."""
         if not hasattr(self, "_att_cache"):
             self._att_cache = {}
         L, cap = self.config.lanes, self.max_share(head_dim)
-        best = 0.0
-        for t in {int(t) // L * L for t in np.atleast_1d(np.asarray(tokens, np.float64))}:
+
+        def one(t):
+            t = int(t) // L * L
+            best = 0.0
             for j in ({cap} if t >= cap else set()) | ({t % cap} if t % cap else set()):
                 best = max(best, self._att_one(j, head_dim) - self._att_inc(j, head_dim))
-        return best
+            return best
+        out = np.vectorize(one, otypes=[float])(np.asarray(tokens, np.float64))
+        return float(out) if np.ndim(tokens) == 0 else out
 
 
 def _up(v, m):

@@ -181,7 +181,7 @@ class CostModel:
         # a device runs a layer's attention shares as one descriptor stream (sim/perf/ndp.py attention_batch_s):
         # each request's share at its cost inside the stream, plus once the first pair's unhidden latency; a model
         # without that interface (the stand-in) prices each share alone
-        self._stream = hasattr(ndp, "attention_stream_s") and hasattr(ndp, "attention_fixed_s")
+        self._stream = all(hasattr(ndp, f) for f in ("attention_stream_s", "attention_fixed_s", "attention_first_s"))
         self._first = None
         self._rates = None
         # the LoRA terms depend only on the model shape and the device model: runs in one process share them
@@ -293,9 +293,13 @@ class CostModel:
 
     def _ndp_fn(self, kind):
         """The device model's per-request attention seconds: ``"share"`` a share inside a stream
-        (``attention_stream_s``; without it ``attention_s``), ``"alone"`` a share from an idle device."""
+        (``attention_stream_s``; without it ``attention_s``), ``"alone"`` a share from an idle device,
+        ``"first"`` what one of the share's stream entries costs from an idle device beyond its stream cost
+        (``attention_first_s``)."""
         if kind == "share" and self._stream:
             return self.ndp.attention_stream_s
+        if kind == "first":
+            return self.ndp.attention_first_s
         return self.ndp.attention_s
 
     def _ndp_attention_exact(self, tokens: np.ndarray, kind: str = "share") -> np.ndarray:
@@ -334,8 +338,8 @@ class CostModel:
 
     def device_attention(self, cnt) -> np.ndarray:
         """Per device (columns of ``cnt``, the (n_req, n_dev) tokens each device holds): one layer's attention
-        of its shares run as one stream, ``sum_r share(cnt[r, d]) + max_r (alone - share)(cnt[r, d]) /
-        kv_heads`` (the first pair's unhidden latency, once; sim/perf/ndp.py ``attention_batch_s``). With a
+        of its shares run as one stream, ``sum_r share(cnt[r, d]) + max_r first(cnt[r, d])`` (the first entry's
+        unhidden latency, once; sim/perf/ndp.py ``attention_batch_s``). With a
         model that prices shares alone only: ``sum_r alone(cnt[r, d])``. (The last answer is kept: an
         iteration's estimate and its execution ask for the same shares one after the other.)"""
         cnt = np.asarray(cnt)
@@ -351,7 +355,7 @@ class CostModel:
         per = self._ndp_attention(cnt)
         out = per.sum(axis=0)
         if self._stream and cnt.size:
-            extra = (self._ndp_attention(cnt, "alone") - per) / self.shape.kv_heads
+            extra = self._ndp_attention(cnt, "first")
             out = out + np.where(cnt > 0, extra, 0.0).max(axis=0)
         return out
 

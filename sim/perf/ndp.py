@@ -683,13 +683,20 @@ class NDPPerfModel:
         idle device (its first read's latency; the last pair's drain and return after the stream). Taken as the
         largest over the batch's shares (design choice: the stream's order is the host's; the largest is an upper
         bound over the first-pair choices); 0 for an empty batch."""
+        extra = np.atleast_1d(self.attention_first_s(tokens, head_dim, q_heads, kv_heads))
+        return float(extra.max()) if extra.size and np.any(np.atleast_1d(tokens) > 0) else 0.0
+
+    def attention_first_s(self, tokens, head_dim, q_heads, kv_heads):
+        """Per request (vectorized over ``tokens``): what one of its stream entries (a (request, KV head) pair, or
+        a grouped entry of ``lanes / group_lanes`` KV heads, whichever kernel the stream uses for the share) costs
+        from an idle device beyond its steady-state cost in the stream; :meth:`attention_fixed_s` is the largest
+        over a batch. 0 for an empty share."""
         units = []
         inc = np.atleast_1d(self._attention_vec(tokens, head_dim, q_heads, kv_heads, self._attention_inc, units))
         lone = np.atleast_1d(self._attention_vec(tokens, head_dim, q_heads, kv_heads, self._attention_cycles,
                                                  kernel=units[0]))
-        # per entry (a (request, KV head) pair, or a grouped entry of lanes / W KV heads): lone - inc
-        extra = (lone - inc) / np.atleast_1d(units[1])
-        return float(extra.max()) if extra.size and np.any(lone > 0) else 0.0
+        out = (lone - inc) / np.atleast_1d(units[1])
+        return float(out[0]) if np.ndim(tokens) == 0 else out
 
     def _attention_vec(self, tokens, head_dim, q_heads, kv_heads, fn, units=None, kernel=None):
         """Per request: ``fn``'s cycles of its entries, in seconds (the grouped kernel where it is the cheaper).
