@@ -83,7 +83,9 @@ def grid_specs(*, n_requests=100, seed=0, models=MODELS, workloads=GRID_WORKLOAD
 
 def sweep_specs(name, *, n_requests=100, seed=0):
     """The run specs of one named sweep (analytic figures have none)."""
-    base = RunSpec(model="llama2-7b", workload="uniform", n_requests=n_requests, seed=seed)
+    # every sweep at the grid's regime (issue 30 item 2: the open-loop rate at which the serving set overshoots
+    # the HBM); the rate sweep sets its own rates, the TTFT study its bursts
+    base = RunSpec(model="llama2-7b", workload="uniform", n_requests=n_requests, seed=seed, rate_per_s=GRID_RATE_PER_S)
     # the device and link sweeps run the long-context workload: its KV does not fit HBM, so the pool is used
     pressed = base.with_(workload="uniform-long")
     if name == "tpot_grid":
@@ -430,8 +432,8 @@ def _make(out, names, n_requests, seed, ex, reuse):
             done["ablation"] = out / "ablation.csv"
     series = None
     if "strategy_mix" in names or "kv_dup" in names:
-        specs = [RunSpec(model="llama2-7b", workload=w, system="plora", n_requests=max(n_requests, 200), seed=seed)
-                 for w in ("uniform", "skewed")]
+        specs = [RunSpec(model="llama2-7b", workload=w, system="plora", n_requests=max(n_requests, 200), seed=seed,
+                         rate_per_s=GRID_RATE_PER_S) for w in ("uniform", "skewed")]
         series = ex.map(series_point, specs, desc="time series")
         rows = []
         for s in series:
@@ -446,8 +448,8 @@ def _make(out, names, n_requests, seed, ex, reuse):
         fig_kv_dup(grid, series, out)
         done["kv_dup"] = out / "kv_dup.csv"
     if "layer_breakdown" in names:
-        specs = [RunSpec(model="llama2-7b", workload="uniform", system=s, n_requests=n_requests, seed=seed)
-                 for s in SYSTEM_NAMES]
+        specs = [RunSpec(model="llama2-7b", workload="uniform", system=s, n_requests=n_requests, seed=seed,
+                         rate_per_s=GRID_RATE_PER_S) for s in SYSTEM_NAMES]
         rows = ex.map(breakdown_point, specs, desc="layer_breakdown")
         _csv(rows, out, "layer_breakdown")
         fig_layer_breakdown(rows, out)

@@ -79,6 +79,10 @@ def test_sweep_specs_cover_the_figures():
     assert {s.kv_bits for s in sweep_specs("kv_precision")} == {16, 8, 4}
     sens = sweep_specs("sensitivity")
     assert {s.tag for s in sens} == {"tflops", "bandwidth", "buffers"}
+    # every open-loop sweep at the grid's regime (issue 30 item 2); the rate sweep sets its own rates
+    from host.plora.figures import GRID_RATE_PER_S
+    for name in ("link_ladder", "link_latency", "devices", "kv_precision", "sensitivity", "matched_batch"):
+        assert {s.rate_per_s for s in sweep_specs(name)} == {GRID_RATE_PER_S}, name
 
 
 def test_sweep_command_writes_its_csv(tmp_path):
