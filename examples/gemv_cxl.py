@@ -23,6 +23,13 @@ def main(argv=None):
     ap.add_argument("--k", type=int, default=256, help="input length (multiple of 8)")
     ap.add_argument("--n", type=int, default=16, help="output length (multiple of 8)")
     args = ap.parse_args(argv)
+    window = DEPTH * 64 - 0x10000                   # the queue's data window (below)
+    for name, v in (("--k", args.k), ("--n", args.n)):
+        if v < 8 or v % 8:
+            ap.error(f"{name} must be a positive multiple of 8, got {v}")
+    if 2 * args.k * args.n > window:
+        ap.error(f"the operand ({args.k} x {args.n} FP16 = {2 * args.k * args.n} bytes) must fit the {window}-byte "
+                 f"data window: --k x --n <= {window // 2}")
 
     config = e2e_ndp_config()                       # 8 lanes x 2 PE rows, 32 KiB operand buffer
     rng = np.random.default_rng(0)
@@ -41,6 +48,11 @@ def main(argv=None):
     y = rec.result_bits(args.n).view(np.float16)
     gold = drv.run("golden").completion(h)
     ref = (x.astype(np.float32) @ a.astype(np.float32))
+    if rec.status_name != "OK":
+        # the device refused the descriptor (docs/ndp_descriptor.md lists the statuses and the limits): no result
+        print(f"FAILED: the device completed the GEMV with status {rec.status_name} (K = {args.k}, N = {args.n}; "
+              f"the core's limits are in docs/ndp_descriptor.md); no result to compare")
+        return 1
     print(f"status {rec.status_name}; y[:4] = {y[:4]} (numpy float32: {ref[:4].round(3)})")
     print(f"bit-exact against the golden device: {np.array_equal(rec.result_bits(args.n), gold.result_bits(args.n))}")
     s = run.stamps[0]
