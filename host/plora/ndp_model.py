@@ -247,20 +247,22 @@ def _calibrated(spec):
 
 
 def make_ndp_model(kind: str = "auto", spec: NDPDeviceSpec = PLORA_DEVICE):
-    """The NDP timing model: ``"calibrated"`` (``sim.perf.ndp.NDPPerfModel``; ImportError if absent),
-    ``"standin"`` (:class:`NDPStandIn` on ``spec``), or ``"auto"``: the calibrated one when it is importable and
-    ``spec`` is the paper's device, else the stand-in (the sensitivity sweeps change ``spec``, which only the
-    stand-in takes). The returned object has ``kind`` set to ``"calibrated"`` or ``"standin"``."""
+    """The NDP timing model: ``"calibrated"`` (``sim.perf.ndp.NDPPerfModel``, the paper's device), ``"standin"``
+    (:class:`NDPStandIn` on ``spec``: only by name), or ``"auto"``, the calibrated one. A device ``spec`` other than
+    the paper's needs ``"standin"`` by name: the calibrated model is the paper's geometry, and an option must never
+    swap the model silently (issue 32; before, ``"auto"`` fell back to the stand-in for a changed device or a
+    missing calibrated model). The returned object has ``kind`` set to ``"calibrated"`` or ``"standin"``, which
+    every run reports (summary ``ndp_model``, the sweep rows' ``ndp_model``)."""
     if kind not in NDP_MODEL_KINDS:
         raise ValueError(f"unknown NDP model kind {kind!r}; allowed: {NDP_MODEL_KINDS}")
-    if kind == "standin" or (kind == "auto" and spec != PLORA_DEVICE):
+    if kind == "standin":
         return NDPStandIn(spec)
-    try:
-        model = _calibrated(spec)
-    except ImportError:
-        if kind == "calibrated":
-            raise
-        return NDPStandIn(spec)
+    if spec != PLORA_DEVICE:
+        diff = {k: v for k, v in vars(spec).items() if vars(PLORA_DEVICE).get(k) != v}
+        raise ValueError(f"the calibrated NDP model is the paper's device; the device parameters {diff} are "
+                         f"priced only by the analytic stand-in: pass ndp='standin' (--ndp-model standin), which "
+                         f"every result row reports")
+    model = _calibrated(spec)
     model.kind = "calibrated"
     if getattr(model, "cache_key", None) is None:
         # every instance of the paper's device times alike, so runs in one process may share the cost terms

@@ -220,6 +220,7 @@ def run_point(spec: RunSpec) -> dict:
         return row
     s = out.summary
     row.update({k: s.get(k, float("nan")) for k in SUMMARY_KEYS})
+    row["ndp_model"] = s.get("ndp_model", "none")        # the model that priced the run, never the option's name
     for k in ("adapters_touched", "adapter_demand_gb", "hbm_pressure", "hbm_pressure_peak", "hbm_pressure_offered",
               "evictions"):
         row[k] = s.get(k, float("nan"))

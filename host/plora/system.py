@@ -32,7 +32,7 @@ from .config import (Variant, VARIANTS, KERNEL_STOP_S, WORKSPACE_FRACTION, DEFAU
 from .cost import CostModel, GPUParams, LinkParams, WaveSums
 from .lora import (ModelShape, RANKS, E1, E2, E3, E4, STRATEGIES, LEVEL_OF, LEVEL_NONE, LEVEL_NAMES, adapter_bytes)
 from .manager import AdapterState, ManagerState, select, apply, rebuild_wave
-from .ndp_model import make_ndp_model
+from .ndp_model import make_ndp_model, PLORA_DEVICE
 from .timeline import LayerWork, Timeline
 from .temperature import Temperature
 
@@ -108,6 +108,10 @@ class PLoRASystem(System):
         if self.n_dev < 1:
             raise ValueError(f"n_dev must be >= 1, got {self.n_dev}")
         self.device = variant.device if device is None else device
+        if isinstance(ndp, str) and ndp == "auto" and self.device != PLORA_DEVICE and not variant.uses_ndp:
+            # a system whose memory is not an NDP device (Grace-Hopper's Grace memory: GPU loads only) is timed by
+            # the stand-in's memory terms on its own memory spec, by its definition; the summary's ndp_model says so
+            ndp = "standin"
         self.ndp = make_ndp_model(ndp, self.device) if isinstance(ndp, str) else ndp
         self.kv_bits = kv_bits
         self.seed = seed

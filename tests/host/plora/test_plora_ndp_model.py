@@ -87,15 +87,32 @@ def test_selection_prefers_calibrated_when_present(monkeypatch):
     m = make_ndp_model("auto")
     assert isinstance(m, Fake) and m.kind == "calibrated"
     assert make_ndp_model("standin").kind == "standin"
-    # a changed device spec (sensitivity sweeps) always uses the stand-in
-    assert make_ndp_model("auto", PLORA_DEVICE.scaled(tflops=1.0)).kind == "standin"
+    # a changed device spec is priced only by the stand-in, named (issue 32: "auto" swapped to it silently)
+    with pytest.raises(ValueError, match="ndp='standin'"):
+        make_ndp_model("auto", PLORA_DEVICE.scaled(tflops=1.0))
+    with pytest.raises(ValueError, match="device parameters"):
+        make_ndp_model("calibrated", PLORA_DEVICE.scaled(tflops=1.0))
+    assert make_ndp_model("standin", PLORA_DEVICE.scaled(tflops=1.0)).kind == "standin"
 
 
-def test_selection_falls_back_without_calibrated(monkeypatch):
+def test_selection_never_falls_back_silently(monkeypatch):
     monkeypatch.setitem(sys.modules, "sim.perf.ndp", None)
-    assert make_ndp_model("auto").kind == "standin"
-    with pytest.raises(ImportError):
-        make_ndp_model("calibrated")
+    for kind in ("auto", "calibrated"):
+        with pytest.raises(ImportError):
+            make_ndp_model(kind)
+    assert make_ndp_model("standin").kind == "standin"
+
+
+def test_a_changed_device_without_the_stand_in_named_is_an_error_and_rows_say_the_model():
+    """RunSpec(device_bw_gbps=550) used to run on the stand-in while the row said ``ndp: auto`` (issue 32): now
+    the point fails with the reason, and with ``ndp="standin"`` the row reports ``ndp_model: standin``."""
+    from host.plora.run import RunSpec, run_point
+    base = RunSpec(model="llama2-7b", workload="uniform", system="plora", n_requests=12)
+    bad = run_point(base.with_(device_bw_gbps=550))
+    assert "standin" in bad["error"]
+    ok = run_point(base.with_(device_bw_gbps=550, ndp="standin"))
+    assert ok["error"] == "" and ok["ndp_model"] == "standin"
+    assert run_point(base)["ndp_model"] == "calibrated"
 
 
 def test_buffer_sets_overlap_fixed_costs():
