@@ -138,3 +138,24 @@ def test_the_run_on_the_lpddr5x_device_memory(runs):
     assert abs(pe["ndp"]["total_rel_err"]) < 0.05, pe
     with pytest.raises(ValueError, match="ndp_memory must be 'burst' or 'lpddr5x'"):
         dataclasses.replace(CFG, ndp_memory="hbm")
+
+
+def test_demo_fails_on_every_check_it_prints():
+    """The demo exits non-zero when any of its checks fails (issue 32: only differing logits did): logits, the
+    tokens against the float32 reference, the perf models' documented 5 % bound on the totals."""
+    from host.e2e.demo import failed_checks, PERF_TOTAL_BOUND
+    good = {"logits": {"equal": True, "rows_differing": 0},
+            "reference": {"requests": {"0": {"tokens_match": True}, "1": {"tokens_match": True}}},
+            "perf": {"ndp": {"total_rel_err": -0.02}, "pim": {"total_rel_err": 0.037}}}
+    assert failed_checks(good) == [] and failed_checks({}) == []
+    import copy
+    for path, value, word in ((("logits", "equal"), False, "logits"),
+                              (("reference", "requests", "1", "tokens_match"), False, "reference"),
+                              (("perf", "pim", "total_rel_err"), PERF_TOTAL_BOUND + 0.001, "pim")):
+        bad = copy.deepcopy(good)
+        d = bad
+        for k in path[:-1]:
+            d = d[k]
+        d[path[-1]] = value
+        got = failed_checks(bad)
+        assert len(got) == 1 and word in got[0], got
