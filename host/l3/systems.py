@@ -24,7 +24,8 @@ the *true* times of the GPU model (:class:`host.l3.gpu_side.GPUSide`) and the DI
 * :class:`HBMPIMSystem` (``hbm-pim``, NeuPIMs / AttAcc style): KV in HBM (same capacity as GPU-only), decode
   attention on HBM-PIM at 16x the HBM bandwidth (L3 Table 2: 260.8 TB/s for 8 GPUs), double-buffered banks so
   the GPU and the PIM run concurrently (6.1), prefill-prioritized, decodes in two sub-batches interleaved
-  (``max(FC_0, PIM_1) + max(FC_1, PIM_0)``) or in one batch when that is faster.
+  (``max(FC_0, PIM_1) + max(FC_1, PIM_0)``; 6.1 "utilizes sub-batches for decoding"). Labelled variants:
+  ``hbm-pim-serial`` (one decode batch, ``FC + PIM``) and ``hbm-pim-best`` (the faster of the two per iteration).
 * :class:`RPIMSystem` (``r-pim``, Hermes style): KV in host DIMMs, rank-level PUs only (each rank streams its KV at
   the DDR4-3200 DQ rate: 4x the CPU's bandwidth with 4 ranks per channel, L3 2.2), prefill-prioritized, one batch:
   GPU and PIM in series; the prefill KV transfer is hidden by concurrent computation (6.1).
@@ -44,7 +45,8 @@ from host.l3.gpu_side import GPUSide
 from host.l3.pim_side import PIMSide, RanksetPlacement
 from host.l3.pim_timing import pim_timing, rankset_model
 from host.l3.predictors import L3Predictors, ProfiledBatches
-from host.l3.scheduler import PrefillItem, SchedState, balanced_split, efficiency_knee_tokens, schedule
+from host.l3.scheduler import (PrefillItem, SchedState, balanced_split, efficiency_knee_tokens, ridge_tokens,
+                               schedule)
 
 __all__ = ["PREFILL_TOKENS", "GPU_MEMORY_UTILIZATION", "BLOCK_TOKENS", "FUSE_CAP", "L3System", "GPUOnlySystem",
            "HBMPIMSystem", "RPIMSystem", "CPUOffloadSystem", "SYSTEMS", "make_system", "hbm_kv_capacity_bytes",
@@ -96,6 +98,25 @@ def plan_batch(plan, table, view, waiting_pos):
         return None
     return Batch.of(table, d_idx, p_idx, p_chunk, sub_batch=np.array(d_sb + p_sb, np.int8),
                     meta={"pred": [(sb.t_gpu, sb.t_pim) for sb in plan.sub]})
+
+def resolve_min_gpu_tokens(value, gpu, setup) -> int:
+    """The scheduler's token floor for ``value``: a number of tokens (0: none, the paper's rule), ``"knee"`` (the
+    GPU's efficiency knee) or ``"ridge"`` (the roofline ridge of the node's GPU)."""
+    if value is None or value == 0 or value == "0":
+        return 0
+    if value == "knee":
+        return efficiency_knee_tokens(lambda t: gpu.fc(t, 0))
+    if value == "ridge":
+        g = setup.node.gpu
+        return ridge_tokens(g.fp16_tflops, g.hbm_bw_gbps, setup.model.dtype_bytes)
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"min_gpu_tokens must be a token count >= 0, 'knee' or 'ridge', got {value!r}") from None
+    if v < 0:
+        raise ValueError(f"min_gpu_tokens must be >= 0, got {v}")
+    return v
+
 
 class _Common(System):
     """Shared parts: GPU side, KV budget, accounting of busy times and bubbles, trace lanes."""
@@ -184,19 +205,18 @@ class _Common(System):
 
 class L3System(_Common):
     """L3 (see the module docstring). ``comm`` / ``sched`` switch the 5.1 / 5.2 optimisations; ``min_gpu_tokens``
-    is the scheduler's token floor (default: the GPU's efficiency knee,
-    :func:`host.l3.scheduler.efficiency_knee_tokens`; 0 = the paper's rule as written); ``max_candidates`` bounds
-    the prefill queue the scheduler looks at."""
+    is the scheduler's token floor, an extension (default 0: the paper's rule as written; ``"knee"``: the GPU's
+    efficiency knee, :func:`host.l3.scheduler.efficiency_knee_tokens`; ``"ridge"``: the roofline ridge; or a
+    number of tokens); ``max_candidates`` bounds the prefill queue the scheduler looks at."""
 
-    def __init__(self, setup, *, comm=True, sched=True, min_gpu_tokens=None, replica=0, seed=0,
+    def __init__(self, setup, *, comm=True, sched=True, min_gpu_tokens=0, replica=0, seed=0,
                  predictor_kw=None, max_candidates=32, profile_batches=384, kv_policy=KV_POLICY):
         batcher = None if sched else ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS)
         super().__init__(setup, batcher=batcher, replica=replica, seed=seed, kv_policy=kv_policy)
         self.comm, self.sched = bool(comm), bool(sched)
         self.name = {(True, True): "l3", (False, True): "l3-no-comm", (True, False): "l3-no-sched",
                      (False, False): "l3-base"}[(self.comm, self.sched)]
-        self.min_gpu_tokens = efficiency_knee_tokens(lambda t: self.gpu.fc(t, 0)) \
-            if min_gpu_tokens is None else int(min_gpu_tokens)
+        self.min_gpu_tokens = resolve_min_gpu_tokens(min_gpu_tokens, self.gpu, setup)
         self.pim = PIMSide(setup, comm=self.comm)
         self.predictor_kw = dict(predictor_kw or {})
         self.max_candidates = int(max_candidates)
@@ -533,10 +553,16 @@ class HBMPIMSystem(_HBMKV):
     """NeuPIMs / AttAcc-style GPU + HBM-PIM (module docstring)."""
 
     name = "hbm-pim"
+    #: decode modes -> system names: L3 6.1's sub-batches (default), one batch in series, the faster of the two
+    MODES = {"sub-batches": "hbm-pim", "serial": "hbm-pim-serial", "best": "hbm-pim-best"}
 
-    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY):
+    def __init__(self, setup, *, decode_mode="sub-batches", replica=0, seed=0, kv_policy=KV_POLICY, **kv_kw):
         super().__init__(setup, batcher=ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS),
-                         replica=replica, seed=seed, kv_policy=kv_policy)
+                         replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
+        if decode_mode not in self.MODES:
+            raise ValueError(f"HBM-PIM decode_mode must be one of {list(self.MODES)}, got {decode_mode!r}")
+        self.decode_mode = decode_mode
+        self.name = self.MODES[decode_mode]
         m = setup.model
         self.pim_Bps = HBM_PIM_FACTOR * setup.tp * setup.node.gpu.hbm_bw_gbps * 1e9
         self.kv_tok_layer = 2 * m.n_kv_heads * m.head_dim * m.dtype_bytes
@@ -556,17 +582,20 @@ class HBMPIMSystem(_HBMKV):
         return float(out) if np.ndim(out) == 0 else out
 
     def _decode_iteration(self, L, ctx_split=None):
-        """(duration, GPU busy, PIM busy) of a decode iteration: the better of two interleaved sub-batches
-        (``max(FC_0, PIM_1) + max(FC_1, PIM_0)``, NeuPIMs) and one batch in series (``FC + PIM``; two sub-batches
-        read the weights twice, which loses when the FC dominates)."""
+        """(duration, GPU busy, PIM busy) of a decode iteration. ``sub-batches`` (L3 6.1, NeuPIMs): two
+        interleaved sub-batches, ``max(FC_0, PIM_1) + max(FC_1, PIM_0)``; ``serial``: one batch, ``FC + PIM``;
+        ``best``: the faster of the two (two sub-batches read the weights twice, which loses when the FC
+        dominates)."""
         n = len(L)
         f_all, p_all = float(self.gpu.fc(n, n)), self.pim_time(L)
+        if self.decode_mode == "serial":
+            return f_all + p_all, f_all, p_all
         a, b = balanced_split(L) if ctx_split is None else ctx_split
         n0, n1 = len(a), len(b)
         f0, f1 = float(self.gpu.fc(n0, n0)), float(self.gpu.fc(n1, n1))
         p0, p1 = self.pim_time(L[a]), self.pim_time(L[b])
         split = max(f0, p1) + max(f1, p0)
-        if split < f_all + p_all:
+        if self.decode_mode == "sub-batches" or split < f_all + p_all:
             return split, f0 + f1, p0 + p1
         return f_all + p_all, f_all, p_all
 
@@ -579,7 +608,7 @@ class HBMPIMSystem(_HBMKV):
             return IterationResult(d, breakdown={"gpu_s": d}, spans=self._gpu_spans("prefill", 0.0, d))
         d, g, p = self._decode_iteration(batch.kv_after)
         self._account(d, g, p)
-        sp = self._gpu_spans("decode FC (2 sub-batches)", 0.0, g) + \
+        sp = self._gpu_spans("decode FC" + ("" if self.decode_mode == "serial" else " (2 sub-batches)"), 0.0, g) + \
             [Span(l, "decode attention", 0.0, p / 2) for l in self.pim_lanes]
         return IterationResult(d, breakdown={"gpu_s": g, "pim_s": p}, spans=sp)
 
@@ -598,7 +627,8 @@ class HBMPIMSystem(_HBMKV):
         p_all = self.pim_time(L[None, :] + grow)
         p0, p1 = self.pim_time(L[a][None, :] + grow), self.pim_time(L[b][None, :] + grow)
         split = np.maximum(f0, p1) + np.maximum(f1, p0)
-        use = split < f_all + p_all
+        use = {"sub-batches": np.ones(len(pts), bool), "serial": np.zeros(len(pts), bool),
+               "best": split < f_all + p_all}[self.decode_mode]
         vals = np.stack([np.where(use, split, f_all + p_all), np.where(use, f0 + f1, f_all),
                          np.where(use, p0 + p1, p_all)], axis=1)
         d, g, p = (np.interp(np.arange(k), pts, vals[:, j]) for j in range(3))
@@ -900,6 +930,8 @@ SYSTEMS = {
     "l3": (L3System, {}),
     "gpu-only": (GPUOnlySystem, {}),
     "hbm-pim": (HBMPIMSystem, {}),
+    "hbm-pim-serial": (HBMPIMSystem, {"decode_mode": "serial"}),
+    "hbm-pim-best": (HBMPIMSystem, {"decode_mode": "best"}),
     "r-pim": (RPIMSystem, {}),
     "cpu-offload": (CPUOffloadSystem, {}),
     "l3-no-comm": (L3System, {"comm": False}),
