@@ -19,8 +19,9 @@ the *true* times of the GPU model (:class:`host.l3.gpu_side.GPUSide`) and the DI
   - with the communication optimisations (5.1, ``comm``): ranksets balanced and concurrent, prefill KV offload
     deferred (overlapped); without them: monolithic PIM, synchronous offload, random rankset per request
     (:mod:`host.l3.pim_side`).
-* :class:`GPUOnlySystem` (``gpu-only``, vLLM-style): KV in HBM (``gpu_memory_utilization`` 0.9 of the TP group's
-  HBM, less the weights), prefill-prioritized batches, attention on the GPU.
+* :class:`GPUOnlySystem` (``gpu-only``, vLLM-style): KV in HBM (the TP group's HBM less the weights and the
+  activation workspace, :func:`hbm_kv_capacity_bytes`; vLLM's 0.9 ``gpu_memory_utilization`` is an option, off by
+  default), prefill-prioritized batches, attention on the GPU.
 * :class:`HBMPIMSystem` (``hbm-pim``, NeuPIMs / AttAcc style): KV in HBM (same capacity as GPU-only), decode
   attention on HBM-PIM at 16x the HBM bandwidth (L3 Table 2: 260.8 TB/s for 8 GPUs), double-buffered banks so
   the GPU and the PIM run concurrently (6.1), prefill-prioritized, decodes in two sub-batches interleaved
@@ -48,7 +49,8 @@ from host.l3.predictors import L3Predictors, ProfiledBatches
 from host.l3.scheduler import (PrefillItem, SchedState, balanced_split, efficiency_knee_tokens, ridge_tokens,
                                schedule)
 
-__all__ = ["PREFILL_TOKENS", "GPU_MEMORY_UTILIZATION", "BLOCK_TOKENS", "FUSE_CAP", "L3System", "GPUOnlySystem",
+__all__ = ["PREFILL_TOKENS", "GPU_MEMORY_UTILIZATION", "MAX_NUM_SEQS", "gpu_workspace_bytes", "HBM_KV_SYSTEMS",
+           "request_kv_limit_bytes", "resolve_min_gpu_tokens", "BLOCK_TOKENS", "FUSE_CAP", "L3System", "GPUOnlySystem",
            "HBMPIMSystem", "RPIMSystem", "CPUOffloadSystem", "SYSTEMS", "make_system", "hbm_kv_capacity_bytes",
            "KV_POLICY", "plan_batch"]
 
@@ -56,8 +58,14 @@ __all__ = ["PREFILL_TOKENS", "GPU_MEMORY_UTILIZATION", "BLOCK_TOKENS", "FUSE_CAP
 #: alone). Design choice: vLLM v0 uses max(max_model_len, 2048); the models here have no enforced context limit,
 #: and 16K tokens keep the GPU in its compute-bound regime (its FC time is linear beyond ~160 tokens).
 PREFILL_TOKENS = 16384
-#: vLLM's default ``gpu_memory_utilization`` (fraction of HBM the engine may use for weights + KV).
+#: vLLM's default ``gpu_memory_utilization`` (fraction of HBM the engine may use; vllm/config.py CacheConfig,
+#: ``gpu_memory_utilization: float = 0.9``). A serving framework's safety margin, not a hardware limit: here an
+#: option (``gpu_memory_utilization=0.9``), off by default (the whole HBM less weights and workspace), and every
+#: run's summary.json states the value it used.
 GPU_MEMORY_UTILIZATION = 0.9
+#: vLLM's default ``max_num_seqs`` (sequences per iteration; vllm/config.py SchedulerConfig, 256): the rows of the
+#: sampled logits the workspace holds.
+MAX_NUM_SEQS = 256
 #: vLLM's default KV block size (tokens).
 BLOCK_TOKENS = 16
 #: KV admission policy of every system (design choice, docs/l3_host.md): ``"reserve"`` admits a request when its
@@ -75,9 +83,45 @@ CPU_BANDWIDTH_GBPS = 406.0
 NEO_PIPELINE_RATIO = 2.4
 
 
-def hbm_kv_capacity_bytes(setup) -> float:
-    """KV bytes one replica's HBM holds: 0.9 x TP x 80 GB less the weights (vLLM-style)."""
-    return GPU_MEMORY_UTILIZATION * setup.hbm_bytes_per_replica - setup.tp * setup.model.weight_bytes(setup.tp)
+def gpu_workspace_bytes(setup, tokens: int = PREFILL_TOKENS) -> float:
+    """Activation and workspace bytes one GPU of the TP group needs besides weights and KV: the peak of one
+    forward pass over ``tokens`` tokens (the largest batch a prefill-first system forms, :data:`PREFILL_TOKENS`),
+    as vLLM measures it before sizing the KV cache (vllm/worker/worker.py ``determine_num_available_blocks``:
+    a profiling forward pass at ``max_num_batched_tokens``; L3 6.4: HBM holds "model weights and intermediate data
+    for prefilling requests, e.g., the activation"). Modelled from the live tensors of a layer, FP16: the
+    residual stream and the normalized input (``2 d_model`` per token) plus the larger of the QKV output and the
+    FFN's up-projection output on this GPU (``(q + 2 kv) / TP`` or ``(1 or 2) d_ff / TP`` per token), and the
+    sampled logits, FP32 over the whole vocabulary for :data:`MAX_NUM_SEQS` sequences. FlashAttention keeps no
+    score matrix; the CUDA context, CUDA graphs and NCCL buffers are not modelled (assumption,
+    docs/l3_host.md)."""
+    m, tp = setup.model, setup.tp
+    wide = max((m.q_dim + 2 * m.kv_dim) / tp, (2 if m.gated_mlp else 1) * m.ffn_width() / tp)
+    return float(tokens * m.dtype_bytes * (2 * m.d_model + wide) + MAX_NUM_SEQS * m.vocab * 4)
+
+
+def hbm_kv_capacity_bytes(setup, gpu_memory_utilization: float | None = None) -> float:
+    """KV bytes one replica's HBM holds: per GPU of the TP group, its HBM (times ``gpu_memory_utilization`` when
+    that option is set, vLLM's headroom; None: off) less its weight shard and :func:`gpu_workspace_bytes`."""
+    u = 1.0 if gpu_memory_utilization is None else float(gpu_memory_utilization)
+    if not 0 < u <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {u}")
+    per_gpu = u * setup.node.gpu.hbm_bytes - setup.model.weight_bytes(setup.tp) - gpu_workspace_bytes(setup)
+    return setup.tp * per_gpu
+
+
+#: Systems whose KV lives in HBM only.
+HBM_KV_SYSTEMS = ("gpu-only", "hbm-pim", "hbm-pim-serial", "hbm-pim-best")
+
+
+def request_kv_limit_bytes(system: str, setup, *, gpu_memory_utilization: float | None = None) -> float:
+    """The most KV one request of ``system`` can ever hold on one replica: HBM (GPU-only, HBM-PIM), host memory
+    (L3, R-PIM) or the larger of the two (CPU offload keeps a request in either pool)."""
+    hbm = hbm_kv_capacity_bytes(setup, gpu_memory_utilization)
+    if system in HBM_KV_SYSTEMS:
+        return hbm
+    if system == "cpu-offload":
+        return max(hbm, setup.host_capacity_bytes)
+    return setup.host_capacity_bytes
 
 
 def plan_batch(plan, table, view, waiting_pos):
@@ -124,11 +168,14 @@ class _Common(System):
     name = "l3-common"
     has_pim = True
 
-    def __init__(self, setup, *, batcher=None, replica: int = 0, seed: int = 0, kv_policy: str = KV_POLICY):
+    def __init__(self, setup, *, batcher=None, replica: int = 0, seed: int = 0, kv_policy: str = KV_POLICY,
+                 gpu_memory_utilization: float | None = None):
         super().__init__(batcher)
         if kv_policy not in ("reserve", "paged"):
             raise ValueError(f"kv_policy must be 'reserve' or 'paged', got {kv_policy!r}")
         self.kv_policy = kv_policy
+        self.gpu_memory_utilization = gpu_memory_utilization
+        hbm_kv_capacity_bytes(setup, gpu_memory_utilization)          # validates the option
         self.setup = setup
         self.replica = int(replica)
         self.seed = int(seed)
@@ -196,7 +243,9 @@ class _Common(System):
 
     def config(self):
         return {"name": self.name, "replica": self.replica, "seed": self.seed, "kv_policy": self.kv_policy,
-                **self.setup.describe()}
+                "gpu_memory_utilization": self.gpu_memory_utilization,
+                "hbm_kv_capacity_bytes": hbm_kv_capacity_bytes(self.setup, self.gpu_memory_utilization),
+                "gpu_workspace_bytes_per_gpu": gpu_workspace_bytes(self.setup), **self.setup.describe()}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -210,9 +259,9 @@ class L3System(_Common):
     number of tokens); ``max_candidates`` bounds the prefill queue the scheduler looks at."""
 
     def __init__(self, setup, *, comm=True, sched=True, min_gpu_tokens=0, replica=0, seed=0,
-                 predictor_kw=None, max_candidates=32, profile_batches=384, kv_policy=KV_POLICY):
+                 predictor_kw=None, max_candidates=32, profile_batches=384, kv_policy=KV_POLICY, **kv_kw):
         batcher = None if sched else ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS)
-        super().__init__(setup, batcher=batcher, replica=replica, seed=seed, kv_policy=kv_policy)
+        super().__init__(setup, batcher=batcher, replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
         self.comm, self.sched = bool(comm), bool(sched)
         self.name = {(True, True): "l3", (False, True): "l3-no-comm", (True, False): "l3-no-sched",
                      (False, False): "l3-base"}[(self.comm, self.sched)]
@@ -507,7 +556,7 @@ class L3System(_Common):
 
 class _HBMKV(_Common):
     def _budget(self, table):
-        cap = hbm_kv_capacity_bytes(self.setup)
+        cap = hbm_kv_capacity_bytes(self.setup, self.gpu_memory_utilization)
         if cap <= 0:
             raise ValueError(f"{self.setup.model.name}: the weights do not fit the TP group's HBM")
         return KVBudget(table, capacity_bytes=cap, bytes_per_token=self.setup.kv_bytes_per_token, policy=self.kv_policy,
@@ -520,9 +569,9 @@ class GPUOnlySystem(_HBMKV):
     name = "gpu-only"
     has_pim = False
 
-    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY):
+    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY, **kv_kw):
         super().__init__(setup, batcher=ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS),
-                         replica=replica, seed=seed, kv_policy=kv_policy)
+                         replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
 
     def _time(self, batch, extra_kv=0):
         pre = batch.prefill
@@ -643,9 +692,9 @@ class RPIMSystem(_Common):
 
     name = "r-pim"
 
-    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY):
+    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY, **kv_kw):
         super().__init__(setup, batcher=ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS),
-                         replica=replica, seed=seed, kv_policy=kv_policy)
+                         replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
         self.pim = PIMSide(setup, comm=True)             # transfers and placement as L3
         rs = rankset_model()
         tm = pim_timing().model.tm
@@ -741,8 +790,8 @@ class CPUOffloadSystem(_Common):
     name = "cpu-offload"
     has_pim = False
 
-    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY):
-        super().__init__(setup, replica=replica, seed=seed, kv_policy=kv_policy)
+    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY, **kv_kw):
+        super().__init__(setup, replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
         self.pim = PIMSide(setup, comm=True)                 # PCIe transfers of the CPU decodes' Q/K/V and outputs
         self.cpu_Bps = CPU_BANDWIDTH_GBPS * 1e9 / setup.dp   # the replica's share of the host DRAM bandwidth
         m = setup.model
@@ -750,7 +799,7 @@ class CPUOffloadSystem(_Common):
         self.cpu_lane = f"CPU{f' (replica {self.replica})' if setup.dp > 1 else ''}"
 
     def _budget(self, table):
-        cap = hbm_kv_capacity_bytes(self.setup)
+        cap = hbm_kv_capacity_bytes(self.setup, self.gpu_memory_utilization)
         if cap <= 0:
             raise ValueError(f"{self.setup.model.name}: the weights do not fit the TP group's HBM")
         return KVBudget(table, capacity_bytes=cap, bytes_per_token=self.setup.kv_bytes_per_token, policy=self.kv_policy,

@@ -67,15 +67,48 @@ def test_cpu_offload_two_pools():
     assert r.summary["host_kv_peak_tokens"] <= r.summary["host_kv_capacity_tokens"]
 
 
-def test_oom_when_a_request_never_fits():
+def test_request_that_never_fits_is_rejected_and_counted():
+    # two requests longer than the replica's HBM holds among six that fit: the long ones are rejected on their own
+    # and counted, the others finish (the old rule failed the whole run with oom_reason)
     s = l3_setup("opt-66b")
     hbm_tokens = int(hbm_kv_capacity_bytes(s) // s.kv_bytes_per_token)
-    w = _uniform(8, hbm_tokens + 100, 10)
+    prompt = np.array([hbm_tokens + 100, 500, 500, 500, hbm_tokens + 100, 500, 500, 500])
+    w = Workload("reject-test", np.zeros(8), prompt, np.full(8, 10), np.zeros(8, np.int64))
     assert oom_reason("gpu-only", s, w.to_table()) is not None
     assert oom_reason("l3", s, w.to_table()) is None
-    r = run_l3("opt-66b", "custom", "gpu-only", workload=w)
-    assert r.summary["oom"] and r.output is None and not np.isfinite(r.summary["throughput_tok_s"])
-    assert "HBM" in r.summary["oom_reason"]
+    r = run_l3("opt-66b", "custom", "gpu-only", workload=w, engine=FAST_ENGINE)
+    assert not r.summary["oom"] and r.output is not None
+    assert r.summary["rejected"] == 2 and r.summary["rejected_frac"] == 0.25 and r.summary["requests_offered"] == 8
+    assert r.summary["finished"] == 6 and r.summary["output_tokens"] == 60
+    assert np.isfinite(r.summary["throughput_tok_s"]) and "HBM" in r.summary["rejected_reason"]
+    assert sorted(r.config["rejected_ids"]) == [0, 4]
+    r3 = run_l3("opt-66b", "custom", "l3", workload=w, engine=FAST_ENGINE, system_kw={"profile_batches": 32})
+    assert r3.summary["rejected"] == 0 and r3.summary["finished"] == 8
+    # every request too long: nothing to simulate, the run reports OOM
+    w2 = _uniform(4, hbm_tokens + 100, 10)
+    r = run_l3("opt-66b", "custom", "hbm-pim-serial", workload=w2)
+    assert r.summary["oom"] and r.output is None and r.summary["rejected_frac"] == 1.0
+    assert not np.isfinite(r.summary["throughput_tok_s"]) and "HBM" in r.summary["oom_reason"]
+
+
+def test_hbm_capacity_and_headroom_option():
+    from host.l3.systems import gpu_workspace_bytes
+    s = l3_setup("opt-66b")
+    m = s.model
+    # per GPU: the HBM less the weight shard and the workspace of one 16K-token pass (OPT FFN: d_ff / TP wide)
+    ws = 16384 * 2 * (2 * m.d_model + m.d_ff / 2) + 256 * m.vocab * 4
+    assert gpu_workspace_bytes(s) == pytest.approx(ws)
+    assert hbm_kv_capacity_bytes(s) == pytest.approx(2 * (80e9 - m.weight_bytes(2) - ws))
+    assert hbm_kv_capacity_bytes(s, 0.9) == pytest.approx(hbm_kv_capacity_bytes(s) - 2 * 8e9)
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        hbm_kv_capacity_bytes(s, 1.5)
+    w = _uniform(4, 1000, 10)
+    a = run_l3("opt-66b", "custom", "gpu-only", workload=w, engine=FAST_ENGINE)
+    b = run_l3("opt-66b", "custom", "gpu-only", workload=w, engine=FAST_ENGINE,
+               system_kw={"gpu_memory_utilization": 0.9})
+    assert a.summary["gpu_memory_utilization"] == 1.0 and b.summary["gpu_memory_utilization"] == 0.9
+    assert a.summary["kv_capacity_tokens"] > b.summary["kv_capacity_tokens"]
+    assert b.summary["hbm_kv_capacity_gb"] == pytest.approx(hbm_kv_capacity_bytes(s, 0.9) / 1e9)
 
 
 def test_l3_variants_and_summary():
