@@ -19,7 +19,8 @@ __all__ = ["add_parser"]
 
 _MAIN = ("throughput_tok_s", "tbt_ms_mean", "tbt_ms_p99", "mean_batch", "gpu_bubble_frac", "pim_bubble_frac",
          "makespan_s", "finished", "preemptions", "rejected", "rejected_frac", "pred_re_pim_online",
-         "pred_re_gpu_online", "gpu_memory_utilization", "hbm_kv_capacity_gb", "min_gpu_tokens")
+         "pred_re_gpu_online", "gpu_memory_utilization", "hbm_kv_capacity_gb", "min_gpu_tokens",
+         "predictor_seed_batches")
 
 
 def _system_kw(args) -> dict:
@@ -29,9 +30,10 @@ def _system_kw(args) -> dict:
         kw["gpu_memory_utilization"] = args.gpu_memory_utilization
     if args.min_gpu_tokens is not None:
         if not getattr(args, "system", "l3").startswith("l3"):
-            if hasattr(args, "system"):
-                raise SystemExit(f"ndpim l3: --min-gpu-tokens applies to the L3 systems, not {args.system}")
+            raise SystemExit(f"ndpim l3: --min-gpu-tokens applies to the L3 systems, not {args.system}")
         kw["min_gpu_tokens"] = args.min_gpu_tokens
+    if args.predictor_seed_batches is not None:
+        kw["profile_batches"] = args.predictor_seed_batches
     return kw
 
 
@@ -42,6 +44,9 @@ def _add_options(p):
     p.add_argument("--min-gpu-tokens", default=None,
                    help="L3 scheduler token floor (extension): a token count, 'knee' or 'ridge'; default 0, the "
                         "paper's rule as written")
+    p.add_argument("--predictor-seed-batches", type=int, default=None,
+                   help="L3 predictors: sub-batches of the start-up profile that seeds them (default 384); 0: they "
+                        "start cold and learn from the run alone")
 
 
 def _csv(s):

@@ -30,7 +30,7 @@ SCALING_CAPACITY_GB = (512, 1024, 2048, 4096)
 
 SUMMARY_KEYS = ("throughput_tok_s", "tbt_ms_mean", "tbt_ms_p99", "mean_batch", "gpu_bubble_frac",
                 "pim_bubble_frac", "cpu_bubble_frac", "makespan_s", "iterations", "finished", "output_tokens",
-                "preemptions", "pred_re_pim_online", "pred_re_gpu_online", "min_gpu_tokens", "oom", "oom_reason",
+                "preemptions", "pred_re_pim_online", "pred_re_gpu_online", "min_gpu_tokens", "predictor_seed_batches", "oom", "oom_reason",
                 "kv_capacity_tokens", "requests_offered", "rejected", "rejected_frac", "gpu_memory_utilization",
                 "hbm_kv_capacity_gb", "wall_s")
 
@@ -98,7 +98,7 @@ def throughput_points(*, models=MODELS, traces=PAPER_TRACES, systems=PAPER_SYSTE
     opts = dict(options or {})
 
     def own(s):
-        o = {k: v for k, v in opts.items() if k != "min_gpu_tokens" or s.startswith("l3")}
+        o = {k: v for k, v in opts.items() if k not in ("min_gpu_tokens", "profile_batches") or s.startswith("l3")}
         return tuple(sorted(o.items()))
     return [Point(m, t, s, seed, n_requests, study="throughput", options=own(s)) for m in models for t in traces
             for s in systems]

@@ -279,12 +279,13 @@ class L3System(_Common):
         super().bind(table)
         self.place = RanksetPlacement(table.n, self.setup.host.ranksets,
                                       policy="balanced" if self.comm else "random", seed=self.seed)
-        self.pred = L3Predictors(seed=self.seed, **self.predictor_kw) if self.sched else None
+        self.pred = L3Predictors(seed=self.seed, cold=self.profile_batches == 0, **self.predictor_kw) \
+            if self.sched else None
         self.profiled = []             # ProfiledBatches of the priced iterations (for the predictor study)
         self._buf = {"pim": [], "batch": [], "p": []}
         self._since_learn = 0
         self.online_err = {"pim": [0.0, 0], "gpu": [0.0, 0]}
-        if self.sched:
+        if self.sched and self.profile_batches:
             self.pred.seed(self._startup_profile())
 
     def on_admit(self, idx, now):
@@ -438,7 +439,7 @@ class L3System(_Common):
                         e[0] += abs(true - est) / true
                         e[1] += 1
         self._since_learn += 1
-        if self._since_learn >= self.LEARN_EVERY:
+        if self._since_learn >= self.LEARN_EVERY or not self.pred.ready:     # cold: learn from every iteration
             self._flush_learning()
 
     def _flush_learning(self):
@@ -542,10 +543,12 @@ class L3System(_Common):
                 out[f"pred_re_{key}_online"] = s / n if n else float("nan")
             out.update({f"pred_{k}": v for k, v in self.pred.state().items()})
             out["min_gpu_tokens"] = self.min_gpu_tokens
+            out["predictor_seed_batches"] = self.profile_batches
         return out
 
     def config(self):
         return {**super().config(), "comm": self.comm, "sched": self.sched, "min_gpu_tokens": self.min_gpu_tokens,
+                "predictor_seed_batches": self.profile_batches if self.sched else None,
                 "placement": self.place.policy if hasattr(self, "place") else None,
                 "prefill_tokens": None if self.sched else PREFILL_TOKENS}
 

@@ -193,3 +193,15 @@ def test_hbm_pim_defaults_to_two_decode_sub_batches():
     thr = {n: run_l3("gpt-175b", "custom", n, workload=w, engine=FAST_ENGINE).summary["throughput_tok_s"]
            for n in ("hbm-pim", "hbm-pim-serial", "hbm-pim-best")}
     assert thr["hbm-pim-serial"] > thr["hbm-pim"] and thr["hbm-pim-best"] == pytest.approx(thr["hbm-pim-serial"])
+
+
+def test_l3_predictors_cold_start_option():
+    # profile_batches = 0: no start-up profile, the predictors learn from the run alone (stated in the summary)
+    n = 160                                             # staggered arrivals: many priced (learning) iterations
+    w = Workload("cold-test", np.arange(n) * 0.05, np.full(n, 300), np.full(n, 200), np.zeros(n, np.int64))
+    r = run_l3("gpt-175b", "custom", "l3", workload=w, engine=FAST_ENGINE, system_kw={"profile_batches": 0})
+    s = r.summary
+    assert s["finished"] == n and s["predictor_seed_batches"] == 0 and s["min_gpu_tokens"] == 0
+    assert s["pred_fits"] > 0 and np.isfinite(s["throughput_tok_s"])
+    seeded = run_l3("gpt-175b", "custom", "l3", workload=w, engine=FAST_ENGINE, system_kw={"profile_batches": 32})
+    assert seeded.summary["predictor_seed_batches"] == 32
