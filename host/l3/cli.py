@@ -1,9 +1,10 @@
 """``ndpim l3 ...``: the L3 host's command group (host/cli.py calls :func:`add_parser`).
 
 * ``ndpim l3 run --model M --trace T --system S [--ranksets N] [--host-memory-gb G] [--seed K] [--requests N]
-  --out DIR``: one run; writes the run directory (config.json, requests.csv, iterations.csv, summary.json,
-  trace.json) and prints the summary's main figures. A system that cannot hold a request's KV at all writes
-  config.json and summary.json with ``"oom": true``.
+  [--gpu-memory-utilization U] [--min-gpu-tokens N|knee|ridge] --out DIR``: one run; writes the run directory
+  (config.json, requests.csv, iterations.csv, summary.json, trace.json) and prints the summary's main figures,
+  the options included. Requests whose KV can never fit the system are rejected and counted (``rejected_frac``);
+  when every request is, only config.json and summary.json are written, with ``"oom": true``.
 * ``ndpim l3 sweep --out DIR [--models ...] [--traces ...] [--systems ...]``: throughput per model x trace x
   system (throughput.csv, throughput.png).
 * ``ndpim l3 figures --out DIR [--only NAME ...]``: every figure of the study (host.l3.figures).
@@ -17,7 +18,35 @@ from pathlib import Path
 __all__ = ["add_parser"]
 
 _MAIN = ("throughput_tok_s", "tbt_ms_mean", "tbt_ms_p99", "mean_batch", "gpu_bubble_frac", "pim_bubble_frac",
-         "makespan_s", "finished", "preemptions", "pred_re_pim_online", "pred_re_gpu_online")
+         "makespan_s", "finished", "preemptions", "rejected", "rejected_frac", "pred_re_pim_online",
+         "pred_re_gpu_online", "gpu_memory_utilization", "hbm_kv_capacity_gb", "min_gpu_tokens",
+         "predictor_seed_batches")
+
+
+def _system_kw(args) -> dict:
+    """System options from the command line; only those that differ from the defaults are passed on."""
+    kw = {}
+    if args.gpu_memory_utilization is not None:
+        kw["gpu_memory_utilization"] = args.gpu_memory_utilization
+    if args.min_gpu_tokens is not None:
+        if not getattr(args, "system", "l3").startswith("l3"):
+            raise SystemExit(f"ndpim l3: --min-gpu-tokens applies to the L3 systems, not {args.system}")
+        kw["min_gpu_tokens"] = args.min_gpu_tokens
+    if args.predictor_seed_batches is not None:
+        kw["profile_batches"] = args.predictor_seed_batches
+    return kw
+
+
+def _add_options(p):
+    p.add_argument("--gpu-memory-utilization", type=float, default=None,
+                   help="HBM fraction the serving framework may use (vLLM's headroom, e.g. 0.9); default: off, the "
+                        "whole HBM less weights and activation workspace")
+    p.add_argument("--min-gpu-tokens", default=None,
+                   help="L3 scheduler token floor (extension): a token count, 'knee' or 'ridge'; default 0, the "
+                        "paper's rule as written")
+    p.add_argument("--predictor-seed-batches", type=int, default=None,
+                   help="L3 predictors: sub-batches of the start-up profile that seeds them (default 384); 0: they "
+                        "start cold and learn from the run alone")
 
 
 def _csv(s):
@@ -31,7 +60,7 @@ def cmd_run(args):
     out = Path(args.out)
     try:
         r = run_l3(args.model, args.trace, args.system, ranksets=args.ranksets, host_memory_gb=args.host_memory_gb,
-                   seed=args.seed, n_requests=args.requests,
+                   seed=args.seed, n_requests=args.requests, system_kw=_system_kw(args) or None,
                    engine=EngineConfig(progress=not args.no_progress and sys.stderr.isatty()))
     except ValueError as exc:
         raise SystemExit(f"ndpim l3 run: {exc}")
@@ -44,8 +73,8 @@ def cmd_run(args):
         return 0
     r.output.write(out, {"command": " ".join(sys.argv)})
     s = r.summary
-    print(f"{args.system} on {args.model} / {args.trace} ({s['requests']} requests, {s.get('replicas', 1)} "
-          f"replica(s)):")
+    print(f"{args.system} on {args.model} / {args.trace} ({s['requests']} of {s['requests_offered']} requests "
+          f"served, {s['rejected']} rejected as never fitting; {s.get('replicas', 1)} replica(s)):")
     for k in _MAIN:
         if k in s and s[k] is not None:
             v = s[k]
@@ -61,7 +90,7 @@ def cmd_sweep(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pts = throughput_points(models=_csv(args.models), traces=_csv(args.traces), systems=_csv(args.systems),
-                            n_requests=args.requests, seed=args.seed)
+                            n_requests=args.requests, seed=args.seed, options=_system_kw(args))
     with get_executor(args.cluster, args.jobs) as ex:
         rows = run_points(pts, executor=ex, desc="l3 sweep")
     t = throughput_table(rows)
@@ -69,8 +98,8 @@ def cmd_sweep(args):
     plot_throughput(t, out / "throughput.png")
     for r in t:
         thr = "OOM" if r.get("oom") else f"{r['throughput_tok_s']:.1f}"
-        print(f"{r['model']:<9}{r['trace']:<13}{r['system']:<12}{thr:>10} tok/s  x{r['normalized']:.2f} "
-              f"(vs {r['norm_to']})")
+        print(f"{r['model']:<9}{r['trace']:<13}{r['system']:<15}{thr:>10} tok/s  x{r['normalized']:.2f} "
+              f"(vs {r['norm_to']})  rejected {r.get('rejected_frac', 0.0):.3f}")
     print(f"wrote {out}/throughput.csv, throughput.png")
     return 0
 
@@ -102,6 +131,7 @@ def add_parser(subparsers):
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--requests", type=int, default=1000, help="requests of the trace (default 1000)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_options(r)
     r.add_argument("--out", required=True, help="run directory")
     r.set_defaults(func=cmd_run)
 
@@ -112,6 +142,7 @@ def add_parser(subparsers):
     s.add_argument("--systems", default=",".join(PAPER_SYSTEMS))
     s.add_argument("--requests", type=int, default=1000)
     s.add_argument("--seed", type=int, default=0)
+    _add_options(s)
     add_executor_args(s)
     s.set_defaults(func=cmd_sweep)
 

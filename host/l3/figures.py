@@ -1,7 +1,8 @@
 """The figures of the L3 study (``ndpim l3 figures --out DIR``): each a CSV and a PNG.
 
-* ``throughput``: output tokens / s per model x trace x system, normalized to GPU-only (to L3 where GPU-only runs
-  out of memory, as L3 Fig. 8 does);
+* ``throughput``: output tokens / s per model x trace x system (the paper's five and the labelled variant
+  ``hbm-pim-serial``), normalized to GPU-only (to L3 where GPU-only runs out of memory, as L3 Fig. 8 does); the CSV
+  carries each run's ``rejected_frac``;
 * ``scalability``: L3 throughput for 'Bw-only' (ranksets 2 -> 16 at 512 GB), 'Cap-only' (512 GB -> 4 TB at 2
   ranksets) and 'Bw-Cap' (both), normalized to the base (512 GB, 2 ranksets);
 * ``ablation``: L3 without the communication optimisations and the scheduler (``l3-base``), each restored alone
@@ -25,6 +26,8 @@ __all__ = ["throughput_table", "ablation_table", "scalability_table", "tbt_study
            "make_figures", "FIGURES", "TBT_BATCHES", "TBT_RANKSETS", "TBT_CONTEXT"]
 
 FIGURES = ("throughput", "scalability", "ablation", "tbt", "predictor")
+#: Systems of the throughput figure: the paper's five and HBM-PIM's serial variant beside its 6.1 default.
+FIGURE_SYSTEMS = (*PAPER_SYSTEMS, "hbm-pim-serial")
 #: Latency study (6.1 set-up facts): GPT-89B, decode-only batches of 6K-token requests.
 TBT_MODEL = "gpt-89b"
 TBT_CONTEXT = 6 * 1024
@@ -85,7 +88,7 @@ def _bars(ax, groups, series, values, ylabel, title, log=False):
 def plot_throughput(rows, path):
     plt = _plt()
     traces = [t for t in PAPER_TRACES if any(r["trace"] == t for r in rows)] or sorted({r["trace"] for r in rows})
-    systems = [s for s in PAPER_SYSTEMS if any(r["system"] == s for r in rows)]
+    systems = [s for s in FIGURE_SYSTEMS if any(r["system"] == s for r in rows)]
     models = [m for m in MODELS if any(r["model"] == m for r in rows)]
     fig, axes = plt.subplots(1, len(traces), figsize=(4 * len(traces), 3.4), squeeze=False)
     for ax, t in zip(axes[0], traces):
@@ -275,7 +278,7 @@ def make_figures(out_dir, *, n_requests=1000, seed=0, only=FIGURES, executor=Non
     try:
         pts = []
         if "throughput" in only:
-            pts += throughput_points(n_requests=n_requests, seed=seed)
+            pts += throughput_points(n_requests=n_requests, seed=seed, systems=FIGURE_SYSTEMS)
         if "ablation" in only:
             pts += [p for p in ablation_points(n_requests=n_requests, seed=seed)
                     if not ("throughput" in only and p.system == "l3")]

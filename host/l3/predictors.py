@@ -11,9 +11,13 @@ Online training (5.3 "runtime profiling"): every priced iteration reports its su
 (:meth:`L3Predictors.observe`); the models refit on their most recent ``window`` samples whenever their data
 set has grown to the next size of ``refit_at``, then every ``refit_every`` new samples, so they track the run as
 it evolves (the linear model, cheap to fit: the last 1,024 samples every 64; the forests: the last 4,096 samples
-at 64, 256, 1,024, 4,096, then every 4,096). Before the first fit the system seeds them with a start-up profile of random sub-batches priced by the
-same true models (:meth:`L3Predictors.seed`; a design choice: the paper does not say what the scheduler uses
-before "a sufficient amount of data has been collected").
+at 64, 256, 1,024, 4,096, then every 4,096). Before the first fit, two choices (the paper does not say what the
+scheduler uses before "a sufficient amount of data has been collected"): by default the system *seeds* them with
+a start-up profile of random sub-batches priced by the same true models (:meth:`L3Predictors.seed`, 384
+sub-batches: a profiling pass before serving, like vLLM's); with ``profile_batches = 0`` they start *cold*
+(``cold=True``): a model not yet fitted predicts 0, so the stop rule never fires and the first iterations take
+the prefills memory allows, until the run's own samples fit the models. Every L3 summary states which
+(``predictor_seed_batches``).
 
 Forest predictions are evaluated by :class:`PackedForest` (every tree's nodes in flat arrays, all trees and
 inputs traversed at once with numpy): equal to ``RandomForestRegressor.predict`` (tested) and ~50x faster for
@@ -201,7 +205,8 @@ class OnlineLinear(_Online):
 class L3Predictors:
     """The three models of eqs. 5-6 behind the interface :mod:`host.l3.scheduler` uses."""
 
-    def __init__(self, *, seed=0, n_estimators=8, max_depth=10, window=4096):
+    def __init__(self, *, seed=0, n_estimators=8, max_depth=10, window=4096, cold=False):
+        self.cold = bool(cold)          # an unfitted model predicts 0 instead of raising (module docstring)
         self.pim = OnlineLinear(3)
         self.rfr_p = OnlineRFR(2, n_estimators=n_estimators, max_depth=max_depth, seed=seed, window=window)
         self.rfr_batch = OnlineRFR(2, n_estimators=n_estimators, max_depth=max_depth, seed=seed + 1,
@@ -211,6 +216,8 @@ class L3Predictors:
     def t_pim(self, sum_fd, n_d, sum_cp_other):
         """Predicted T_PIM of a sub-batch (eq. 5); vectorized over ``sum_cp_other``."""
         m = self.pim
+        if m.coef is None and self.cold:
+            return 0.0 if np.ndim(sum_cp_other) == 0 else np.zeros(np.shape(sum_cp_other))
         if m.coef is None:
             raise RuntimeError("OnlineLinear.predict before the first fit (seed the predictors first)")
         a, b, k = m.coef
@@ -223,6 +230,8 @@ class L3Predictors:
         c = np.asarray(chunks, dtype=np.float64).ravel()
         if not len(c):
             return np.zeros(0)
+        if self.cold and self.rfr_p.packed is None:
+            return np.zeros(len(c))
         X = np.empty((len(c), 2))
         X[:, 0], X[:, 1] = c, np.asarray(done, np.float64).ravel()
         return np.maximum(self.rfr_p.predict(X), 0.0)
@@ -231,6 +240,8 @@ class L3Predictors:
         """Predicted batched-FC time of a sub-batch (RFR_batch) over ``sum c_p`` prefill tokens and ``n_d``
         decodes; vectorized over ``prefill_tokens``."""
         t = np.asarray(prefill_tokens, dtype=np.float64).ravel()
+        if self.cold and self.rfr_batch.packed is None:
+            return np.zeros(len(t))
         X = np.empty((len(t), 2))
         X[:, 0], X[:, 1] = t, float(n_d)
         return np.maximum(self.rfr_batch.predict(X), 0.0)

@@ -11,8 +11,15 @@ replica's). Merged summary keys:
   batch; ``mean_batch_per_replica`` the mean over replicas;
 * ``gpu_bubble_frac`` / ``pim_bubble_frac`` = 1 - busy / priced time summed over replicas (GPU: the TP group's
   compute; PIM: the busiest rankset's compute and receive time); NaN where a system has no PIM;
-* ``oom``: True when a request's KV can never fit the system's KV memory (GPU-only / HBM-PIM on long requests;
-  L3 6.2 reports such OOMs); the run is then not simulated and its throughput is NaN.
+* ``rejected`` / ``rejected_frac``: requests whose final KV (prompt + output - 1 tokens, in blocks of 16) can
+  never fit the system's KV memory on a replica (:func:`host.l3.systems.request_kv_limit_bytes`: HBM for GPU-only
+  and HBM-PIM on long requests, host memory for L3 and R-PIM); each is rejected on its own at arrival, as a serving
+  framework rejects a prompt longer than it can hold, and the run goes on with the others (``requests`` counts the
+  served ones, ``requests_offered`` all; throughput is the served requests' output tokens over the makespan).
+  ``oom`` is True only when every request is rejected (the run is then not simulated and its throughput is NaN);
+* ``gpu_memory_utilization``: the HBM headroom option the run used (1.0: off, the whole HBM less weights and
+  workspace; vLLM's 0.9 when set), ``hbm_kv_capacity_gb`` the replica's HBM for KV it implies, and
+  ``min_gpu_tokens`` the L3 scheduler's token floor (0: the paper's rule): options never change results unseen.
 """
 
 import time
@@ -23,10 +30,12 @@ import numpy as np
 from host.serving import (Engine, EngineConfig, RequestTable, RunOutput, summarize)
 from host.serving.metrics import TokenGaps
 from host.l3.config import l3_setup
-from host.l3.systems import SYSTEMS, make_system, hbm_kv_capacity_bytes, BLOCK_TOKENS
+from host.l3.systems import (SYSTEMS, make_system, hbm_kv_capacity_bytes, request_kv_limit_bytes, BLOCK_TOKENS,
+                             HBM_KV_SYSTEMS)
 from host.l3.traces import load_trace
 
-__all__ = ["run_l3", "split_replicas", "merge_outputs", "oom_reason", "RUN_KEYS", "FAST_ENGINE"]
+__all__ = ["run_l3", "split_replicas", "merge_outputs", "oom_reason", "never_fits", "take_rows", "RUN_KEYS",
+           "FAST_ENGINE"]
 
 #: Keys every summary.json of an L3 run carries (issue 13, item 7).
 RUN_KEYS = ("throughput_tok_s", "tbt_ms_mean", "mean_batch", "gpu_bubble_frac", "pim_bubble_frac")
@@ -38,30 +47,38 @@ _SUMMED = {"swap_outs", "pred_pim_samples", "pred_rfr_p_samples", "pred_rfr_batc
 FAST_ENGINE = EngineConfig(record_iterations=False, trace=False)
 
 
+def take_rows(table: RequestTable, rows) -> RequestTable:
+    """A request table of ``rows`` of ``table`` (ids kept)."""
+    return RequestTable(id=table.id[rows], arrival_s=table.arrival_s[rows], prompt_tokens=table.prompt_tokens[rows],
+                        output_tokens=table.output_tokens[rows], adapter_id=table.adapter_id[rows],
+                        extra={k: v[rows] for k, v in table.extra.items()})
+
+
 def split_replicas(table: RequestTable, dp: int) -> list:
     """Round-robin (arrival order) request tables of ``dp`` replicas; ids are kept."""
     order = np.argsort(table.arrival_s, kind="stable")
-    out = []
-    for r in range(dp):
-        rows = order[r::dp]
-        out.append(RequestTable(id=table.id[rows], arrival_s=table.arrival_s[rows],
-                                prompt_tokens=table.prompt_tokens[rows], output_tokens=table.output_tokens[rows],
-                                adapter_id=table.adapter_id[rows],
-                                extra={k: v[rows] for k, v in table.extra.items()}))
-    return out
+    return [take_rows(table, order[r::dp]) for r in range(dp)]
 
 
-def oom_reason(system: str, setup, table: RequestTable) -> str | None:
+def _kv_limit(system, setup, system_kw):
+    return request_kv_limit_bytes(system, setup,
+                                  gpu_memory_utilization=(system_kw or {}).get("gpu_memory_utilization"))
+
+
+def never_fits(system: str, setup, table: RequestTable, system_kw: dict | None = None) -> np.ndarray:
+    """Mask of the requests of ``table`` whose final KV can never fit ``system``'s KV memory on one replica (the
+    engine's reserve policy: prompt + output - 1 tokens, rounded up to blocks of 16)."""
+    tok = int(_kv_limit(system, setup, system_kw) // setup.kv_bytes_per_token) // BLOCK_TOKENS * BLOCK_TOKENS
+    return (table.prompt_tokens + table.output_tokens - 1) > tok
+
+
+def oom_reason(system: str, setup, table: RequestTable, system_kw: dict | None = None) -> str | None:
     """Why ``system`` can never serve some request of ``table`` (its final KV exceeds the KV memory), or None."""
-    if system not in ("gpu-only", "hbm-pim"):
-        cap = setup.host_capacity_bytes
-        where = "host memory"
-    else:
-        cap = hbm_kv_capacity_bytes(setup)
-        where = "HBM"
+    cap = _kv_limit(system, setup, system_kw)
+    where = "HBM" if system in HBM_KV_SYSTEMS else "host memory"
     tok = int(cap // setup.kv_bytes_per_token) // BLOCK_TOKENS * BLOCK_TOKENS
     final = table.prompt_tokens + table.output_tokens - 1
-    big = final > tok
+    big = never_fits(system, setup, table, system_kw)
     if not big.any():
         return None
     return (f"{int(big.sum())} of {table.n} requests need more KV than the replica's {where} holds "
@@ -159,21 +176,30 @@ def run_l3(model: str, trace: str, system: str, *, ranksets: int | None = None, 
     table = w.to_table()
     config = {"model": model, "trace": trace, "system_name": system, "seed": seed, "setup": setup.describe(),
               "workload": w.describe() if hasattr(w, "describe") else None}
-    reason = oom_reason(system, setup, table)
-    if reason is not None:
-        s = {"system": system, "oom": True, "oom_reason": reason, "requests": int(table.n), "finished": 0,
+    big = never_fits(system, setup, table, system_kw)
+    reason = oom_reason(system, setup, table, system_kw)
+    gmu = (system_kw or {}).get("gpu_memory_utilization")
+    options = {"gpu_memory_utilization": 1.0 if gmu is None else float(gmu),
+               "hbm_kv_capacity_gb": hbm_kv_capacity_bytes(setup, gmu) / 1e9,
+               "requests_offered": int(table.n), "rejected": int(big.sum()),
+               "rejected_frac": float(big.mean()) if table.n else 0.0, "rejected_reason": reason}
+    config["rejected_ids"] = table.id[big].tolist()
+    if big.all():
+        s = {"system": system, "oom": True, "oom_reason": reason, "requests": 0, "finished": 0,
              "throughput_tok_s": float("nan"), "tbt_ms_mean": float("nan"), "mean_batch": float("nan"),
-             "gpu_bubble_frac": float("nan"), "pim_bubble_frac": float("nan"),
+             "gpu_bubble_frac": float("nan"), "pim_bubble_frac": float("nan"), **options,
              "wall_s": time.perf_counter() - wall0}
         return L3Run(None, s, config, [])
+    served = take_rows(table, np.flatnonzero(~big)) if big.any() else table
     outs, systems = [], []
-    for r, sub in enumerate(split_replicas(table, setup.dp)):
+    for r, sub in enumerate(split_replicas(served, setup.dp)):
         sysobj = make_system(system, setup, replica=r, seed=seed + r, **(system_kw or {}))
         sysobj.emit_spans = engine is None or engine.trace
         outs.append(Engine(sysobj, engine).run(sub))
         systems.append(sysobj)
     out = merge_outputs(outs, system)
     out.summary["oom"] = False
+    out.summary.update(options)
     out.summary["wall_s"] = time.perf_counter() - wall0
     out.config = {**config, **out.config}
     return L3Run(out, out.summary, out.config, systems)

@@ -24,7 +24,8 @@ Steps (:func:`schedule`):
    request, longest first, joins the sub-batch with the smaller total; 2k, 3k, 4k, 5k -> (5k, 2k), (4k, 3k));
 3. :func:`fill_sub_batch`: prefills from the head of the queue join sub-batch 1, then sub-batch 0, until the stop
    rule holds;
-4. the request that crossed the line is chunked (:func:`chunk_size`) to a multiple of 16 tokens that brings
+4. the request that crossed the line is always included, chunked (:func:`chunk_size`) to the multiple of 16 tokens
+   (at least 16, never 0; the whole remainder when that is closer) that brings
    ``T_GPU_i`` closest to ``T_PIM_{1-i}``; at most one chunked request per sub-batch; after the iteration it goes
    back to the head of the prefill queue (:attr:`Plan.requeue`).
 
@@ -37,10 +38,10 @@ start-up, or with long prompts and short outputs as in LongBench) the literal ru
 per sub-batch, although the GPU's FC time is nearly flat in the token count for small batches (weights dominate)
 and L3 2.4 wants the batched FC "maximized to fully utilize the GPU's computational capacity". A sub-batch
 therefore always takes prefill tokens up to ``min_gpu_tokens`` GPU tokens (decodes included), while prefills
-wait, before the stop rule applies. The systems use the GPU's efficiency knee (:func:`efficiency_knee_tokens`:
-the fewest tokens whose FC time per token is within 10 % of its large-batch value; 800-1,500 tokens for the three
-deployments on A100s); :func:`ridge_tokens` (the roofline ridge, 160 on an A100) is the lower alternative and
-``min_gpu_tokens = 0`` the paper's rule as written.
+wait, before the stop rule applies. It is an extension, off by default (``min_gpu_tokens = 0``: the paper's rule as
+written; ``--min-gpu-tokens`` on the CLI): :func:`efficiency_knee_tokens` (the fewest tokens whose FC time per
+token is within 10 % of its large-batch value; 800-1,500 tokens for the three deployments on A100s) and
+:func:`ridge_tokens` (the roofline ridge, 160 on an A100) are the two floors the systems offer.
 """
 
 from dataclasses import dataclass, field
@@ -174,15 +175,18 @@ def balanced_split(context, classes=None, counts_tiebreak: bool = True):
 
 
 def _candidates(remaining: int, lo: int, hi: int) -> np.ndarray:
-    """Chunk sizes to consider for a request with ``remaining`` tokens, at least ``lo`` and at most ``hi``
-    (memory): multiples of 16 below the remainder, the remainder itself when ``hi`` allows it, and 0 (leave the
-    request out) when ``lo`` is 0 or nothing else fits."""
+    """Chunk sizes to consider for the request at the line with ``remaining`` tokens, at least ``lo`` and at most
+    ``hi`` (memory room): multiples of 16 (at least 16) below the remainder and the remainder itself when ``hi``
+    allows it. The request that crosses the line is always included (L3 5.3 step 4: it "is chunked"), so 0 is a
+    candidate only when memory leaves room for no candidate at all (``hi`` below 16 and below the remainder)."""
     start = max(CHUNK_ALIGN, -(-lo // CHUNK_ALIGN) * CHUNK_ALIGN)
     c = np.arange(start, min(hi, remaining - 1) + 1, CHUNK_ALIGN, dtype=np.int64)
     if hi >= remaining:
         c = np.append(c, remaining)
-    if lo <= 0 or not len(c):
-        c = np.insert(c, 0, 0)
+    if not len(c):
+        c = np.arange(CHUNK_ALIGN, min(hi, remaining - 1) + 1, CHUNK_ALIGN, dtype=np.int64)[-1:]
+    if not len(c):
+        c = np.zeros(1, np.int64)
     return c
 
 
@@ -192,8 +196,8 @@ def chunk_size(remaining, done, *, fixed_tp, tokens_before, n_d, target_fn, pred
     sub-batch's ``T_PIM``. ``fixed_tp``: summed ``t_p`` of the sub-batch's other prefills; ``tokens_before``: their
     prefill tokens; ``n_d``: the sub-batch's decodes; ``target_fn(c)``: ``T_PIM`` of the other sub-batch when this
     request contributes ``c`` tokens (vectorized: the prefill KV offload grows with c). Candidates
-    (:func:`_candidates`): 0 (leave it out), multiples of 16 below the remainder, the remainder; at least
-    ``min_chunk``, at most ``max_chunk`` (memory room); ``known``: {chunk: (T_GPU, T_PIM)} already evaluated.
+    (:func:`_candidates`): multiples of 16 (>= 16) below the remainder and the remainder; at least ``min_chunk``
+    when memory allows, at most ``max_chunk`` (memory room); 0 only when the room holds no candidate; ``known``: {chunk: (T_GPU, T_PIM)} already evaluated.
     Returns ``(chunk, T_GPU, T_PIM)``; ties go to the larger chunk."""
     hi = remaining if max_chunk is None else min(remaining, max_chunk)
     cand = _candidates(int(remaining), int(min_chunk), int(hi))
@@ -295,7 +299,7 @@ def fill_sub_batch(i, plan_sub, queue, used, *, pred, free_tokens, min_gpu_token
         tokens = int(cum[k - 1]) if k else 0
         if free_tokens is not None:
             free_tokens -= tokens
-        if k < len(avail):                           # the request at the line: chunk it (or leave it out)
+        if k < len(avail):                           # the request at the line: a chunk of >= 16 tokens (0: no memory)
             pos, it = avail[k]
             room = it.remaining if free_tokens is None else min(it.remaining, free_tokens)
             take = 0

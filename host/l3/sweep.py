@@ -30,8 +30,9 @@ SCALING_CAPACITY_GB = (512, 1024, 2048, 4096)
 
 SUMMARY_KEYS = ("throughput_tok_s", "tbt_ms_mean", "tbt_ms_p99", "mean_batch", "gpu_bubble_frac",
                 "pim_bubble_frac", "cpu_bubble_frac", "makespan_s", "iterations", "finished", "output_tokens",
-                "preemptions", "pred_re_pim_online", "pred_re_gpu_online", "min_gpu_tokens", "oom", "oom_reason",
-                "kv_capacity_tokens", "wall_s")
+                "preemptions", "pred_re_pim_online", "pred_re_gpu_online", "min_gpu_tokens", "predictor_seed_batches", "oom", "oom_reason",
+                "kv_capacity_tokens", "requests_offered", "rejected", "rejected_frac", "gpu_memory_utilization",
+                "hbm_kv_capacity_gb", "wall_s")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Point:
     host_memory_gb: float | None = None
     study: str = ""
     variant: str = ""
+    #: system options (``min_gpu_tokens``, ``gpu_memory_utilization``, ...) as sorted (name, value) pairs
+    options: tuple = ()
 
 
 def run_point(p: Point) -> dict:
@@ -52,8 +55,9 @@ def run_point(p: Point) -> dict:
     from host.l3.run import run_l3, FAST_ENGINE
     t0, c0 = time.perf_counter(), time.process_time()
     r = run_l3(p.model, p.trace, p.system, ranksets=p.ranksets, host_memory_gb=p.host_memory_gb, seed=p.seed,
-               n_requests=p.n_requests, engine=FAST_ENGINE)
+               n_requests=p.n_requests, engine=FAST_ENGINE, system_kw=dict(p.options) or None)
     row = asdict(p)
+    row["options"] = ";".join(f"{k}={v}" for k, v in p.options)
     for k in SUMMARY_KEYS:
         v = r.summary.get(k)
         row[k] = v if not isinstance(v, (np.floating, np.integer)) else v.item()
@@ -87,8 +91,17 @@ def run_points(points, *, executor=None, jobs=None, desc="l3 sweep") -> list:
     return out
 
 
-def throughput_points(*, models=MODELS, traces=PAPER_TRACES, systems=PAPER_SYSTEMS, n_requests=1000, seed=0):
-    return [Point(m, t, s, seed, n_requests, study="throughput") for m in models for t in traces for s in systems]
+def throughput_points(*, models=MODELS, traces=PAPER_TRACES, systems=PAPER_SYSTEMS, n_requests=1000, seed=0,
+                      options=None):
+    """The model x trace x system grid; ``options``: system options applied to every system that takes them
+    (``min_gpu_tokens`` to the L3 systems, ``gpu_memory_utilization`` to all)."""
+    opts = dict(options or {})
+
+    def own(s):
+        o = {k: v for k, v in opts.items() if k not in ("min_gpu_tokens", "profile_batches") or s.startswith("l3")}
+        return tuple(sorted(o.items()))
+    return [Point(m, t, s, seed, n_requests, study="throughput", options=own(s)) for m in models for t in traces
+            for s in systems]
 
 
 def ablation_points(*, models=MODELS, traces=PAPER_TRACES, n_requests=1000, seed=0):

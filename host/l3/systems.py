@@ -19,12 +19,14 @@ the *true* times of the GPU model (:class:`host.l3.gpu_side.GPUSide`) and the DI
   - with the communication optimisations (5.1, ``comm``): ranksets balanced and concurrent, prefill KV offload
     deferred (overlapped); without them: monolithic PIM, synchronous offload, random rankset per request
     (:mod:`host.l3.pim_side`).
-* :class:`GPUOnlySystem` (``gpu-only``, vLLM-style): KV in HBM (``gpu_memory_utilization`` 0.9 of the TP group's
-  HBM, less the weights), prefill-prioritized batches, attention on the GPU.
+* :class:`GPUOnlySystem` (``gpu-only``, vLLM-style): KV in HBM (the TP group's HBM less the weights and the
+  activation workspace, :func:`hbm_kv_capacity_bytes`; vLLM's 0.9 ``gpu_memory_utilization`` is an option, off by
+  default), prefill-prioritized batches, attention on the GPU.
 * :class:`HBMPIMSystem` (``hbm-pim``, NeuPIMs / AttAcc style): KV in HBM (same capacity as GPU-only), decode
   attention on HBM-PIM at 16x the HBM bandwidth (L3 Table 2: 260.8 TB/s for 8 GPUs), double-buffered banks so
   the GPU and the PIM run concurrently (6.1), prefill-prioritized, decodes in two sub-batches interleaved
-  (``max(FC_0, PIM_1) + max(FC_1, PIM_0)``) or in one batch when that is faster.
+  (``max(FC_0, PIM_1) + max(FC_1, PIM_0)``; 6.1 "utilizes sub-batches for decoding"). Labelled variants:
+  ``hbm-pim-serial`` (one decode batch, ``FC + PIM``) and ``hbm-pim-best`` (the faster of the two per iteration).
 * :class:`RPIMSystem` (``r-pim``, Hermes style): KV in host DIMMs, rank-level PUs only (each rank streams its KV at
   the DDR4-3200 DQ rate: 4x the CPU's bandwidth with 4 ranks per channel, L3 2.2), prefill-prioritized, one batch:
   GPU and PIM in series; the prefill KV transfer is hidden by concurrent computation (6.1).
@@ -44,9 +46,11 @@ from host.l3.gpu_side import GPUSide
 from host.l3.pim_side import PIMSide, RanksetPlacement
 from host.l3.pim_timing import pim_timing, rankset_model
 from host.l3.predictors import L3Predictors, ProfiledBatches
-from host.l3.scheduler import PrefillItem, SchedState, balanced_split, efficiency_knee_tokens, schedule
+from host.l3.scheduler import (PrefillItem, SchedState, balanced_split, efficiency_knee_tokens, ridge_tokens,
+                               schedule)
 
-__all__ = ["PREFILL_TOKENS", "GPU_MEMORY_UTILIZATION", "BLOCK_TOKENS", "FUSE_CAP", "L3System", "GPUOnlySystem",
+__all__ = ["PREFILL_TOKENS", "GPU_MEMORY_UTILIZATION", "MAX_NUM_SEQS", "gpu_workspace_bytes", "HBM_KV_SYSTEMS",
+           "request_kv_limit_bytes", "resolve_min_gpu_tokens", "BLOCK_TOKENS", "FUSE_CAP", "L3System", "GPUOnlySystem",
            "HBMPIMSystem", "RPIMSystem", "CPUOffloadSystem", "SYSTEMS", "make_system", "hbm_kv_capacity_bytes",
            "KV_POLICY", "plan_batch"]
 
@@ -54,8 +58,14 @@ __all__ = ["PREFILL_TOKENS", "GPU_MEMORY_UTILIZATION", "BLOCK_TOKENS", "FUSE_CAP
 #: alone). Design choice: vLLM v0 uses max(max_model_len, 2048); the models here have no enforced context limit,
 #: and 16K tokens keep the GPU in its compute-bound regime (its FC time is linear beyond ~160 tokens).
 PREFILL_TOKENS = 16384
-#: vLLM's default ``gpu_memory_utilization`` (fraction of HBM the engine may use for weights + KV).
+#: vLLM's default ``gpu_memory_utilization`` (fraction of HBM the engine may use; vllm/config.py CacheConfig,
+#: ``gpu_memory_utilization: float = 0.9``). A serving framework's safety margin, not a hardware limit: here an
+#: option (``gpu_memory_utilization=0.9``), off by default (the whole HBM less weights and workspace), and every
+#: run's summary.json states the value it used.
 GPU_MEMORY_UTILIZATION = 0.9
+#: vLLM's default ``max_num_seqs`` (sequences per iteration; vllm/config.py SchedulerConfig, 256): the rows of the
+#: sampled logits the workspace holds.
+MAX_NUM_SEQS = 256
 #: vLLM's default KV block size (tokens).
 BLOCK_TOKENS = 16
 #: KV admission policy of every system (design choice, docs/l3_host.md): ``"reserve"`` admits a request when its
@@ -73,9 +83,45 @@ CPU_BANDWIDTH_GBPS = 406.0
 NEO_PIPELINE_RATIO = 2.4
 
 
-def hbm_kv_capacity_bytes(setup) -> float:
-    """KV bytes one replica's HBM holds: 0.9 x TP x 80 GB less the weights (vLLM-style)."""
-    return GPU_MEMORY_UTILIZATION * setup.hbm_bytes_per_replica - setup.tp * setup.model.weight_bytes(setup.tp)
+def gpu_workspace_bytes(setup, tokens: int = PREFILL_TOKENS) -> float:
+    """Activation and workspace bytes one GPU of the TP group needs besides weights and KV: the peak of one
+    forward pass over ``tokens`` tokens (the largest batch a prefill-first system forms, :data:`PREFILL_TOKENS`),
+    as vLLM measures it before sizing the KV cache (vllm/worker/worker.py ``determine_num_available_blocks``:
+    a profiling forward pass at ``max_num_batched_tokens``; L3 6.4: HBM holds "model weights and intermediate data
+    for prefilling requests, e.g., the activation"). Modelled from the live tensors of a layer, FP16: the
+    residual stream and the normalized input (``2 d_model`` per token) plus the larger of the QKV output and the
+    FFN's up-projection output on this GPU (``(q + 2 kv) / TP`` or ``(1 or 2) d_ff / TP`` per token), and the
+    sampled logits, FP32 over the whole vocabulary for :data:`MAX_NUM_SEQS` sequences. FlashAttention keeps no
+    score matrix; the CUDA context, CUDA graphs and NCCL buffers are not modelled (assumption,
+    docs/l3_host.md)."""
+    m, tp = setup.model, setup.tp
+    wide = max((m.q_dim + 2 * m.kv_dim) / tp, (2 if m.gated_mlp else 1) * m.ffn_width() / tp)
+    return float(tokens * m.dtype_bytes * (2 * m.d_model + wide) + MAX_NUM_SEQS * m.vocab * 4)
+
+
+def hbm_kv_capacity_bytes(setup, gpu_memory_utilization: float | None = None) -> float:
+    """KV bytes one replica's HBM holds: per GPU of the TP group, its HBM (times ``gpu_memory_utilization`` when
+    that option is set, vLLM's headroom; None: off) less its weight shard and :func:`gpu_workspace_bytes`."""
+    u = 1.0 if gpu_memory_utilization is None else float(gpu_memory_utilization)
+    if not 0 < u <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {u}")
+    per_gpu = u * setup.node.gpu.hbm_bytes - setup.model.weight_bytes(setup.tp) - gpu_workspace_bytes(setup)
+    return setup.tp * per_gpu
+
+
+#: Systems whose KV lives in HBM only.
+HBM_KV_SYSTEMS = ("gpu-only", "hbm-pim", "hbm-pim-serial", "hbm-pim-best")
+
+
+def request_kv_limit_bytes(system: str, setup, *, gpu_memory_utilization: float | None = None) -> float:
+    """The most KV one request of ``system`` can ever hold on one replica: HBM (GPU-only, HBM-PIM), host memory
+    (L3, R-PIM) or the larger of the two (CPU offload keeps a request in either pool)."""
+    hbm = hbm_kv_capacity_bytes(setup, gpu_memory_utilization)
+    if system in HBM_KV_SYSTEMS:
+        return hbm
+    if system == "cpu-offload":
+        return max(hbm, setup.host_capacity_bytes)
+    return setup.host_capacity_bytes
 
 
 def plan_batch(plan, table, view, waiting_pos):
@@ -97,17 +143,39 @@ def plan_batch(plan, table, view, waiting_pos):
     return Batch.of(table, d_idx, p_idx, p_chunk, sub_batch=np.array(d_sb + p_sb, np.int8),
                     meta={"pred": [(sb.t_gpu, sb.t_pim) for sb in plan.sub]})
 
+def resolve_min_gpu_tokens(value, gpu, setup) -> int:
+    """The scheduler's token floor for ``value``: a number of tokens (0: none, the paper's rule), ``"knee"`` (the
+    GPU's efficiency knee) or ``"ridge"`` (the roofline ridge of the node's GPU)."""
+    if value is None or value == 0 or value == "0":
+        return 0
+    if value == "knee":
+        return efficiency_knee_tokens(lambda t: gpu.fc(t, 0))
+    if value == "ridge":
+        g = setup.node.gpu
+        return ridge_tokens(g.fp16_tflops, g.hbm_bw_gbps, setup.model.dtype_bytes)
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"min_gpu_tokens must be a token count >= 0, 'knee' or 'ridge', got {value!r}") from None
+    if v < 0:
+        raise ValueError(f"min_gpu_tokens must be >= 0, got {v}")
+    return v
+
+
 class _Common(System):
     """Shared parts: GPU side, KV budget, accounting of busy times and bubbles, trace lanes."""
 
     name = "l3-common"
     has_pim = True
 
-    def __init__(self, setup, *, batcher=None, replica: int = 0, seed: int = 0, kv_policy: str = KV_POLICY):
+    def __init__(self, setup, *, batcher=None, replica: int = 0, seed: int = 0, kv_policy: str = KV_POLICY,
+                 gpu_memory_utilization: float | None = None):
         super().__init__(batcher)
         if kv_policy not in ("reserve", "paged"):
             raise ValueError(f"kv_policy must be 'reserve' or 'paged', got {kv_policy!r}")
         self.kv_policy = kv_policy
+        self.gpu_memory_utilization = gpu_memory_utilization
+        hbm_kv_capacity_bytes(setup, gpu_memory_utilization)          # validates the option
         self.setup = setup
         self.replica = int(replica)
         self.seed = int(seed)
@@ -175,7 +243,9 @@ class _Common(System):
 
     def config(self):
         return {"name": self.name, "replica": self.replica, "seed": self.seed, "kv_policy": self.kv_policy,
-                **self.setup.describe()}
+                "gpu_memory_utilization": self.gpu_memory_utilization,
+                "hbm_kv_capacity_bytes": hbm_kv_capacity_bytes(self.setup, self.gpu_memory_utilization),
+                "gpu_workspace_bytes_per_gpu": gpu_workspace_bytes(self.setup), **self.setup.describe()}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -184,19 +254,18 @@ class _Common(System):
 
 class L3System(_Common):
     """L3 (see the module docstring). ``comm`` / ``sched`` switch the 5.1 / 5.2 optimisations; ``min_gpu_tokens``
-    is the scheduler's token floor (default: the GPU's efficiency knee,
-    :func:`host.l3.scheduler.efficiency_knee_tokens`; 0 = the paper's rule as written); ``max_candidates`` bounds
-    the prefill queue the scheduler looks at."""
+    is the scheduler's token floor, an extension (default 0: the paper's rule as written; ``"knee"``: the GPU's
+    efficiency knee, :func:`host.l3.scheduler.efficiency_knee_tokens`; ``"ridge"``: the roofline ridge; or a
+    number of tokens); ``max_candidates`` bounds the prefill queue the scheduler looks at."""
 
-    def __init__(self, setup, *, comm=True, sched=True, min_gpu_tokens=None, replica=0, seed=0,
-                 predictor_kw=None, max_candidates=32, profile_batches=384, kv_policy=KV_POLICY):
+    def __init__(self, setup, *, comm=True, sched=True, min_gpu_tokens=0, replica=0, seed=0,
+                 predictor_kw=None, max_candidates=32, profile_batches=384, kv_policy=KV_POLICY, **kv_kw):
         batcher = None if sched else ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS)
-        super().__init__(setup, batcher=batcher, replica=replica, seed=seed, kv_policy=kv_policy)
+        super().__init__(setup, batcher=batcher, replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
         self.comm, self.sched = bool(comm), bool(sched)
         self.name = {(True, True): "l3", (False, True): "l3-no-comm", (True, False): "l3-no-sched",
                      (False, False): "l3-base"}[(self.comm, self.sched)]
-        self.min_gpu_tokens = efficiency_knee_tokens(lambda t: self.gpu.fc(t, 0)) \
-            if min_gpu_tokens is None else int(min_gpu_tokens)
+        self.min_gpu_tokens = resolve_min_gpu_tokens(min_gpu_tokens, self.gpu, setup)
         self.pim = PIMSide(setup, comm=self.comm)
         self.predictor_kw = dict(predictor_kw or {})
         self.max_candidates = int(max_candidates)
@@ -210,12 +279,13 @@ class L3System(_Common):
         super().bind(table)
         self.place = RanksetPlacement(table.n, self.setup.host.ranksets,
                                       policy="balanced" if self.comm else "random", seed=self.seed)
-        self.pred = L3Predictors(seed=self.seed, **self.predictor_kw) if self.sched else None
+        self.pred = L3Predictors(seed=self.seed, cold=self.profile_batches == 0, **self.predictor_kw) \
+            if self.sched else None
         self.profiled = []             # ProfiledBatches of the priced iterations (for the predictor study)
         self._buf = {"pim": [], "batch": [], "p": []}
         self._since_learn = 0
         self.online_err = {"pim": [0.0, 0], "gpu": [0.0, 0]}
-        if self.sched:
+        if self.sched and self.profile_batches:
             self.pred.seed(self._startup_profile())
 
     def on_admit(self, idx, now):
@@ -369,7 +439,7 @@ class L3System(_Common):
                         e[0] += abs(true - est) / true
                         e[1] += 1
         self._since_learn += 1
-        if self._since_learn >= self.LEARN_EVERY:
+        if self._since_learn >= self.LEARN_EVERY or not self.pred.ready:     # cold: learn from every iteration
             self._flush_learning()
 
     def _flush_learning(self):
@@ -473,10 +543,12 @@ class L3System(_Common):
                 out[f"pred_re_{key}_online"] = s / n if n else float("nan")
             out.update({f"pred_{k}": v for k, v in self.pred.state().items()})
             out["min_gpu_tokens"] = self.min_gpu_tokens
+            out["predictor_seed_batches"] = self.profile_batches
         return out
 
     def config(self):
         return {**super().config(), "comm": self.comm, "sched": self.sched, "min_gpu_tokens": self.min_gpu_tokens,
+                "predictor_seed_batches": self.profile_batches if self.sched else None,
                 "placement": self.place.policy if hasattr(self, "place") else None,
                 "prefill_tokens": None if self.sched else PREFILL_TOKENS}
 
@@ -487,7 +559,7 @@ class L3System(_Common):
 
 class _HBMKV(_Common):
     def _budget(self, table):
-        cap = hbm_kv_capacity_bytes(self.setup)
+        cap = hbm_kv_capacity_bytes(self.setup, self.gpu_memory_utilization)
         if cap <= 0:
             raise ValueError(f"{self.setup.model.name}: the weights do not fit the TP group's HBM")
         return KVBudget(table, capacity_bytes=cap, bytes_per_token=self.setup.kv_bytes_per_token, policy=self.kv_policy,
@@ -500,9 +572,9 @@ class GPUOnlySystem(_HBMKV):
     name = "gpu-only"
     has_pim = False
 
-    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY):
+    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY, **kv_kw):
         super().__init__(setup, batcher=ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS),
-                         replica=replica, seed=seed, kv_policy=kv_policy)
+                         replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
 
     def _time(self, batch, extra_kv=0):
         pre = batch.prefill
@@ -533,10 +605,16 @@ class HBMPIMSystem(_HBMKV):
     """NeuPIMs / AttAcc-style GPU + HBM-PIM (module docstring)."""
 
     name = "hbm-pim"
+    #: decode modes -> system names: L3 6.1's sub-batches (default), one batch in series, the faster of the two
+    MODES = {"sub-batches": "hbm-pim", "serial": "hbm-pim-serial", "best": "hbm-pim-best"}
 
-    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY):
+    def __init__(self, setup, *, decode_mode="sub-batches", replica=0, seed=0, kv_policy=KV_POLICY, **kv_kw):
         super().__init__(setup, batcher=ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS),
-                         replica=replica, seed=seed, kv_policy=kv_policy)
+                         replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
+        if decode_mode not in self.MODES:
+            raise ValueError(f"HBM-PIM decode_mode must be one of {list(self.MODES)}, got {decode_mode!r}")
+        self.decode_mode = decode_mode
+        self.name = self.MODES[decode_mode]
         m = setup.model
         self.pim_Bps = HBM_PIM_FACTOR * setup.tp * setup.node.gpu.hbm_bw_gbps * 1e9
         self.kv_tok_layer = 2 * m.n_kv_heads * m.head_dim * m.dtype_bytes
@@ -556,17 +634,20 @@ class HBMPIMSystem(_HBMKV):
         return float(out) if np.ndim(out) == 0 else out
 
     def _decode_iteration(self, L, ctx_split=None):
-        """(duration, GPU busy, PIM busy) of a decode iteration: the better of two interleaved sub-batches
-        (``max(FC_0, PIM_1) + max(FC_1, PIM_0)``, NeuPIMs) and one batch in series (``FC + PIM``; two sub-batches
-        read the weights twice, which loses when the FC dominates)."""
+        """(duration, GPU busy, PIM busy) of a decode iteration. ``sub-batches`` (L3 6.1, NeuPIMs): two
+        interleaved sub-batches, ``max(FC_0, PIM_1) + max(FC_1, PIM_0)``; ``serial``: one batch, ``FC + PIM``;
+        ``best``: the faster of the two (two sub-batches read the weights twice, which loses when the FC
+        dominates)."""
         n = len(L)
         f_all, p_all = float(self.gpu.fc(n, n)), self.pim_time(L)
+        if self.decode_mode == "serial":
+            return f_all + p_all, f_all, p_all
         a, b = balanced_split(L) if ctx_split is None else ctx_split
         n0, n1 = len(a), len(b)
         f0, f1 = float(self.gpu.fc(n0, n0)), float(self.gpu.fc(n1, n1))
         p0, p1 = self.pim_time(L[a]), self.pim_time(L[b])
         split = max(f0, p1) + max(f1, p0)
-        if split < f_all + p_all:
+        if self.decode_mode == "sub-batches" or split < f_all + p_all:
             return split, f0 + f1, p0 + p1
         return f_all + p_all, f_all, p_all
 
@@ -579,7 +660,7 @@ class HBMPIMSystem(_HBMKV):
             return IterationResult(d, breakdown={"gpu_s": d}, spans=self._gpu_spans("prefill", 0.0, d))
         d, g, p = self._decode_iteration(batch.kv_after)
         self._account(d, g, p)
-        sp = self._gpu_spans("decode FC (2 sub-batches)", 0.0, g) + \
+        sp = self._gpu_spans("decode FC" + ("" if self.decode_mode == "serial" else " (2 sub-batches)"), 0.0, g) + \
             [Span(l, "decode attention", 0.0, p / 2) for l in self.pim_lanes]
         return IterationResult(d, breakdown={"gpu_s": g, "pim_s": p}, spans=sp)
 
@@ -598,7 +679,8 @@ class HBMPIMSystem(_HBMKV):
         p_all = self.pim_time(L[None, :] + grow)
         p0, p1 = self.pim_time(L[a][None, :] + grow), self.pim_time(L[b][None, :] + grow)
         split = np.maximum(f0, p1) + np.maximum(f1, p0)
-        use = split < f_all + p_all
+        use = {"sub-batches": np.ones(len(pts), bool), "serial": np.zeros(len(pts), bool),
+               "best": split < f_all + p_all}[self.decode_mode]
         vals = np.stack([np.where(use, split, f_all + p_all), np.where(use, f0 + f1, f_all),
                          np.where(use, p0 + p1, p_all)], axis=1)
         d, g, p = (np.interp(np.arange(k), pts, vals[:, j]) for j in range(3))
@@ -613,9 +695,9 @@ class RPIMSystem(_Common):
 
     name = "r-pim"
 
-    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY):
+    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY, **kv_kw):
         super().__init__(setup, batcher=ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS),
-                         replica=replica, seed=seed, kv_policy=kv_policy)
+                         replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
         self.pim = PIMSide(setup, comm=True)             # transfers and placement as L3
         rs = rankset_model()
         tm = pim_timing().model.tm
@@ -711,8 +793,8 @@ class CPUOffloadSystem(_Common):
     name = "cpu-offload"
     has_pim = False
 
-    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY):
-        super().__init__(setup, replica=replica, seed=seed, kv_policy=kv_policy)
+    def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY, **kv_kw):
+        super().__init__(setup, replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
         self.pim = PIMSide(setup, comm=True)                 # PCIe transfers of the CPU decodes' Q/K/V and outputs
         self.cpu_Bps = CPU_BANDWIDTH_GBPS * 1e9 / setup.dp   # the replica's share of the host DRAM bandwidth
         m = setup.model
@@ -720,7 +802,7 @@ class CPUOffloadSystem(_Common):
         self.cpu_lane = f"CPU{f' (replica {self.replica})' if setup.dp > 1 else ''}"
 
     def _budget(self, table):
-        cap = hbm_kv_capacity_bytes(self.setup)
+        cap = hbm_kv_capacity_bytes(self.setup, self.gpu_memory_utilization)
         if cap <= 0:
             raise ValueError(f"{self.setup.model.name}: the weights do not fit the TP group's HBM")
         return KVBudget(table, capacity_bytes=cap, bytes_per_token=self.setup.kv_bytes_per_token, policy=self.kv_policy,
@@ -900,6 +982,8 @@ SYSTEMS = {
     "l3": (L3System, {}),
     "gpu-only": (GPUOnlySystem, {}),
     "hbm-pim": (HBMPIMSystem, {}),
+    "hbm-pim-serial": (HBMPIMSystem, {"decode_mode": "serial"}),
+    "hbm-pim-best": (HBMPIMSystem, {"decode_mode": "best"}),
     "r-pim": (RPIMSystem, {}),
     "cpu-offload": (CPUOffloadSystem, {}),
     "l3-no-comm": (L3System, {"comm": False}),

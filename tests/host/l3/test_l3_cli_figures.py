@@ -23,11 +23,22 @@ def test_cli_run_writes_the_run_directory(tmp_path, capsys):
 
 
 def test_cli_run_oom_and_bad_input(tmp_path, capsys):
-    out = tmp_path / "oom"
-    main(["l3", "run", "--model", "opt-66b", "--trace", "openr1", "--system", "gpu-only", "--requests", "50",
-          "--out", str(out)])
+    out = tmp_path / "rej"
+    main(["l3", "run", "--model", "opt-66b", "--trace", "openr1", "--system", "gpu-only", "--requests", "24",
+          "--no-progress", "--out", str(out)])
+    s = json.loads((out / "summary.json").read_text())
+    assert s["oom"] is False and s["rejected"] > 0 and s["finished"] == 24 - s["rejected"]
+    assert s["rejected_frac"] == s["rejected"] / 24 and s["gpu_memory_utilization"] == 1.0
+    text = capsys.readouterr().out
+    assert "rejected_frac" in text and "gpu_memory_utilization" in text
+    out = tmp_path / "oom"                              # 0.9 headroom: every long request rejected, the run OOMs
+    main(["l3", "run", "--model", "opt-66b", "--trace", "openr1", "--system", "gpu-only",
+          "--requests", "2", "--gpu-memory-utilization", "0.5", "--out", str(out)])
     assert json.loads((out / "summary.json").read_text())["oom"] is True
     assert "out of memory" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["l3", "run", "--model", "opt-66b", "--trace", "openr1", "--system", "gpu-only", "--min-gpu-tokens",
+              "160", "--out", str(tmp_path / "y")])
     with pytest.raises(SystemExit):
         main(["l3", "run", "--model", "opt-66b", "--trace", "openr1", "--system", "l3", "--ranksets", "99",
               "--out", str(tmp_path / "x")])

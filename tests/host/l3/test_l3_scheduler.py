@@ -128,6 +128,24 @@ def test_short_pim_phase_literal_rule_and_token_floor():
     assert tok(floor, 1) >= 160 and tok(floor, 0) >= 160
 
 
+def test_crossing_request_gets_a_16_multiple_chunk():
+    # no decodes and a GPU phase that is past the (empty) PIM phase before any prefill: the literal rule used to
+    # pick a 0-token chunk for the crossing request, an empty plan (the engine's deadlock on GPT-175B Dolphin)
+    pred = LinearPred(a=0.0, b=0.0, c=0.0, d=0.0)
+    st = SchedState(prefills=(PrefillItem(1, 5000), PrefillItem(2, 300)))
+    plan = schedule(st, pred)
+    assert verify_plan(plan, st, pred) == []
+    chunks = [c for sb in plan.sub for c in sb.chunks]
+    assert chunks and all(c >= CHUNK_ALIGN and c % CHUNK_ALIGN == 0 for c in chunks), chunks
+    assert plan.sub[1].prefill_rids == [1] and plan.sub[1].chunks == [CHUNK_ALIGN]
+    assert plan.sub[0].prefill_rids == [2] and plan.sub[0].chunks == [CHUNK_ALIGN]
+    assert plan.requeue == [1, 2]
+    # with decodes whose PIM phase is shorter than any GPU phase, each sub-batch still takes a 16-token chunk
+    st = SchedState(decode_rids=(0, 1), decode_context=(100, 100), prefills=(PrefillItem(5, 4000),))
+    plan = schedule(st, LinearPred(a=0.0, c=0.0))
+    assert [c for sb in plan.sub for c in sb.chunks] == [CHUNK_ALIGN]
+
+
 def test_ridge_tokens_a100():
     assert ridge_tokens(312, 2039) == 160
 
@@ -194,7 +212,13 @@ def test_chunk_size_candidates():
     assert c == 100                              # the target is far above: the whole remainder
     c, g, p = chunk_size(1000, 0, fixed_tp=0.0, tokens_before=0, n_d=0, target_fn=lambda x: np.zeros(np.shape(x)),
                          pred=pred)
-    assert c == 0                                # the target is below anything: leave it out
+    assert c == CHUNK_ALIGN                      # the target is below anything: the crossing request still gets 16
+    c, _, _ = chunk_size(10, 0, fixed_tp=0.0, tokens_before=0, n_d=0, target_fn=lambda x: np.zeros(np.shape(x)),
+                         pred=pred)
+    assert c == 10                               # a remainder below 16 is taken whole
+    c, _, _ = chunk_size(1000, 0, fixed_tp=0.0, tokens_before=0, n_d=0, target_fn=lambda x: np.zeros(np.shape(x)),
+                         pred=pred, max_chunk=15)
+    assert c == 0                                # memory holds no 16-token chunk: the only 0
     c, _, _ = chunk_size(1000, 0, fixed_tp=0.0, tokens_before=0, n_d=0, target_fn=lambda x: np.zeros(np.shape(x)),
                          pred=pred, min_chunk=100)
     assert c == 112                              # at least min_chunk, rounded up to 16
