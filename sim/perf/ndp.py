@@ -992,39 +992,35 @@ def rtl_group_config():
     return replace(cfg, name="tiny-group", sfu_lanes=2, group_lanes=2, max_batch=8, sfu_fifo=8), mem
 
 
+def _group_entries(config, B, l, n, rng):
+    """``n`` grouped attention entries (kernels.kv_group_layout, one after the other from address 0) of ``B`` query
+    rows over ``l`` tokens, random queries from ``rng``."""
+    from firmware.ndp import kernels as K
+    g, W = config.group_segments, config.group_lanes
+    ents, base = [], 0
+    for _ in range(n):
+        lay = K.kv_group_layout(W, l, config=config, rows=B, base=base)
+        base = lay["end"]
+        ents.append(((rng.standard_normal((B, g, W))).astype(np.float16).view(np.uint16), lay))
+    return ents
+
+
+def _grouped_stream(config, specs, seed, pipelined, name):
+    """{name(B, l, n): the descriptor entries of kernels.attention_batch over :func:`_group_entries`} per (B, l, n)
+    of ``specs`` (one random stream for all)."""
+    from firmware.ndp import kernels as K
+    rng = np.random.default_rng(seed)
+    return {name(B, l, n): K.attention_batch(_group_entries(config, B, l, n, rng), config=config,
+                                             pipelined=pipelined).entries() for B, l, n in specs}
+
+
 def grouped_programs(config, seed=0, pipelined=False):
     """Grouped attention streams (kernels.attention_batch of kv_group_layout entries; issue 29) on ``config``
     (:func:`rtl_group_config`): (query rows B, tokens per share, entries) = (1, 2, 8), (1, 8, 8), (2, 4, 6),
     (1, 16, 3), none of :func:`calibration_group_programs`' shapes. ``pipelined``: the same entries
     software-pipelined (``attention_batch(pipelined=True)``, the order the hosts issue)."""
-    from firmware.ndp import kernels as K
-    rng = np.random.default_rng(seed)
-    g, W = config.group_segments, config.group_lanes
-    out = {}
-    for B, l, n in ((1, 2, 8), (1, 8, 8), (2, 4, 6), (1, 16, 3)):
-        ents, base = [], 0
-        for _ in range(n):
-            lay = K.kv_group_layout(W, l, config=config, rows=B, base=base)
-            base = lay["end"]
-            ents.append(((rng.standard_normal((B, g, W))).astype(np.float16).view(np.uint16), lay))
-        out[f"att_grouped_b{B}_l{l}_x{n}"] = K.attention_batch(ents, config=config, pipelined=pipelined).entries()
-    return out
-
-
-def _grouped_stream(config, specs, seed, pipelined, prefix):
-    from firmware.ndp import kernels as K
-    rng = np.random.default_rng(seed)
-    g, W = config.group_segments, config.group_lanes
-    out = {}
-    for B, l, n in specs:
-        ents, base = [], 0
-        for _ in range(n):
-            lay = K.kv_group_layout(W, l, config=config, rows=B, base=base)
-            base = lay["end"]
-            ents.append(((rng.standard_normal((B, g, W))).astype(np.float16).view(np.uint16), lay))
-        out[f"{prefix}_b{B}_l{l}_x{n}{'_pipelined' if pipelined else ''}"] = \
-            K.attention_batch(ents, config=config, pipelined=pipelined).entries()
-    return out
+    return _grouped_stream(config, ((1, 2, 8), (1, 8, 8), (2, 4, 6), (1, 16, 3)), seed, pipelined,
+                           lambda B, l, n: f"att_grouped_b{B}_l{l}_x{n}")
 
 
 def calibration_group_programs(config):
@@ -1033,7 +1029,8 @@ def calibration_group_programs(config):
     none of :func:`grouped_programs`' shapes; and two mixed streams (:func:`mixed_programs`, :data:`CAL_MIXED`)."""
     out = {}
     for piped in (False, True):
-        out.update(_grouped_stream(config, ((1, 4, 5), (2, 2, 4), (1, 6, 3)), 1, piped, "cal_grouped"))
+        out.update(_grouped_stream(config, ((1, 4, 5), (2, 2, 4), (1, 6, 3)), 1, piped,
+                                   lambda B, l, n: f"cal_grouped_b{B}_l{l}_x{n}{'_pipelined' if piped else ''}"))
     out.update({"cal_" + n: p for n, p in mixed_programs(config, CAL_MIXED).items()})
     return out
 
@@ -1051,13 +1048,8 @@ def mixed_programs(config, shapes=((2, 2, 6, 64, 32), (2, 4, 4, 128, 16))):
     from firmware.ndp.descriptor import gemv
     out = {}
     for B, l, n, k, nn in shapes:
-        rng = np.random.default_rng(3)
-        g, W = config.group_segments, config.group_lanes
-        ents, base = [], 0
-        for _ in range(n):
-            lay = K.kv_group_layout(W, l, config=config, rows=B, base=base)
-            base = lay["end"]
-            ents.append(((rng.standard_normal((B, g, W))).astype(np.float16).view(np.uint16), lay))
+        ents = _group_entries(config, B, l, n, np.random.default_rng(3))
+        base = ents[-1][1]["end"]                  # the GEMV's operand after the KV
         prog = []
         for e in K.attention_batch(ents, config=config, pipelined=True).entries():
             prog.append(e)

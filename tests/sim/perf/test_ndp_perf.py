@@ -234,3 +234,19 @@ def test_paper_grouped_attention_stream_prices_the_whole_program():
         assert whole < 0.85 * plain
         assert est < per_head.attention_batch_s(toks, 128, g * kvh, kvh)
     assert not m.uses_grouped(128, 6, 3) and not m.uses_grouped(64, 32, 32)
+
+
+def test_writer_waveform_reader_reads_the_core_and_refuses_a_missing_signal(tmp_path):
+    """The calibration's per-descriptor writes come from a waveform (sim.perf.ndp.rtl_written): the reader takes
+    the core's ``rp_out`` advances after reset, in cycles, ignores the same name in another scope, and fails when
+    the core's signal is missing instead of returning nothing."""
+    from sim.perf.ndp import _vcd_advances
+    vcd = tmp_path / "w.vcd"
+    vcd.write_text("$scope module bench $end\n$scope module top $end\n"
+                   "$scope module other $end\n$var wire 4 \" rp_out $end\n$upscope $end\n"
+                   "$scope module core $end\n$scope module core $end\n$var wire 4 ! rp_out $end\n$upscope $end\n"
+                   "$upscope $end\n$upscope $end\n$upscope $end\n$enddefinitions $end\n"
+                   "#0\nb0 !\nb0 \"\n#1500000\nb1 \"\n#3500000\nb1 !\nb10 \"\n#7500000\nb10 !\n")
+    assert _vcd_advances(vcd, "rp_out") == [3, 7]
+    with pytest.raises(RuntimeError, match="no signal"):
+        _vcd_advances(vcd, "rp_in")
