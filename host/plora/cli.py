@@ -110,7 +110,7 @@ def cmd_run(args):
     for note in cfg.get("workload", {}).get("notes", []):
         print(f"note: {note}")
     if "ndp_model" in s:
-        print(f"NDP timing model: {s['ndp_model']}")
+        print(f"NDP timing model: {s['ndp_model']} ({s.get('ndp_geometry', '')})")
     if "cost_model_err" in s:
         e = s["cost_model_err"]
         # the PLoRA family (its summary names its NDP model) decides with Algorithm 1; the host-memory baselines'

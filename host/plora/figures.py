@@ -10,7 +10,8 @@ ablation           TPOT of N(E3), N(E4), NS, ND(E3), ND(E4), NSD (= plora) per m
 layer_breakdown    per-layer decode latency by component and system (llama2-7b, uniform)
 kv_dup             KV fraction duplicated in HBM per model x workload (grid) and over time (one run)
 strategy_mix       adapters per strategy E1..E4 in the decode batch over time (uniform and skewed runs)
-sensitivity        PLoRA TPOT vs NDP TFLOPS, device bandwidth and buffer sets (llama2-7b, uniform-long)
+sensitivity        PLoRA TPOT vs NDP TFLOPS, device bandwidth and buffer size (llama2-7b, uniform-long; the
+                   calibrated NDP model at each device's geometry)
 link_ladder        TPOT vs link bandwidth, nine rungs 8 .. 1800 GB/s (llama2-7b, uniform-long)
 link_latency       TPOT vs one-way link latency 50 .. 2000 ns, two round trips per layer (uniform-long)
 devices            TPOT vs device count 1 .. 64 (llama2-7b, uniform-long)
@@ -44,9 +45,12 @@ MAIN = ("plora", "s-lora", "pure-cxl", "cpu-lora-offload", "grace-hopper", "plor
 LINK_LADDER_GBPS = (8, 16, 32, 64, 128, 256, 450, 900, 1800)
 LATENCIES_NS = (50, 100, 200, 500, 1000, 2000)
 DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
-TFLOPS = (0.5, 1.0, 2.048, 4.096, 8.192)
+#: NDP TFLOPS at 1 GHz: 256 .. 4,096 MACs (the calibrated model's cores are powers of two, NDPDeviceSpec.ndp_config)
+TFLOPS = (0.512, 1.024, 2.048, 4.096, 8.192)
+#: device bandwidth: 16 .. 256 LPDDR5X-8533 channels (NDPDeviceSpec.channels), the paper's 64 in the middle
 DEVICE_BW = (275.0, 550.0, 1100.0, 2200.0, 4400.0)
-BUFFERS = (1, 2, 3, 4)
+#: MiB of each of the input, DRAM and output buffers (the paper's core: 0.5, 1 and 0.5 MiB; hdl/ndp/config.PAPER)
+BUFFER_MB = (0.5, 1.0, 2.0, 4.0)
 PREFILL_BATCHES = (256, 512, 1024)
 KV_BITS = (16, 8, 4)
 #: Open-loop arrival rates of the rate sweep (requests/s; design choice: from the workloads' default 10 up past
@@ -95,9 +99,12 @@ def sweep_specs(name, *, n_requests=100, seed=0):
                            max_tokens=b * 512, devices=0 if m == "qwen3-30b-a3b" else None, tag=f"batch={b}")
                 for m in MODELS for b in PREFILL_BATCHES for s in MAIN]
     if name == "sensitivity":
-        out = [pressed.with_(system="plora", ndp="standin", ndp_tflops=t, tag="tflops") for t in TFLOPS]
-        out += [pressed.with_(system="plora", ndp="standin", device_bw_gbps=b, tag="bandwidth") for b in DEVICE_BW]
-        out += [pressed.with_(system="plora", ndp="standin", buffers=b, tag="buffers") for b in BUFFERS]
+        # the calibrated model at each device's geometry (issue 32: before, the stand-in, whose constants were
+        # stale); buffer *sets* are a stand-in assumption with no RTL counterpart, so the third panel sizes the
+        # core's one set of buffers
+        out = [pressed.with_(system="plora", ndp_tflops=t, tag="tflops") for t in TFLOPS]
+        out += [pressed.with_(system="plora", device_bw_gbps=b, tag="bandwidth") for b in DEVICE_BW]
+        out += [pressed.with_(system="plora", buffer_mb=b, tag="buffer_mb") for b in BUFFER_MB]
         return out
     if name == "link_ladder":
         return [pressed.with_(system=s, link_gbps=g) for s in ("plora", "ns", "pure-cxl") for g in LINK_LADDER_GBPS]
@@ -334,13 +341,12 @@ def fig_sensitivity(df, out):
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.3))
     for ax, (tag, col, label) in zip(axes, (("tflops", "ndp_tflops", "NDP TFLOPS"),
                                             ("bandwidth", "device_bw_gbps", "device bandwidth (GB/s)"),
-                                            ("buffers", "buffers", "buffer sets"))):
+                                            ("buffer_mb", "buffer_mb", "MiB per buffer (input, DRAM, output)"))):
         g = df[df["tag"] == tag].sort_values(col)
         ax.plot(g[col], g["tpot_ms_mean"], "o-")
         ax.set_xlabel(label)
         ax.set_ylabel("PLoRA mean TPOT (ms), llama2-7b uniform-long")
-        if tag != "buffers":
-            ax.set_xscale("log")
+        ax.set_xscale("log", base=2)
     _save(fig, out, "sensitivity")
 
 

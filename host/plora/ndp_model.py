@@ -41,6 +41,10 @@ __all__ = ["NDPDeviceSpec", "PLORA_DEVICE", "NDPStandIn", "make_ndp_model", "NDP
 
 FIELD_MAX_BYTES = (1 << 20) - 1      # 20-bit byte-size field of the descriptor (PLoRA IV-C, Fig. 4)
 FP16_BYTES = 2
+#: The paper's device memory: 64 LPDDR5X-8533 channels (hdl/ndp/config.PAPER_CHANNELS) for its stated 1.1 TB/s
+#: (PLoRA IV-B).
+PAPER_CHANNELS = 64
+PLORA_BW_GBPS = 1100.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,16 +58,18 @@ class NDPDeviceSpec:
     # PLoRA set-up facts: "1024 FP16 multiply-add units delivering 2048 GFLOPS at 1 GHz".
     macs: int = 1024
     clock_ghz: float = 1.0
-    # PLoRA set-up facts: "3 MB of SRAM (input, DRAM and output buffers)"; hdl/ndp/config.py PAPER: 3 MiB each.
-    input_buffer_bytes: int = 3 << 20
-    dram_buffer_bytes: int = 3 << 20
-    output_buffer_bytes: int = 3 << 20
+    # PLoRA set-up facts: "3 MB of SRAM (input, DRAM and output buffers)"; hdl/ndp/config.py PAPER splits it
+    # 512 KiB input, 1 MiB DRAM (the operand ring), 512 KiB output (+ 512 KiB state, 512 KiB partial sums).
+    input_buffer_bytes: int = 512 << 10
+    dram_buffer_bytes: int = 1 << 20
+    output_buffer_bytes: int = 512 << 10
     # PLoRA V-A: "the per-adapter batch size B_i, 0 to 256"; hdl/ndp/config.py PAPER max_batch.
     max_batch: int = 256
-    # hdl/ndp/config.py PAPER: 64 lanes x 16 PE rows (design choice there; the SFU formula uses the lanes).
-    lanes: int = 64
-    # docs/ndp_core.md, make bench-ndp: a 64 x 64 GEMV takes 600 core cycles against 560 for its reads on the
-    # controller alone: "fixed ~40-cycle descriptor overhead" (RTL measurement).
+    # hdl/ndp/config.py PAPER: 512 lanes x 2 PE rows (the SFU formula of the stand-in uses the lanes; the
+    # calibrated model derives its geometry from ``macs``, :meth:`ndp_config`).
+    lanes: int = 512
+    # Stand-in only: a fixed per-descriptor cost (docs/plora_host.md, the stand-in's assumptions; the calibrated
+    # model has the RTL's per-unit costs instead).
     descriptor_overhead_cycles: int = 40
     # Sets of (input, DRAM, output) buffers: 1 = the paper's 3 MB of SRAM as one set (module docstring, 2.).
     buffers: int = 1
@@ -96,6 +102,52 @@ class NDPDeviceSpec:
     @property
     def capacity_bytes(self) -> float:
         return self.capacity_gb * 1e9
+
+    @property
+    def channels(self) -> int:
+        """LPDDR5X-8533 channels of the device memory at this bandwidth: the paper's 64 channels scaled with
+        ``internal_bw_gbps`` against the paper's 1.1 TB/s (PLoRA IV-B: "1.1 TB/s" is the 64-channel device of
+        hdl/ndp/config.py, 1.09 TB/s delivered), rounded to a whole channel. The calibrated model times that
+        many channels; runs report it (``ndp_geometry``)."""
+        return max(1, int(round(PAPER_CHANNELS * self.internal_bw_gbps / PLORA_BW_GBPS)))
+
+    def ndp_config(self):
+        """The :class:`hdl.ndp.config.NDPConfig` of this device for the calibrated model: the paper's core
+        (hdl/ndp/config.PAPER) with ``macs`` as ``lanes x macs / lanes`` PE rows, ``lanes`` = 512 from the paper's
+        1,024 MACs up, else ``min(128, macs / 2)`` (design choice: the paper's beat of 512 lanes is one memory
+        clock of the device (1 KiB per CK), so a larger core adds PE rows, which a batch uses, rather than lanes,
+        which would pad short KV shares and small LoRA ranks to a wider beat; a smaller core has the beat of one
+        head dim (128 lanes, the SFU's width) with rows for the rest, at least two so GEMVs still run two beats
+        per cycle, ``gemv_pairs``. Checked by the property test: no kernel the host issues gets slower with more
+        MACs, tests/host/plora/test_plora_ndp_model.py), the three buffers' sizes and ``max_batch``. Fields
+        the RTL has no counterpart for raise ValueError naming them: ``buffers`` (the core has one set of
+        buffers, its operand ring; change their sizes instead), ``clock_ghz`` (the core's clock is tied to the
+        memory's CK, hdl/ndp/config.CORE_CLOCK_RATIO) and ``descriptor_overhead_cycles`` (a stand-in constant).
+        ``lanes`` is the stand-in's (the calibrated geometry derives from ``macs``)."""
+        from dataclasses import replace
+        from hdl.ndp.config import PAPER
+        bad = {f: getattr(self, f) for f in ("buffers", "clock_ghz", "descriptor_overhead_cycles")
+               if getattr(self, f) != getattr(PLORA_DEVICE, f)}
+        if bad:
+            raise ValueError(f"the calibrated NDP model has no counterpart for {bad} (the RTL core has one buffer "
+                             f"set, a clock tied to the memory's and no fixed descriptor cost); allowed: "
+                             f"buffers=1, clock_ghz=1.0, descriptor_overhead_cycles=40, or ndp='standin' "
+                             f"(--ndp-model standin)")
+        m = self.macs
+        if m < 4 or m & (m - 1):
+            raise ValueError(f"the calibrated NDP model needs macs (= ndp TFLOPS x 500 at 1 GHz) a power of two >= 4 "
+                             f"(lanes x macs / lanes PE rows), got {m}; e.g. --ndp-tflops 0.512, 1.024, 2.048, 4.096")
+        lanes = PAPER.lanes if m >= 2 * PAPER.lanes else min(PAPER.sfu_lanes, m // 2)
+        sfu = min(PAPER.sfu_lanes, lanes)
+        group = PAPER.group_lanes if lanes >= 4 * PAPER.group_lanes else 0     # NDPConfig: group_lanes <= lanes / 4
+        try:
+            return replace(PAPER, name=f"plora-{lanes}x{m // lanes}-{self.channels}ch", macs=m, lanes=lanes,
+                           pe_batch=m // lanes,
+                           sfu_lanes=sfu, group_lanes=group, input_buffer_bytes=self.input_buffer_bytes,
+                           dram_buffer_bytes=self.dram_buffer_bytes, output_buffer_bytes=self.output_buffer_bytes,
+                           max_batch=self.max_batch)     # (capacity: the host's bookkeeping, not the core's timing)
+        except ValueError as exc:
+            raise ValueError(f"device {self.name!r}: no NDP core of this geometry: {exc}") from None
 
     def scaled(self, *, tflops: float | None = None, bw_gbps: float | None = None,
                buffer_bytes: int | None = None, buffers: int | None = None) -> "NDPDeviceSpec":
@@ -242,29 +294,62 @@ NDP_MODEL_KINDS = ("auto", "calibrated", "standin")
 
 
 def _calibrated(spec):
-    from sim.perf.ndp import NDPPerfModel       # the RTL-calibrated model (docs/ndp_perf.md)
-    return NDPPerfModel.paper()
+    from sim.perf.ndp import NDPPerfModel, DeviceMemoryModel     # the RTL-calibrated model (docs/ndp_perf.md)
+    cfg = spec.ndp_config()                     # (raises for a field the RTL has no counterpart for)
+    if spec == PLORA_DEVICE:
+        return NDPPerfModel.paper()             # its kernel table
+    return NDPPerfModel(cfg, DeviceMemoryModel(spec.channels))
 
 
 def make_ndp_model(kind: str = "auto", spec: NDPDeviceSpec = PLORA_DEVICE):
-    """The NDP timing model: ``"calibrated"`` (``sim.perf.ndp.NDPPerfModel``, the paper's device), ``"standin"``
-    (:class:`NDPStandIn` on ``spec``: only by name), or ``"auto"``, the calibrated one. A device ``spec`` other than
-    the paper's needs ``"standin"`` by name: the calibrated model is the paper's geometry, and an option must never
-    swap the model silently (issue 32; before, ``"auto"`` fell back to the stand-in for a changed device or a
-    missing calibrated model). The returned object has ``kind`` set to ``"calibrated"`` or ``"standin"``, which
-    every run reports (summary ``ndp_model``, the sweep rows' ``ndp_model``)."""
+    """The NDP timing model of device ``spec``: ``"calibrated"`` / ``"auto"`` (the same: ``sim.perf.ndp.NDPPerfModel``
+    at the spec's geometry, :meth:`NDPDeviceSpec.ndp_config` on :attr:`NDPDeviceSpec.channels` LPDDR5X-8533
+    channels, with the RTL calibration; the paper's device loads its kernel table, any other computes its kernels
+    on first use) or ``"standin"`` (:class:`NDPStandIn` on ``spec``: only by name). A device the calibrated model
+    cannot build (a field with no RTL counterpart) is an error naming the field, never a silent swap (issue 32).
+    The returned object has ``kind`` (``"calibrated"`` or ``"standin"``) and ``geometry`` (a one-line description),
+    which every run reports (summary ``ndp_model`` and ``ndp_geometry``, the sweep rows)."""
     if kind not in NDP_MODEL_KINDS:
         raise ValueError(f"unknown NDP model kind {kind!r}; allowed: {NDP_MODEL_KINDS}")
+    if not isinstance(spec, NDPDeviceSpec):
+        raise ValueError(f"spec must be an NDPDeviceSpec, got {type(spec).__name__}")
     if kind == "standin":
-        return NDPStandIn(spec)
-    if spec != PLORA_DEVICE:
-        diff = {k: v for k, v in vars(spec).items() if vars(PLORA_DEVICE).get(k) != v}
-        raise ValueError(f"the calibrated NDP model is the paper's device; the device parameters {diff} are "
-                         f"priced only by the analytic stand-in: pass ndp='standin' (--ndp-model standin), which "
-                         f"every result row reports")
+        model = NDPStandIn(spec)
+        model.geometry = (f"stand-in: {spec.internal_bw_gbps:g} GB/s, {spec.peak_flops / 1e12:g} TFLOPS, "
+                          f"{spec.buffers} buffer set(s)")
+        return model
     model = _calibrated(spec)
     model.kind = "calibrated"
-    if getattr(model, "cache_key", None) is None:
-        # every instance of the paper's device times alike, so runs in one process may share the cost terms
-        model.cache_key = ("calibrated", type(model).__module__, type(model).__qualname__, spec)
+    cfg = model.config
+    model.geometry = (f"calibrated: {cfg.lanes} lanes x {cfg.pe_batch} PE rows at {cfg.clock_mhz} MHz, "
+                      f"{model.memory.channels} LPDDR5X-8533 channels")
     return model
+
+
+
+#: The kernels :func:`monotone_violations` prices by default: the shapes the PLoRA host issues (LoRA E2 loads of
+#: one adapter's A + B, E3 / E4 at ranks 8 / 64 on Llama-2-7B's d = 4096 and its MLP's 11,008 at per-adapter
+#: batches 1, 4 and 64, decode attention of a KV share at Llama-2-7B's 32 / 32 and Llama-3-8B's 32 / 8 heads).
+MONOTONE_KERNELS = tuple(
+    [("load_s", (b,)) for b in (16 << 10, 1 << 20, 64 << 20)]
+    + [(k, (d, r, b) if k == "lora_e4_s" else (d, d, r, b)) for k in ("lora_e4_s", "lora_e3_s")
+       for d in (4096, 11008) for r in (8, 64) for b in (1, 4, 64)]
+    + [(k, (t, 128, 32, kv)) for k in ("attention_s", "attention_stream_s") for kv in (32, 8)
+       for t in (16, 64, 256, 1024, 4096)])
+
+
+def monotone_violations(models, kernels=MONOTONE_KERNELS, *, rel_tol: float = 1e-9) -> list:
+    """Kernels that a more capable device runs slower: ``models`` are NDP timing models ordered so that each is
+    at least as capable as the one before (more bandwidth, more MACs or more channels, nothing else changed);
+    ``kernels`` are ``(method, args)`` pairs. Returns ``[(method, args, i, t_before, t_after)]`` for every kernel
+    whose time grows from model ``i - 1`` to model ``i`` by more than ``rel_tol`` (the property test of issue 32:
+    more resources never make a kernel slower)."""
+    out = []
+    for name, args in kernels:
+        prev = None
+        for i, m in enumerate(models):
+            t = float(np.sum(getattr(m, name)(*args)))
+            if prev is not None and t > prev * (1.0 + rel_tol):
+                out.append((name, args, i, prev, t))
+            prev = t
+    return out

@@ -221,6 +221,7 @@ def run_point(spec: RunSpec) -> dict:
     s = out.summary
     row.update({k: s.get(k, float("nan")) for k in SUMMARY_KEYS})
     row["ndp_model"] = s.get("ndp_model", "none")        # the model that priced the run, never the option's name
+    row["ndp_geometry"] = s.get("ndp_geometry", "")      # and the device it priced (channels, lanes x rows)
     for k in ("adapters_touched", "adapter_demand_gb", "hbm_pressure", "hbm_pressure_peak", "hbm_pressure_offered",
               "evictions"):
         row[k] = s.get(k, float("nan"))

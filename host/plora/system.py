@@ -639,6 +639,7 @@ class PLoRASystem(System):
                 "gpu": self.gpu.name, "n_dev": self.n_dev, "device": vars(self.device).copy(),
                 "link": {"name": self.link.name, "bw_gbps": self.link.bw_gbps, "rtt_ns": self.link.rtt_ns},
                 "ndp_model": getattr(self.ndp, "kind", type(self.ndp).__name__),
+                "ndp_geometry": getattr(self.ndp, "geometry", ""),
                 "ndp_kernel_table": getattr(self.ndp, "table_status", "none"), "kv_bits": self.kv_bits,
                 "seed": self.seed, "workspace_fraction": WORKSPACE_FRACTION,
                 "lora_waves_per_layer": self.cost.waves}
@@ -658,6 +659,7 @@ class PLoRASystem(System):
             "pool_gb": {"adapters": gb(self.store_bytes), "kv_peak": gb(self.kv.peak_tokens * self.cost.kv_tok),
                         "capacity": gb(self.n_dev * self.device.capacity_bytes)},
             "ndp_model": getattr(self.ndp, "kind", type(self.ndp).__name__),
+            "ndp_geometry": getattr(self.ndp, "geometry", ""),
             "cost_model_err": self.cost_model_err(),
         }
 

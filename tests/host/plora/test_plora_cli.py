@@ -78,7 +78,9 @@ def test_sweep_specs_cover_the_figures():
     assert {s.max_batch for s in sweep_specs("ttft_prefill")} == {256, 512, 1024}
     assert {s.kv_bits for s in sweep_specs("kv_precision")} == {16, 8, 4}
     sens = sweep_specs("sensitivity")
-    assert {s.tag for s in sens} == {"tflops", "bandwidth", "buffers"}
+    assert {s.tag for s in sens} == {"tflops", "bandwidth", "buffer_mb"}
+    # on the calibrated model at each device's geometry (issue 32: the stand-in before)
+    assert {s.ndp for s in sens} == {"auto"}
     # every open-loop sweep at the grid's regime (issue 30 item 2); the rate sweep sets its own rates
     from host.plora.figures import GRID_RATE_PER_S
     for name in ("link_ladder", "link_latency", "devices", "kv_precision", "sensitivity", "matched_batch"):
