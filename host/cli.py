@@ -43,7 +43,7 @@ def int_range(lo: int | None = None, hi: int | None = None):
 
 def float_range(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False):
     """argparse ``type``: a finite number ``> lo`` (``lo_open``) or ``>= lo``, and ``<= hi``."""
-    parts = ([f"{'>' if lo_open else '>='} {lo:g}"] if lo is not None else []) + ([f"<= {hi:g}"] if hi is not None
+    parts = ([f"{'>' if lo_open else '>='} {lo:.15g}"] if lo is not None else []) + ([f"<= {hi:.15g}"] if hi is not None
                                                                                  else [])
     where = " " + " and ".join(parts) if parts else ""
 
