@@ -242,6 +242,11 @@ def configure(name: str, preset: str | None = None, sets=()) -> tuple:
         try:                # the component's constructor checks what the record cannot (cheap: no elaboration)
             comp = spec.build(cfg)
         except (ValueError, KeyError, TypeError) as exc:
+            tb = exc.__traceback__
+            while tb is not None:       # what the failed constructor had made: no UnusedElaboratable warnings
+                for v in tb.tb_frame.f_locals.values():
+                    silence(v)
+                tb = tb.tb_next
             raise ValueError(", ".join(f"{p}={v}" for p, v in sets) + f": {exc}") from None
         silence(comp)
     return spec, cfg
