@@ -1,7 +1,7 @@
 """``ndpim l3 ...``: the L3 host's command group (host/cli.py calls :func:`add_parser`).
 
 * ``ndpim l3 run --model M --trace T --system S [--ranksets N] [--host-memory-gb G] [--seed K] [--requests N]
-  [--gpu-memory-utilization U] [--min-gpu-tokens N|knee|ridge] --out DIR``: one run; writes the run directory
+  [--gpu-memory-utilization U] [--min-gpu-tokens N|knee|ridge] --out DIR [--force]``: one run; writes the run directory
   (config.json, requests.csv, iterations.csv, summary.json, trace.json) and prints the summary's main figures,
   the options included. Requests whose KV can never fit the system are rejected and counted (``rejected_frac``);
   when every request is, only config.json and summary.json are written, with ``"oom": true``.

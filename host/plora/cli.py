@@ -1,7 +1,7 @@
 """``ndpim plora``: run one PLoRA-study configuration, run sweeps, write the figures.
 
 * ``ndpim plora run --model M --workload W --system S [--link-gbps X] [--link-latency-ns Y] [--devices N]
-  [--seed K] --out DIR``: one run directory (config.json, requests.csv, iterations.csv, summary.json,
+  [--seed K] --out DIR [--force]``: one run directory (config.json, requests.csv, iterations.csv, summary.json,
   trace.json with lanes GPU, link and one per device);
 * ``ndpim plora sweep --name NAME --out DIR``: one named sweep's CSV (``--name grid`` is the TPOT grid);
 * ``ndpim plora figures --out DIR``: CSV and PNG of every figure (host.plora.figures);
