@@ -43,8 +43,11 @@ def int_range(lo: int | None = None, hi: int | None = None):
 
 def float_range(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False):
     """argparse ``type``: a finite number ``> lo`` (``lo_open``) or ``>= lo``, and ``<= hi``."""
-    parts = ([f"{'>' if lo_open else '>='} {lo:.15g}"] if lo is not None else []) + ([f"<= {hi:.15g}"] if hi is not None
-                                                                                 else [])
+    parts = []
+    if lo is not None:
+        parts.append(f"{'>' if lo_open else '>='} {lo:.15g}")
+    if hi is not None:
+        parts.append(f"<= {hi:.15g}")
     where = " " + " and ".join(parts) if parts else ""
 
     def parse(text):
@@ -76,8 +79,8 @@ def check_run_dir(args, *, default: str | None = None) -> None:
     if args.force or (default is not None and args.out == default):
         return
     if out.is_dir() and any(out.iterdir()):
-        raise UsageError(f"argument --out: {out} already holds files (a previous run?); pass --force to overwrite "
-                         f"them")
+        raise UsageError(f"argument --out: {out} already holds files (a previous run?); pass --force to write "
+                         f"over them")
 
 
 def _tops(names):
