@@ -11,11 +11,76 @@ is an error (it is not silently skipped).
 
 import argparse
 import importlib
+import math
 import sys
 import time
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["main", "UsageError", "int_range", "float_range", "out_dir", "check_run_dir"]
+
+
+class UsageError(Exception):
+    """A command-line value that parses but cannot be used (a cross-flag check, an existing run directory): ``main``
+    reports it as argparse reports a bad value -- usage, one line ``ndpim CMD: error: MESSAGE``, exit status 2. The
+    message names the flag (``argument --out: ...``). Raised before the command does any work."""
+
+
+def int_range(lo: int | None = None, hi: int | None = None):
+    """argparse ``type``: an integer in ``lo..hi`` (either bound may be open); the message names the range."""
+    where = (f" in {lo}..{hi}" if lo is not None and hi is not None else f" >= {lo}" if lo is not None
+             else f" <= {hi}" if hi is not None else "")
+
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer{where}, got {text!r}") from None
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be an integer{where}, got {v}")
+        return v
+    return parse
+
+
+def float_range(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False):
+    """argparse ``type``: a finite number ``> lo`` (``lo_open``) or ``>= lo``, and ``<= hi``."""
+    parts = []
+    if lo is not None:
+        parts.append(f"{'>' if lo_open else '>='} {lo:.15g}")
+    if hi is not None:
+        parts.append(f"<= {hi:.15g}")
+    where = " " + " and ".join(parts) if parts else ""
+
+    def parse(text):
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number{where}, got {text!r}") from None
+        if not math.isfinite(v) or (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be a finite number{where}, got {text}")
+        return v
+    return parse
+
+
+def out_dir(text):
+    """argparse ``type``: a directory to write into; refused when the path is an existing file."""
+    p = Path(text)
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a directory")
+    for parent in p.parents:
+        if parent.exists() and not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{parent} is a file, not a directory")
+    return text
+
+
+def check_run_dir(args, *, default: str | None = None) -> None:
+    """A run directory (``args.out``) that already holds files is not overwritten without ``--force``; ``default``:
+    the command's default directory, which every run rewrites (``build/demo``)."""
+    out = Path(args.out)
+    if args.force or (default is not None and args.out == default):
+        return
+    if out.is_dir() and any(out.iterdir()):
+        raise UsageError(f"argument --out: {out} already holds files (a previous run?); pass --force to write "
+                         f"over them")
 
 
 def _tops(names):
@@ -24,12 +89,12 @@ def _tops(names):
         return dict(TOPS)
     unknown = [n for n in names if n not in TOPS]
     if unknown:
-        raise SystemExit(f"ndpim: unknown top(s) {unknown}; allowed: {sorted(TOPS)}")
+        raise UsageError(f"argument --top: unknown top(s) {unknown}; allowed: {sorted(TOPS)}")
     return {n: TOPS[n] for n in names}
 
 
 def cmd_verilog(args):
-    from host.topcfg import catalogue, configure, parse_sets, describe
+    from host.topcfg import catalogue, describe
     if args.list:
         cat = catalogue()
         print(f"{'top':<22}{'presets (default first)':<28}configuration of the default preset")
@@ -42,11 +107,8 @@ def cmd_verilog(args):
     out = Path(args.out)
     if args.preset or args.set:
         if not args.top or len(args.top) != 1:
-            raise SystemExit("ndpim verilog: --preset / --set need exactly one --top")
-        try:
-            spec, cfg = configure(args.top[0], args.preset, parse_sets(args.set))
-        except ValueError as exc:
-            raise SystemExit(f"ndpim verilog: {exc}") from None
+            raise UsageError("argument --top: --preset / --set need exactly one --top")
+        spec, cfg = _configure(args.top[0], args)
         if args.hier:       # every distinct module once (sim/synth/hier.py): the paper core's flat Verilog is huge
             from sim.synth.hier import hier_verilog
             say = (lambda s: print(s, file=sys.stderr, flush=True))
@@ -63,6 +125,23 @@ def cmd_verilog(args):
         spec = get_spec(name)
         print(_cached_verilog(name, spec.config(), lambda s=spec: s.build(s.config()), out))
     return 0
+
+
+def _configure(name, args) -> tuple:
+    """``configure`` for the command line: a bad top, preset or ``--set`` is a :class:`UsageError` naming its flag."""
+    from host.topcfg import configure, get_spec, parse_sets
+    try:
+        spec = get_spec(name)
+    except ValueError as exc:
+        raise UsageError(f"argument --top: {exc}") from None
+    try:
+        spec.config(args.preset)
+    except ValueError as exc:
+        raise UsageError(f"argument --preset: {exc}") from None
+    try:
+        return configure(name, args.preset, parse_sets(args.set))
+    except ValueError as exc:
+        raise UsageError(f"argument --set: {exc}") from None
 
 
 def _cached_verilog(name, config, make, out_dir, text=None) -> Path:
@@ -121,7 +200,7 @@ def cmd_synth(args):
     if args.mode == "hier":
         return _synth_hier(args)
     if args.preset or args.set:
-        raise SystemExit("ndpim synth: --preset / --set need --mode hier")
+        raise UsageError("argument --mode: --preset / --set need --mode hier")
     from sim.synth.yosys import synth_stats
     print(f"{'top':<22}{'cells':>8}{'flops':>8}   largest cell groups"
           + ("   (fast: word-level cells, registers per word)" if args.mode == "fast" else ""))
@@ -135,17 +214,15 @@ def cmd_synth(args):
 def _synth_hier(args):
     """--mode hier: per distinct module x instance count (sim/synth/hier.py); figures to --json."""
     import json
-    from host.topcfg import configure, parse_sets, describe
+    from host.topcfg import describe
     from sim.synth.hier import hier_cells, format_report
     names = args.top or ["ndp_core"]
     if (args.preset or args.set) and len(names) != 1:
-        raise SystemExit("ndpim synth: --preset / --set need exactly one --top")
+        raise UsageError("argument --top: --preset / --set need exactly one --top")
+    configured = {name: _configure(name, args) for name in names}     # every value checked before any work
     out = {}
     for name in names:
-        try:
-            spec, cfg = configure(name, args.preset, parse_sets(args.set))
-        except ValueError as exc:
-            raise SystemExit(f"ndpim synth: {exc}") from None
+        spec, cfg = configured[name]
         say = (lambda s: print(s, file=sys.stderr, flush=True))
         res = {"top": name, "preset": args.preset or spec.default, "config": describe(cfg)}
         res["core"] = hier_cells(name, spec.build(cfg), progress=say, checkpoint=args.json and f"{args.json}.partial",
@@ -286,14 +363,33 @@ def _plugin_modules():
     return mods
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("ndpim")
+    except PackageNotFoundError:        # run from a checkout that was not installed
+        return "unknown (not installed)"
+
+
+def _tag_parsers(parser) -> None:
+    """Every (sub)parser records itself as ``args._parser`` (the deepest one parsed wins), so that a
+    :class:`UsageError` is reported under the command's own usage line."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sp in action.choices.values():
+                sp.set_defaults(_parser=sp)
+                _tag_parsers(sp)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="ndpim", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"ndpim {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("verilog", help="write one .v per top-level component (any validated configuration)",
                        description="Write Verilog of the tops (cached by a hash of the design and its configuration "
                                    "in build/verilog-cache). `--list` shows every top, its presets and configuration.")
-    p.add_argument("--out", default="build/verilog", help="output directory (default: build/verilog)")
+    p.add_argument("--out", default="build/verilog", type=out_dir, help="output directory (default: build/verilog)")
     p.add_argument("--top", action="append", help="only this top (repeatable); see --list")
     p.add_argument("--preset", help="configuration preset of the top (see --list)")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
@@ -368,14 +464,21 @@ def main(argv=None):
     for mod in _plugin_modules():
         mod.add_parser(sub)
 
+    _tag_parsers(parser)
     args = parser.parse_args(argv)
     if getattr(args, "vectors", 1) is not None and getattr(args, "vectors", 1) < 1:
         parser.error(f"--vectors must be >= 1, got {args.vectors}")
     start = time.perf_counter()
-    rc = args.func(args) or 0
+    try:
+        rc = args.func(args) or 0
+    except UsageError as exc:
+        getattr(args, "_parser", parser).error(str(exc))      # prints usage and one error line, exits 2
     print(f"({args.command}: {time.perf_counter() - start:.1f} s)", file=sys.stderr)
     return rc
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m host.cli`: run the importable module's main, so that the command groups (which import host.cli)
+    # and this entry share one UsageError class
+    from host.cli import main as _main
+    sys.exit(_main())

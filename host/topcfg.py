@@ -34,9 +34,17 @@ class TopSpec:
             raise ValueError(f"top {self.name!r} has no preset {p!r}; presets: {sorted(self.presets)}") from None
 
 
-def _params(name, **defaults):
+def _params(name, choices=None, **defaults):
+    """A parameter record of a top built from keyword arguments; ``choices``: {field: allowed values}, checked on
+    construction (the component's own constructor checks the rest when ``configure`` builds it)."""
+    choices = dict(choices or {})
+
+    def check(self):
+        for k, allowed in choices.items():
+            if getattr(self, k) not in allowed:
+                raise ValueError(f"{k} must be one of {sorted(allowed)}, got {getattr(self, k)!r}")
     cls = make_dataclass(name, [(k, type(v), field(default=v)) for k, v in defaults.items()], frozen=True,
-                         kw_only=True)
+                         kw_only=True, namespace={"__post_init__": check})
     return cls()
 
 
@@ -67,6 +75,7 @@ def catalogue() -> dict:
     from hdl.pim.rank_pu import RankPU, PIMSequencer
 
     fmts = {"fp16": FP16, "fp32": FP32}
+    _fmt_choices = {"fmt": fmts, "out_fmt": fmts}
 
     def _ndp_core(c):
         if not hasattr(c, "channels"):          # on a memory controller's bursts
@@ -82,19 +91,19 @@ def catalogue() -> dict:
                        mem_tag_width=c.tag_width)
     addr = lambda dram: AddressMap(dram.org).addr_bits  # noqa: E731
     specs = [
-        TopSpec("fp16_mul", "FP16 multiplier", {"default": _params("FPMulParams", fmt="fp16", out_fmt="fp16")},
+        TopSpec("fp16_mul", "FP16 multiplier", {"default": _params("FPMulParams", _fmt_choices, fmt="fp16", out_fmt="fp16")},
                 "default", lambda c: FPMul(fmt=fmts[c.fmt], out_fmt=fmts[c.out_fmt])),
         TopSpec("fp16_mul_fp32", "FP16 x FP16 -> FP32 multiplier",
-                {"default": _params("FPMulParams", fmt="fp16", out_fmt="fp32")}, "default",
+                {"default": _params("FPMulParams", _fmt_choices, fmt="fp16", out_fmt="fp32")}, "default",
                 lambda c: FPMul(fmt=fmts[c.fmt], out_fmt=fmts[c.out_fmt])),
-        TopSpec("fp16_add", "FP16 adder", {"default": _params("FPAddParams", fmt="fp16")}, "default",
+        TopSpec("fp16_add", "FP16 adder", {"default": _params("FPAddParams", {"fmt": fmts}, fmt="fp16")}, "default",
                 lambda c: FPAdd(fmt=fmts[c.fmt])),
-        TopSpec("fp32_add", "FP32 adder", {"default": _params("FPAddParams", fmt="fp32")}, "default",
+        TopSpec("fp32_add", "FP32 adder", {"default": _params("FPAddParams", {"fmt": fmts}, fmt="fp32")}, "default",
                 lambda c: FPAdd(fmt=fmts[c.fmt])),
         TopSpec("fp16_mac_fp16", "FP16 multiply-accumulate, FP16 accumulator",
-                {"default": _params("FPMACParams", acc="fp16")}, "default", lambda c: FPMAC(acc=c.acc)),
+                {"default": _params("FPMACParams", {"acc": fmts}, acc="fp16")}, "default", lambda c: FPMAC(acc=c.acc)),
         TopSpec("fp16_mac_fp32", "FP16 multiply-accumulate, FP32 accumulator",
-                {"default": _params("FPMACParams", acc="fp32")}, "default", lambda c: FPMAC(acc=c.acc)),
+                {"default": _params("FPMACParams", {"acc": fmts}, acc="fp32")}, "default", lambda c: FPMAC(acc=c.acc)),
         TopSpec("memctl_ddr4_3200", "memory controller (FR-FCFS, refresh) on a DRAM timing set",
                 {"ddr4-3200": DDR4_3200, "lpddr5x-8533": LPDDR5X_8533}, "ddr4-3200",
                 lambda c: MemoryController(config=c)),
@@ -169,9 +178,15 @@ def _parse(value: str, current):
             return False
         raise ValueError(f"expected a boolean, got {value!r}")
     if isinstance(current, int):
-        return int(value, 0)
+        try:
+            return int(value, 0)
+        except ValueError:
+            raise ValueError(f"expected an integer, got {value!r}") from None
     if isinstance(current, float):
-        return float(value)
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"expected a number, got {value!r}") from None
     if isinstance(current, str):
         return value
     raise ValueError(f"cannot set a field of type {type(current).__name__} from the command line")
@@ -187,7 +202,13 @@ def _apply(obj, tree, where=""):
         if k not in names:
             raise ValueError(f"{type(obj).__name__} has no field {where + k!r}; fields: {names}")
         cur = getattr(obj, k)
-        new[k] = _apply(cur, v, f"{where}{k}.") if isinstance(v, dict) else _parse(v, cur)
+        if isinstance(v, dict):
+            new[k] = _apply(cur, v, f"{where}{k}.")
+            continue
+        try:
+            new[k] = _parse(v, cur)
+        except ValueError as exc:
+            raise ValueError(f"{where}{k}={v}: {exc}") from None
     try:
         return replace(obj, **new)
     except (TypeError, ValueError) as exc:
@@ -199,7 +220,7 @@ def parse_sets(items) -> list:
     for it in items or ():
         k, sep, v = it.partition("=")
         if not sep or not k:
-            raise ValueError(f"--set takes FIELD=VALUE, got {it!r}")
+            raise ValueError(f"expected FIELD=VALUE, got {it!r}")
         out.append((k.strip(), v.strip()))
     return out
 
@@ -218,6 +239,16 @@ def configure(name: str, preset: str | None = None, sets=()) -> tuple:
         node[parts[-1]] = value
     if tree:
         cfg = _apply(cfg, tree)
+        try:                # the component's constructor checks what the record cannot (cheap: no elaboration)
+            comp = spec.build(cfg)
+        except (ValueError, KeyError, TypeError) as exc:
+            tb = exc.__traceback__
+            while tb is not None:       # what the failed constructor had made: no UnusedElaboratable warnings
+                for v in tb.tb_frame.f_locals.values():
+                    silence(v)
+                tb = tb.tb_next
+            raise ValueError(", ".join(f"{p}={v}" for p, v in sets) + f": {exc}") from None
+        silence(comp)
     return spec, cfg
 
 

@@ -3,7 +3,11 @@
 import argparse
 import sys
 
+from host.cli import UsageError, check_run_dir, float_range, int_range, out_dir
+
 __all__ = ["add_parser"]
+
+DEMO_OUT = "build/demo"
 
 
 def _demo_args(p):
@@ -17,13 +21,15 @@ def _demo_args(p):
     p.add_argument("--model", choices=["tiny", "micro"], default="tiny",
                    help="tiny: 2 layers, hidden 256, 4 heads of 64, FFN 688, vocabulary 512; micro: 1 layer, "
                         "hidden 128")
-    p.add_argument("--requests", type=int, default=5, help="concurrent requests (each on its own adapter)")
-    p.add_argument("--long", type=int, default=1, help="of which long (decode attention on the DIMM-PIM)")
-    p.add_argument("--tokens", type=int, default=16, help="output tokens per request")
-    p.add_argument("--long-context", type=int, default=1024, help="prompt tokens of the long requests")
-    p.add_argument("--budget-kb", type=float, default=400.0, help="GPU memory for adapter caches and KV duplicates")
-    p.add_argument("--short-prompt", type=int, nargs=2, default=(24, 64), metavar=("MIN", "MAX"),
-                   help="prompt lengths of the short requests")
+    p.add_argument("--requests", type=int_range(1), default=5, help="concurrent requests (each on its own adapter)")
+    p.add_argument("--long", type=int_range(0), default=1,
+                   help="of which long (decode attention on the DIMM-PIM; 0..--requests)")
+    p.add_argument("--tokens", type=int_range(1), default=16, help="output tokens per request")
+    p.add_argument("--long-context", type=int_range(1), default=1024, help="prompt tokens of the long requests")
+    p.add_argument("--budget-kb", type=float_range(0.0), default=400.0,
+                   help="GPU memory for adapter caches and KV duplicates")
+    p.add_argument("--short-prompt", type=int_range(1), nargs=2, default=(24, 64), metavar=("MIN", "MAX"),
+                   help="prompt lengths of the short requests (1 <= MIN <= MAX)")
     p.add_argument("--pim-bank-groups", type=int, choices=[1, 4], default=4,
                    help="bank groups of the PIM rank (4: 16 banks as the paper's DIMMs; 1: 4 banks, quick)")
     p.add_argument("--ndp-memory", choices=["burst", "lpddr5x"], default="lpddr5x",
@@ -32,7 +38,7 @@ def _demo_args(p):
                         "cached) or burst (a fixed-latency memory, quicker to build and simulate)")
     p.add_argument("--ndp-channels", type=int, choices=[1, 2, 4, 8], default=2,
                    help="LPDDR5X channels per NDP device (--ndp-memory lpddr5x)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_range(0), default=0)
     p.add_argument("--waveform", action=argparse.BooleanOptionalAction, default=True,
                    help="write a waveform of one decode step's NDP wave (default: on)")
     p.add_argument("--waveform-engine", choices=["amaranth", "verilator"], default=None,
@@ -47,7 +53,10 @@ def _demo_args(p):
     p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=True,
                    help="run independent parts in processes of their own (Verilator builds beside the golden run, "
                         "the waveform beside the rtl run; default: on)")
-    p.add_argument("--out", default="build/demo", help="run directory")
+    p.add_argument("--out", default=DEMO_OUT, type=out_dir,
+                   help=f"run directory (default {DEMO_OUT}, rewritten by every run; another directory that already "
+                        f"holds files needs --force)")
+    p.add_argument("--force", action="store_true", help="write into an --out directory that already holds files")
 
 
 def add_parser(sub):
@@ -64,12 +73,12 @@ def add_parser(sub):
     c = esub.add_parser("calibrate", help="measure the NDP device and PIM rank timing models on the RTL "
                                           "(writes data/e2e_ndp_calibration.json, data/e2e_pim_calibration.json)")
     c.add_argument("--what", choices=["all", "ndp", "pim"], default="all")
-    c.add_argument("--waves", type=int, default=24, help="random NDP waves measured")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--waves", type=int_range(1), default=24, help="random NDP waves measured")
+    c.add_argument("--seed", type=int_range(0), default=0)
     c.add_argument("--engine", choices=["verilator", "amaranth"], default="verilator")
     c.add_argument("--model", choices=["tiny", "micro"], default="tiny")
-    c.add_argument("--long-context", type=int, default=1024)
-    c.add_argument("--tokens", type=int, default=16)
+    c.add_argument("--long-context", type=int_range(1), default=1024)
+    c.add_argument("--tokens", type=int_range(1), default=16)
     c.add_argument("--pim-bank-groups", type=int, choices=[1, 4], default=4)
     c.add_argument("--ndp-memory", choices=["burst", "lpddr5x"], default="burst",
                    help="the NDP device memory to calibrate on (each has its own file)")
@@ -79,6 +88,12 @@ def add_parser(sub):
 
 
 def _demo(args):
+    if args.long > args.requests:
+        raise UsageError(f"argument --long: must be <= --requests ({args.requests}), got {args.long}")
+    lo, hi = args.short_prompt
+    if lo > hi:
+        raise UsageError(f"argument --short-prompt: MIN must be <= MAX, got {lo} {hi}")
+    check_run_dir(args, default=DEMO_OUT)
     from .demo import demo
     return demo(args)
 

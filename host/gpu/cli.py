@@ -1,10 +1,54 @@
 """``ndpim gpu``: predict Vidur-format profiles, (re)calibrate, and print the held-out error table."""
 
+import argparse
 from pathlib import Path
 
 import numpy as np
 
 __all__ = ["add_parser", "cmd_predict", "cmd_calibrate", "cmd_holdout"]
+
+
+def _profile_csv(text):
+    """argparse ``type``: a readable Vidur ``mlp.csv`` whose shape columns (and measured medians) are numeric and
+    pass :func:`host.gpu.profiles.read_profile`'s checks; kept as the path given."""
+    import pandas as pd
+    from host.gpu.profiles import PROFILE_COLUMNS, read_profile
+
+    def fail(msg):
+        return argparse.ArgumentTypeError(f"{text}: " + " ".join(str(msg).split()))
+    path = Path(text)
+    if not path.is_file():
+        raise fail("no such file")
+    try:
+        df = pd.read_csv(path)
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise fail(f"not a readable CSV ({' '.join(str(exc).split())})") from None
+    missing = [c for c in PROFILE_COLUMNS if c not in df.columns]
+    if missing:
+        raise fail(f"not a Vidur mlp.csv profile, missing columns {missing}")
+    numeric = [c for c in PROFILE_COLUMNS if c != "use_gated_mlp"]
+    numeric += [c for c in df.columns if c.startswith("time_stats.") and c.endswith(".median")]
+    for c in numeric:
+        bad = pd.to_numeric(df[c], errors="coerce").isna().to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise fail(f"column {c} must be numeric, line {i + 2} holds {df[c].iloc[i]!r}")
+    try:
+        read_profile(path)
+    except ValueError as exc:
+        raise fail(str(exc).removeprefix(f"{path}: ")) from None
+    return text
+
+
+def _out_csv(text):
+    """argparse ``type``: a file to write (not a directory, under no file)."""
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file")
+    for parent in p.parents:
+        if parent.exists() and not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{parent} is a file, not a directory")
+    return text
 
 
 def add_parser(sub) -> None:
@@ -13,8 +57,9 @@ def add_parser(sub) -> None:
 
     q = gsub.add_parser("predict", help="predict time_stats.<op>.median for the rows of a Vidur mlp.csv profile")
     q.add_argument("--gpu", required=True, choices=["a100", "h100"])
-    q.add_argument("--profile", required=True, help="input CSV in Vidur's mlp.csv format")
-    q.add_argument("--out", required=True, help="output CSV: the same rows with predicted medians (ms)")
+    q.add_argument("--profile", required=True, type=_profile_csv, help="input CSV in Vidur's mlp.csv format")
+    q.add_argument("--out", required=True, type=_out_csv,
+                   help="output CSV: the same rows with predicted medians (ms)")
     q.add_argument("--compare", action="store_true",
                    help="print the mean absolute percentage error per operator against the input's medians")
     q.set_defaults(func=cmd_predict)

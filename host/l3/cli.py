@@ -1,7 +1,7 @@
 """``ndpim l3 ...``: the L3 host's command group (host/cli.py calls :func:`add_parser`).
 
 * ``ndpim l3 run --model M --trace T --system S [--ranksets N] [--host-memory-gb G] [--seed K] [--requests N]
-  [--gpu-memory-utilization U] [--min-gpu-tokens N|knee|ridge] --out DIR``: one run; writes the run directory
+  [--gpu-memory-utilization U] [--min-gpu-tokens N|knee|ridge] --out DIR [--force]``: one run; writes the run directory
   (config.json, requests.csv, iterations.csv, summary.json, trace.json) and prints the summary's main figures,
   the options included. Requests whose KV can never fit the system are rejected and counted (``rejected_frac``);
   when every request is, only config.json and summary.json are written, with ``"oom": true``.
@@ -12,8 +12,11 @@
 ``--jobs`` / ``--cluster`` choose the executor (local process pool or Dask); progress bars show on long runs.
 """
 
+import argparse
 import sys
 from pathlib import Path
+
+from host.cli import UsageError, check_run_dir, float_range, int_range, out_dir
 
 __all__ = ["add_parser"]
 
@@ -30,7 +33,7 @@ def _system_kw(args) -> dict:
         kw["gpu_memory_utilization"] = args.gpu_memory_utilization
     if args.min_gpu_tokens is not None:
         if not getattr(args, "system", "l3").startswith("l3"):
-            raise SystemExit(f"ndpim l3: --min-gpu-tokens applies to the L3 systems, not {args.system}")
+            raise UsageError(f"argument --min-gpu-tokens: applies to the L3 systems, not {args.system}")
         kw["min_gpu_tokens"] = args.min_gpu_tokens
     if args.predictor_seed_batches is not None:
         kw["profile_batches"] = args.predictor_seed_batches
@@ -38,15 +41,35 @@ def _system_kw(args) -> dict:
 
 
 def _add_options(p):
-    p.add_argument("--gpu-memory-utilization", type=float, default=None,
+    p.add_argument("--gpu-memory-utilization", type=float_range(0.0, 1.0, lo_open=True), default=None,
                    help="HBM fraction the serving framework may use (vLLM's headroom, e.g. 0.9); default: off, the "
                         "whole HBM less weights and activation workspace")
-    p.add_argument("--min-gpu-tokens", default=None,
+    p.add_argument("--min-gpu-tokens", type=_min_gpu_tokens, default=None,
                    help="L3 scheduler token floor (extension): a token count, 'knee' or 'ridge'; default 0, the "
                         "paper's rule as written")
-    p.add_argument("--predictor-seed-batches", type=int, default=None,
+    p.add_argument("--predictor-seed-batches", type=int_range(0), default=None,
                    help="L3 predictors: sub-batches of the start-up profile that seeds them (default 384); 0: they "
                         "start cold and learn from the run alone")
+
+
+def _min_gpu_tokens(text):
+    """argparse ``type``: a token count >= 0, 'knee' or 'ridge' (kept as given)."""
+    if text in ("knee", "ridge") or (text.isdigit() and int(text) >= 0):
+        return text
+    raise argparse.ArgumentTypeError(f"must be a token count >= 0, 'knee' or 'ridge', got {text!r}")
+
+
+def _names(allowed):
+    """argparse ``type``: a comma-separated list of names, each one of ``allowed`` (kept as given)."""
+    def parse(text):
+        names = _csv(text)
+        if not names:
+            raise argparse.ArgumentTypeError(f"expected one or more of {list(allowed)}, comma-separated")
+        bad = [n for n in names if n not in allowed]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(map(repr, bad))}; allowed: {list(allowed)}")
+        return text
+    return parse
 
 
 def _csv(s):
@@ -58,6 +81,7 @@ def cmd_run(args):
     from host.serving.rundir import write_json
     from host.l3.run import run_l3
     out = Path(args.out)
+    check_run_dir(args)
     try:
         r = run_l3(args.model, args.trace, args.system, ranksets=args.ranksets, host_memory_gb=args.host_memory_gb,
                    seed=args.seed, n_requests=args.requests, system_kw=_system_kw(args) or None,
@@ -126,31 +150,34 @@ def add_parser(subparsers):
     r.add_argument("--model", required=True, choices=MODELS)
     r.add_argument("--trace", required=True, choices=TRACES)
     r.add_argument("--system", required=True, choices=list(SYSTEMS))
-    r.add_argument("--ranksets", type=int, default=None, help="ranks per channel (default 4, L3 Table 2)")
-    r.add_argument("--host-memory-gb", type=float, default=None, help="host memory in GiB (default 2048)")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--requests", type=int, default=1000, help="requests of the trace (default 1000)")
+    # the ranges of host.l3.config.HostMemoryConfig
+    r.add_argument("--ranksets", type=int_range(1, 32), default=None, help="ranks per channel (default 4, L3 Table 2)")
+    r.add_argument("--host-memory-gb", type=float_range(1.0, float(1 << 20)), default=None,
+                   help="host memory in GiB (default 2048)")
+    r.add_argument("--seed", type=int_range(0), default=0)
+    r.add_argument("--requests", type=int_range(1), default=1000, help="requests of the trace (default 1000)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_options(r)
-    r.add_argument("--out", required=True, help="run directory")
+    r.add_argument("--out", required=True, type=out_dir, help="run directory")
+    r.add_argument("--force", action="store_true", help="write into an --out directory that already holds files")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sweep", help="throughput per model x trace x system (CSV + PNG)")
-    s.add_argument("--out", required=True)
-    s.add_argument("--models", default=",".join(MODELS))
-    s.add_argument("--traces", default=",".join(PAPER_TRACES))
-    s.add_argument("--systems", default=",".join(PAPER_SYSTEMS))
-    s.add_argument("--requests", type=int, default=1000)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True, type=out_dir)
+    s.add_argument("--models", type=_names(MODELS), default=",".join(MODELS))
+    s.add_argument("--traces", type=_names(TRACES), default=",".join(PAPER_TRACES))
+    s.add_argument("--systems", type=_names(list(SYSTEMS)), default=",".join(PAPER_SYSTEMS))
+    s.add_argument("--requests", type=int_range(1), default=1000)
+    s.add_argument("--seed", type=int_range(0), default=0)
     _add_options(s)
     add_executor_args(s)
     s.set_defaults(func=cmd_sweep)
 
     f = sub.add_parser("figures", help="every figure of the L3 study (CSV + PNG)")
-    f.add_argument("--out", required=True)
+    f.add_argument("--out", required=True, type=out_dir)
     f.add_argument("--only", nargs="*", choices=FIGURES, help="only these figures")
-    f.add_argument("--requests", type=int, default=1000)
-    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--requests", type=int_range(1), default=1000)
+    f.add_argument("--seed", type=int_range(0), default=0)
     add_executor_args(f)
     f.set_defaults(func=cmd_figures)
     return p

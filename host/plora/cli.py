@@ -1,7 +1,7 @@
 """``ndpim plora``: run one PLoRA-study configuration, run sweeps, write the figures.
 
 * ``ndpim plora run --model M --workload W --system S [--link-gbps X] [--link-latency-ns Y] [--devices N]
-  [--seed K] --out DIR``: one run directory (config.json, requests.csv, iterations.csv, summary.json,
+  [--seed K] --out DIR [--force]``: one run directory (config.json, requests.csv, iterations.csv, summary.json,
   trace.json with lanes GPU, link and one per device);
 * ``ndpim plora sweep --name NAME --out DIR``: one named sweep's CSV (``--name grid`` is the TPOT grid);
 * ``ndpim plora figures --out DIR``: CSV and PNG of every figure (host.plora.figures);
@@ -14,6 +14,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from host.cli import UsageError, check_run_dir, float_range, int_range, out_dir
+
 __all__ = ["add_parser", "cmd_run", "cmd_sweep", "cmd_figures", "cmd_kernel_table"]
 
 
@@ -23,21 +25,22 @@ def _run_args(p):
     p.add_argument("--model", required=True, choices=list(MODELS))
     p.add_argument("--workload", required=True, choices=list(WORKLOADS))
     p.add_argument("--system", required=True, choices=list(ALL_SYSTEMS))
-    p.add_argument("--link-gbps", type=float, default=None,
+    p.add_argument("--link-gbps", type=float_range(0.0, lo_open=True), default=None,
                    help="link bandwidth per direction, GB/s (default: the system's link preset)")
-    p.add_argument("--link-latency-ns", type=float, default=None,
+    p.add_argument("--link-latency-ns", type=float_range(0.0), default=None,
                    help="one-way link latency, ns (the round trip L_link is twice it; default: the preset's)")
-    p.add_argument("--devices", type=int, default=None,
+    p.add_argument("--devices", type=int_range(0, 4096), default=None,
                    help="PLoRA devices in the pool (default 4; 0: the fewest that hold the run's adapters)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--requests", type=int, default=1000, help="requests in the workload (default 1000)")
-    p.add_argument("--rate", type=float, default=10.0, help="mean arrival rate, requests/s (default 10)")
+    p.add_argument("--seed", type=int_range(0), default=0)
+    p.add_argument("--requests", type=int_range(1), default=1000, help="requests in the workload (default 1000)")
+    p.add_argument("--rate", type=float_range(0.0, lo_open=True), default=10.0,
+                   help="mean arrival rate, requests/s (default 10)")
     p.add_argument("--kv-bits", type=int, default=16, choices=[16, 8, 4])
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--concurrency", type=int, default=None,
+    mode.add_argument("--concurrency", type=int_range(1, 100_000), default=None,
                       help="closed loop: this many clients, each sending its next request when its last one "
                            "finishes (the arrival rate is ignored)")
-    mode.add_argument("--fixed-batch", type=int, default=None,
+    mode.add_argument("--fixed-batch", type=int_range(1, 100_000), default=None,
                       help="closed loop at this many clients with the batch capped at it: every system decodes at "
                            "the same batch (TPOT at matched batch)")
     p.add_argument("--ndp-model", default="auto", choices=["auto", "calibrated", "standin"])
@@ -49,7 +52,8 @@ def add_parser(sub) -> None:
 
     r = psub.add_parser("run", help="one run: writes a run directory")
     _run_args(r)
-    r.add_argument("--out", required=True, help="run directory to write")
+    r.add_argument("--out", required=True, type=out_dir, help="run directory to write")
+    r.add_argument("--force", action="store_true", help="write into an --out directory that already holds files")
     r.set_defaults(func=cmd_run)
 
     from host.sweep import add_executor_args
@@ -58,17 +62,17 @@ def add_parser(sub) -> None:
     s.add_argument("--name", required=True, choices=["grid"] + [f for f in FIGURES if f not in
                                                                ("tp_study", "ablation", "kv_dup", "strategy_mix",
                                                                 "layer_breakdown", "tpot_grid")])
-    s.add_argument("--out", required=True, help="directory for <name>.csv")
-    s.add_argument("--requests", type=int, default=100, help="requests per run (default 100)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True, type=out_dir, help="directory for <name>.csv")
+    s.add_argument("--requests", type=int_range(1), default=100, help="requests per run (default 100)")
+    s.add_argument("--seed", type=int_range(0), default=0)
     add_executor_args(s)
     s.set_defaults(func=cmd_sweep)
 
     f = psub.add_parser("figures", help="CSV and PNG of every figure of the PLoRA study")
-    f.add_argument("--out", required=True, help="directory for <figure>.csv and <figure>.png")
+    f.add_argument("--out", required=True, type=out_dir, help="directory for <figure>.csv and <figure>.png")
     f.add_argument("--only", action="append", choices=list(FIGURES), help="only this figure (repeatable)")
-    f.add_argument("--requests", type=int, default=100, help="requests per run (default 100)")
-    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--requests", type=int_range(1), default=100, help="requests per run (default 100)")
+    f.add_argument("--seed", type=int_range(0), default=0)
     f.add_argument("--reuse", action="store_true", help="reuse sweep CSVs already in --out")
     add_executor_args(f)
     f.set_defaults(func=cmd_figures)
@@ -76,7 +80,7 @@ def add_parser(sub) -> None:
     t = psub.add_parser("kernel-table", help="write the calibrated NDP model's kernel times for every shape the "
                                              "figures ask for (data/ndp_kernel_table.json)")
     t.add_argument("--out", default=None, help="table path (default data/ndp_kernel_table.json)")
-    t.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPUs)")
+    t.add_argument("--jobs", type=int_range(1), default=None, help="worker processes (default: the CPUs)")
     t.set_defaults(func=cmd_kernel_table)
 
 
@@ -87,13 +91,14 @@ def _spec(args):
                        link_latency_ns=args.link_latency_ns, devices=args.devices, seed=args.seed,
                        n_requests=args.requests, rate_per_s=args.rate, kv_bits=args.kv_bits, ndp=args.ndp_model,
                        concurrency=args.concurrency, fixed_batch=args.fixed_batch)
-    except ValueError as e:
-        raise SystemExit(f"ndpim plora run: {e}") from None
+    except ValueError as e:         # a combination the flags' own checks do not see
+        raise UsageError(str(e)) from None
 
 
 def cmd_run(args):
     from .run import run_spec
     spec = _spec(args)
+    check_run_dir(args)
     try:
         out = run_spec(spec, out_dir=args.out)
     except (ValueError, RuntimeError) as e:

@@ -128,7 +128,8 @@ def get_executor(cluster: str | None = None, jobs: int | None = None, progress: 
 
 
 def add_executor_args(parser) -> None:
-    parser.add_argument("--jobs", type=int, default=None,
+    from host.cli import int_range
+    parser.add_argument("--jobs", type=int_range(1), default=None,
                         help="local worker processes (default: the CPUs available; 1 = in this process)")
     parser.add_argument("--cluster", default=None, metavar="ADDRESS",
                         help="run on a Dask distributed cluster at this scheduler address (tcp://host:8786)")

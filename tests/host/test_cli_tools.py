@@ -39,10 +39,13 @@ def test_cli_verilog_list_and_custom_top(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "v" / "fp16_add.v").read_text().startswith("/*") or (tmp_path / "v" / "fp16_add.v").exists()
     cached = list((tmp_path / "build" / "verilog-cache").glob("*.v"))
     assert len(cached) == 1
-    with pytest.raises(SystemExit, match="lanes must be a power of two"):
-        main(["verilog", "--top", "ndp_decoder", "--preset", "tiny", "--set", "lanes=3"])
-    with pytest.raises(SystemExit, match="exactly one --top"):
-        main(["verilog", "--preset", "tiny"])
+    capsys.readouterr()
+    for argv, message in ((["--top", "ndp_decoder", "--preset", "tiny", "--set", "lanes=3"],
+                           "argument --set: lanes: NDPConfig 'tiny': lanes must be a power of two"),
+                          (["--preset", "tiny"], "argument --top: --preset / --set need exactly one --top")):
+        with pytest.raises(SystemExit) as e:
+            main(["verilog"] + argv)
+        assert e.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_ports_page_names_fields_and_bits():

@@ -33,11 +33,13 @@ def test_gpu_predict_compare(tmp_path, capsys):
     assert "MAPE per operator" in text and "attn_pre_proj" in text
 
 
-def test_gpu_predict_bad_profile(tmp_path):
+def test_gpu_predict_bad_profile(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")
-    with pytest.raises(ValueError, match="missing columns"):
+    with pytest.raises(SystemExit) as e:
         cli.main(["gpu", "predict", "--gpu", "a100", "--profile", str(bad), "--out", str(tmp_path / "o.csv")])
+    assert e.value.code == 2
+    assert "argument --profile: " in capsys.readouterr().err and not (tmp_path / "o.csv").exists()
 
 
 def test_plugin_groups_are_added(monkeypatch, capsys):
