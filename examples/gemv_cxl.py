@@ -1,7 +1,7 @@
 """One GEMV through the CXL NDP device: the host driver writes the operand into device memory over CXL.mem,
 submits the descriptor on a queue and reads the completion record; the device RTL runs under Verilator.
 
-    python examples/gemv_cxl.py [--engine verilator|amaranth]
+    python examples/gemv_cxl.py [--engine verilator|amaranth] [--waveform FILE.vcd|FILE.fst]
 
 Prints the result against numpy and the golden device model, and the descriptor's own cycles (issue, start,
 completion) from the cycle stamps of the same run.
@@ -22,7 +22,16 @@ def main(argv=None):
     ap.add_argument("--engine", default="verilator", choices=["verilator", "amaranth"])
     ap.add_argument("--k", type=int, default=256, help="input length (multiple of 8)")
     ap.add_argument("--n", type=int, default=16, help="output length (multiple of 8)")
+    ap.add_argument("--waveform", metavar="FILE", default=None,
+                    help="write the run's waveform (.vcd, or .fst with Verilator; 1 ns per device cycle)")
     args = ap.parse_args(argv)
+    engine = args.engine
+    if args.waveform is not None:
+        from sim.e2e.waveform import waveform_file_backend
+        try:
+            engine = waveform_file_backend(args.engine, args.waveform)
+        except ValueError as exc:
+            ap.error(f"--waveform: {exc}")
     window = DEPTH * 64 - 0x10000                   # the queue's data window (below)
     for name, v in (("--k", args.k), ("--n", args.n)):
         if v < 8 or v % 8:
@@ -43,7 +52,7 @@ def main(argv=None):
     sub = drv.submit(0, gemv(0x10000, args.k, args.n), x)   # input, descriptor, valid word, doorbell
     h = drv.read_completion(0, sub.index)           # waits for the completion, then reads the record
 
-    run = run_stamped(drv, [h], engine=args.engine)
+    run = run_stamped(drv, [h], engine=engine)
     rec = run.completion(h)
     y = rec.result_bits(args.n).view(np.float16)
     gold = drv.run("golden").completion(h)
@@ -58,6 +67,8 @@ def main(argv=None):
     s = run.stamps[0]
     print(f"cycles: issue {s.issue}, start {s.start}, completion {s.done}: service {s.service}, "
           f"issue-to-completion {s.latency} (whole run {run.cycles})")
+    if args.waveform is not None:
+        print(f"waveform: {args.waveform} ({run.cycles} cycles, 1 ns per cycle)")
     return 0 if np.array_equal(rec.result_bits(args.n), gold.result_bits(args.n)) else 1
 
 

@@ -93,6 +93,15 @@ def _demo(args):
     lo, hi = args.short_prompt
     if lo > hi:
         raise UsageError(f"argument --short-prompt: MIN must be <= MAX, got {lo} {hi}")
+    if args.waveform and args.waveform_format == "fst":
+        from sim.e2e.waveform import fst_available
+        engine = args.waveform_engine or ("verilator" if args.ndp_memory == "lpddr5x" else "amaranth")  # (demo.py)
+        if engine == "amaranth":
+            raise UsageError("argument --waveform-format: fst needs --waveform-engine verilator (Amaranth's "
+                             "simulator writes VCD only; it is the default with --ndp-memory burst)")
+        if not fst_available():
+            raise UsageError("argument --waveform-format: fst needs the lz4 development headers (lz4.h) for "
+                             "Verilator's FST writer, and this machine has none: use vcd")
     check_run_dir(args, default=DEMO_OUT)
     from .demo import demo
     return demo(args)

