@@ -15,6 +15,7 @@ import re
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import weakref
@@ -257,7 +258,17 @@ def build_executable(verilog: str, ports, extra_flags=(), harness_filter=None) -
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _say(msg):
+    """Progress of a Verilator build on a terminal (stderr a tty, or NDPIM_PROGRESS=1): builds of the large tops
+    take minutes and are otherwise silent; nothing under pytest or in a pipe."""
+    if os.environ.get("NDPIM_PROGRESS") == "1" or sys.stderr.isatty():
+        print(f"verilator: {msg}", file=sys.stderr, flush=True)
+
+
 def _build(verilog, wrapper, harness, extra_flags, flags, key, final, exe) -> Path:
+    t0 = time.perf_counter()
+    _say(f"building design {key[:12]} ({verilog.count(chr(10)):,} lines of Verilog; cached after this once): "
+         f"verilating ...")
     rt_flags = " ".join(VERILATOR_FLAGS + [f for f in extra_flags if not _RUNTIME_NEUTRAL.fullmatch(f)] + MAKE_FLAGS)
     runtime = BUILD_ROOT / ("runtime-" + hashlib.sha256((verilator_bin_dir() + rt_flags).encode()).hexdigest()[:16])
     BUILD_ROOT.mkdir(parents=True, exist_ok=True)
@@ -274,11 +285,13 @@ def _build(verilog, wrapper, harness, extra_flags, flags, key, final, exe) -> Pa
         _runtime_objects(runtime, obj)
         for o in RUNTIME_OBJS:  # copy2 would keep the old mtime; make must see them newer than the .mk
             shutil.copyfile(runtime / o, obj / o)
+        _say(f"design {key[:12]}: C++ compile (make -j 2) ... [{time.perf_counter() - t0:.0f} s]")
         _run_tool(["make", "-j", "2", "-f", "Vharness_top.mk", *MAKE_FLAGS], obj, "make (C++ compile)")
         if not (tmp / "sim").exists():
             raise RuntimeError(f"Verilator build failed: no executable produced in {tmp}")
         shutil.rmtree(obj, ignore_errors=True)  # keep only the sources and the executable
         _publish(tmp, final)
+        _say(f"design {key[:12]} built in {time.perf_counter() - t0:.1f} s")
     except RuntimeError:
         raise  # a failed build stays in `tmp` for inspection; the message names it
     except BaseException:
