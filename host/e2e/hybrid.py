@@ -51,7 +51,7 @@ from host.plora.manager import ManagerState, select, apply, rebuild_wave
 from host.plora.temperature import Temperature
 from host.plora.system import shape_of
 from host.l3.scheduler import PrefillItem, SchedState, schedule, ridge_tokens
-from host.l3.predictors import L3Predictors, ProfiledBatches
+from host.l3.predictors import L3Predictors, ProfiledBatches, profiled_sub_batch
 from host.l3.systems import plan_batch
 
 from . import ops
@@ -329,37 +329,95 @@ class HybridSystem(System):
     def price_decode_run(self, batch, max_iters, now):
         return None                              # every iteration computes its tokens
 
+    # ---- the model's parts of an iteration's time (compose, the start-up profile) -------------------------
+    def _base_stages(self, prefill_q, prefill_kv, n_decodes: int, logits_tokens: int):
+        """The base model's GPU time per layer of each stage (:data:`STAGES` order; the attention stage's own
+        work is charged apart) for a sub-batch of prefill chunks ``prefill_q`` over ``prefill_kv`` tokens and
+        ``n_decodes`` decodes, and the embedding, final norm and LM head of all layers, from the calibrated GPU
+        model: ``(per-stage array, head seconds)``."""
+        nl = self.cfg.n_layers
+        ti = self.gpu.iteration(self.model, tp=1, prefill_q=list(prefill_q), prefill_kv=list(prefill_kv),
+                                decode_requests=int(n_decodes), decode_kv_tokens=0, logits_tokens=int(logits_tokens))
+        o = {k: float(np.sum(v)) / nl for k, v in ti.ops.items()}
+        base = np.array([o.get("attn_pre_proj", 0) + o.get("input_layernorm", 0) + o.get("attn_rope", 0),
+                         0.0,
+                         o.get("attn_post_proj", 0) + o.get("add", 0) / 2,
+                         o.get("mlp_up_proj", 0) + o.get("post_attention_layernorm", 0) + o.get("mlp_act", 0),
+                         o.get("mlp_down_proj", 0) + o.get("add", 0) / 2])
+        return base, nl * (o.get("emb", 0) + o.get("final_norm", 0) + o.get("lm_head", 0))
+
+    def _prefill_attention_s(self, n: int, L: int) -> float:
+        """One layer's GPU attention of a prefill chunk of ``n`` tokens ending at ``L`` (roofline of its causal
+        FLOPs and its Q/K/V/output bytes)."""
+        cfg, g = self.cfg, self.cost.gpu
+        fl = 4.0 * cfg.n_heads * cfg.head_dim * n * (L - (n - 1) / 2)
+        return max(fl / g.F, (4.0 * n * cfg.hidden + 2.0 * L * cfg.hidden) / g.W_hbm)
+
     # ---- predictors (L3) ---------------------------------------------------------------------------------
     def _estimate(self, ctx, cls, chunks, done, other_chunks):
-        """Model estimate (T_GPU, T_PIM) of one sub-batch (start-up profile): decodes with contexts ``ctx`` and
-        classes ``cls``, prefill ``chunks`` over ``done`` tokens, the other sub-batch's prefill ``other_chunks``."""
+        """The performance model's times of one sub-batch for the start-up profile: decodes with contexts
+        ``ctx`` and classes ``cls``, prefill ``chunks`` over ``done`` tokens, the other sub-batch's prefill
+        ``other_chunks``. Returns ``(T_GPU, T_PIM, each prefill's attention time)`` (all layers), priced as
+        :meth:`_Iteration.compose` prices an iteration with what is known before any adapter has a strategy:
+        per layer and stage ``max(GPU, L_link + device side)``; the GPU's share is the base model of every token
+        (:meth:`_base_stages`: prefills and decodes) with the prefills' attention (:meth:`_prefill_attention_s`) in
+        the attention stage; a LoRA stage's work is its share of every request's adapter's (one adapter per request,
+        at the adapters' median rank, alternating over the devices: the demo's workload): a prefill's the faster
+        of E2 and E3 (the strategies of an adapter with nothing cached, PLoRA's prompt rule:
+        :meth:`host.plora.cost.CostModel.prefill_choice`), a decode's E3; its GPU roofline on the GPU, each
+        device's device or link time, whichever is longer, on the device side; the attention stage's is the cost model's
+        distributed attention of the NDP-resident decodes (nothing duplicated). T_PIM as compose: the rank's
+        modelled cycles of every PIM-resident head plus the PCIe round trip and transfers (the other sub-batch's
+        prefill KV offloaded meanwhile)."""
         cfg, cost = self.cfg, self.cost
-        nl = cfg.n_layers
+        nl, h, f = cfg.n_layers, cfg.hidden, cfg.ffn
+        Lk, W = self.link.rtt_ns * 1e-9, self.link.bw_gbps * 1e9
+        chunks, done = np.asarray(chunks, np.int64), np.asarray(done, np.int64)
+        ctx, cls = np.asarray(ctx, np.int64), np.asarray(cls)
         nd = len(ctx)
-        tokens = int(np.sum(chunks)) + nd
+        tp = np.array([self._prefill_attention_s(int(c), int(c + d)) for c, d in zip(chunks, done)])
         g = 0.0
+        tokens = int(chunks.sum()) + nd
         if tokens:
-            ti = self.gpu.iteration(self.model, tp=1, prefill_q=list(chunks), prefill_kv=list(np.add(chunks, done)),
-                                    decode_requests=0, logits_tokens=0)
-            g = float(ti.total_s)
-            ndp_ctx = np.array([c for c, k in zip(ctx, cls) if k == NDP], np.int64)
+            base, _ = self._base_stages(chunks, chunks + done, nd, nd)
+            gpu = base.copy()
+            gpu[STAGES.index("attn")] += float(tp.sum())
+            side = np.zeros(len(STAGES))
+            rank = int(np.median(self.ranks))
+            rows = np.zeros((self.n_dev, 7))
+            for k, n in enumerate([int(c) for c in chunks] + [1] * nd):
+                rows[k % self.n_dev] += cost.prefill_choice(rank, n, (E2, E3))[1] if k < len(chunks) else \
+                    cost.terms(rank, 1)[E3]
+            tot = rows.sum(axis=0)
+            dev_side = float(np.max(np.maximum(rows[:, 2], np.maximum(rows[:, 0], rows[:, 1]) / W)))
+            size = {"qkv": 6 * h, "o": 2 * h, "ffn_in": 2 * (h + f), "down": h + f}
+            for st, w in size.items():
+                share = w / sum(size.values())
+                gpu[STAGES.index(st)] += share * max(tot[3] / cost.gpu.W_hbm, tot[4] / cost.gpu.F)
+                side[STAGES.index(st)] = Lk + share * dev_side
+            ndp_ctx = ctx[cls == NDP]
             if len(ndp_ctx):
-                g += nl * cost.attention(ndp_ctx + 1, np.zeros(len(ndp_ctx), np.int64)).total_s
-            g += nl * len(_STAGE_MATS) * (self.link.rtt_ns * 1e-9 + 2e-6)
-        pim_ctx = [c + 1 for c, k in zip(ctx, cls) if k == PIM]
+                side[STAGES.index("attn")] = Lk + cost.attention(ndp_ctx + 1,
+                                                                 np.zeros(len(ndp_ctx), np.int64)).total_s
+            g = nl * float(np.maximum(gpu, side).sum())
+        pim_L = [int(c) + 1 for c, k in zip(ctx, cls) if k == PIM]
+        kvb = cfg.kv_bytes_per_token_layer
+        out_b = 3 * h * 2 * len(pim_L) + float(np.sum(other_chunks)) * kvb
+        in_b = h * 2 * len(pim_L)
         p = 0.0
-        if pim_ctx:
-            cyc = sum(self._pim_run_cycles([L] * cfg.n_heads) for L in pim_ctx)
-            p = nl * (cyc * self.pim_model.tm.tck_ps * 1e-12 + self.host_link.rtt_ns * 1e-9)
-        if len(other_chunks):
-            p += nl * float(np.sum(other_chunks)) * cfg.kv_bytes_per_token_layer / (self.host_link.bw_gbps * 1e9)
-        return g, p
+        if pim_L:
+            p += self._pim_run_cycles([L for L in pim_L for _ in range(cfg.n_heads)]) * self.pim_model.tm.tck_ps * 1e-12
+        if out_b or in_b:
+            p += self.host_link.rtt_ns * 1e-9 + max(out_b, in_b) / (self.host_link.bw_gbps * 1e9)
+        return g, nl * p, nl * tp
 
     def _pim_run_cycles(self, Ls):
         from .pim import run_cycles_model
         return run_cycles_model(self.pim_model, [min(int(L), self.pim.max_tokens) for L in Ls])
 
     def _startup_profile(self, n=48):
+        """Random sub-batches of the run's sizes priced by :meth:`_estimate`, the predictors' seed (L3's
+        start-up profile); the targets are L3's (:func:`host.l3.predictors.profiled_sub_batch`)."""
         rng = np.random.default_rng(self.seed + 7919)
         parts = []
         for _ in range(n):
@@ -370,19 +428,18 @@ class HybridSystem(System):
             c = rng.integers(1, 32, npre) * 16
             f = np.where(rng.random(npre) < 0.5, 0, rng.integers(0, 512, npre))
             oc = rng.integers(1, 32, int(rng.integers(0, 2))) * 16
-            g, p = self._estimate(ctx, cls, c, f, oc)
-            fc = g
-            parts.append(ProfiledBatches(
-                pim_X=np.array([[float(np.sum(ctx)), nd, float(np.sum(oc))]]), pim_y=np.array([p]),
-                p_X=np.stack([c.astype(float), f.astype(float)], axis=1).reshape(-1, 2),
-                p_y=np.full(npre, g / max(npre, 1)), batch_X=np.array([[float(np.sum(c)), nd]]),
-                batch_y=np.array([fc]), gpu_y=np.array([g]), p_owner=np.zeros(npre, np.int64)))
+            g, p, tp = self._estimate(ctx, cls, c, f, oc)
+            parts.append(profiled_sub_batch(sum_fd=float(np.sum(ctx)), n_d=nd, sum_cp_other=float(np.sum(oc)),
+                                            t_pim=p, chunks=c, done=f, t_p_each=tp, t_fc=g - float(tp.sum()),
+                                            t_gpu=g))
         return ProfiledBatches.concat(parts)
 
     def _learn(self, batch, it):
-        """Profile both sub-batches with the model's times (module docstring) for the predictors."""
+        """Profile both sub-batches with the model's times (module docstring) for the predictors: L3's targets
+        (:func:`host.l3.predictors.profiled_sub_batch`), RFR_p each prefill's attention time, RFR_batch the rest
+        of the sub-batch's T_GPU."""
         parts = []
-        sb = batch.sub_batch
+        sb = batch.sub_batch if batch.sub_batch is not None else np.zeros(len(batch), np.int8)
         for i in (0, 1):
             d = ~batch.prefill & (sb == i)
             p = batch.prefill & (sb == i)
@@ -390,13 +447,13 @@ class HybridSystem(System):
             nd = int(d.sum())
             if not nd and not p.any():
                 continue
-            c, f = batch.new_tokens[p].astype(float), batch.context[p].astype(float)
-            g, pm = it.model_t_gpu[i], it.model_t_pim[i]
-            parts.append(ProfiledBatches(
-                pim_X=np.array([[float(batch.context[d].sum()), nd, float(batch.new_tokens[po].sum())]]),
-                pim_y=np.array([pm]), p_X=np.stack([c, f], axis=1).reshape(-1, 2),
-                p_y=np.full(len(c), g / max(len(c), 1)), batch_X=np.array([[float(c.sum()), nd]]),
-                batch_y=np.array([g]), gpu_y=np.array([g]), p_owner=np.zeros(len(c), np.int64)))
+            # the sub-batch's prefill entries, in the batch's order (as batch.new_tokens[p])
+            tp = np.array([e.get("att_s", 0.0) for e in it.entries if e["sb"] == i and e["pre"]])
+            g, pm = float(it.model_t_gpu[i]), float(it.model_t_pim[i])
+            parts.append(profiled_sub_batch(sum_fd=float(batch.context[d].sum()), n_d=nd,
+                                            sum_cp_other=float(batch.new_tokens[po].sum()), t_pim=pm,
+                                            chunks=batch.new_tokens[p], done=batch.context[p], t_p_each=tp,
+                                            t_fc=g - float(tp.sum()), t_gpu=g))
         if parts:
             self.pred.observe(ProfiledBatches.concat(parts))
 
@@ -597,10 +654,9 @@ class _Iteration:
                 else:
                     for d in range(N):                                   # the prompt's KV streams to the devices
                         self.cxl_out[sub, layer, si, d] += e["n"] * kvb / N
-                fl = 4.0 * nh * hd * e["n"] * (L - (e["n"] - 1) / 2)
-                self.gpu_extra[sub, layer, si] += max(fl / s.cost.gpu.F,
-                                                      (4.0 * e["n"] * cfg.hidden + 2.0 * L * cfg.hidden) /
-                                                      s.cost.gpu.W_hbm)
+                t_att = s._prefill_attention_s(e["n"], L)
+                self.gpu_extra[sub, layer, si] += t_att
+                e["att_s"] = e.get("att_s", 0.0) + t_att          # RFR_p's target (HybridSystem._learn)
                 continue
             q = Q[e["lo"]]
             if r.place == PIM:
@@ -694,17 +750,9 @@ class _Iteration:
             if not es:
                 continue
             pre = [e for e in es if e["pre"]]
-            nd = sum(1 for e in es if not e["pre"])
-            ti = s.gpu.iteration(s.model, tp=1, prefill_q=[e["n"] for e in pre],
-                                 prefill_kv=[e["ctx"] + e["n"] for e in pre], decode_requests=nd,
-                                 decode_kv_tokens=0, logits_tokens=sum(1 for e in es if e["emit"]))
-            o = {k: float(np.sum(v)) / nl for k, v in ti.ops.items()}
-            base[i] = [o.get("attn_pre_proj", 0) + o.get("input_layernorm", 0) + o.get("attn_rope", 0),
-                       0.0,
-                       o.get("attn_post_proj", 0) + o.get("add", 0) / 2,
-                       o.get("mlp_up_proj", 0) + o.get("post_attention_layernorm", 0) + o.get("mlp_act", 0),
-                       o.get("mlp_down_proj", 0) + o.get("add", 0) / 2]
-            head += nl * (o.get("emb", 0) + o.get("final_norm", 0) + o.get("lm_head", 0))
+            base[i], h = s._base_stages([e["n"] for e in pre], [e["ctx"] + e["n"] for e in pre],
+                                        sum(1 for e in es if not e["pre"]), sum(1 for e in es if e["emit"]))
+            head += h
 
         def times(dev_cyc):
             gpu = base[:, None, :] + self.gpu_extra                        # (2, L, S)
