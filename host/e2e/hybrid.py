@@ -45,11 +45,8 @@ import numpy as np
 from host.serving import System, Batch, IterationResult, Span
 from host.serving.request import RUNNING
 from sim.golden.attention import merge_partials, prepare_query, to_fp16_bits
-from host.plora.lora import E1, E2, E3, E4, STRATEGIES, LEVEL_OF, LEVEL_NONE, LEVEL_NAMES
-from host.plora.cost import CostModel, LinkParams, GPUParams
-from host.plora.manager import ManagerState, select, apply, rebuild_wave
-from host.plora.temperature import Temperature
-from host.plora.system import shape_of
+from host.plora.lora import E1, E2, E3, E4, STRATEGIES
+from host.plora.system import PLoRASystem
 from host.l3.scheduler import PrefillItem, SchedState, schedule, ridge_tokens
 from host.l3.predictors import L3Predictors, ProfiledBatches, profiled_sub_batch
 from host.l3.systems import plan_batch
@@ -78,8 +75,6 @@ class _Req:
         self.K = [np.zeros((n, cfg.hidden), np.uint16) for _ in range(cfg.n_layers)]
         self.V = [np.zeros((n, cfg.hidden), np.uint16) for _ in range(cfg.n_layers)]
         self.n_kv = 0
-        self.dup = 0                  # tokens of the KV duplicated in HBM (short requests)
-        self.pfrac = 0.0
         self.logits = []              # float32 rows, one per emitted token
         self.slot0 = None             # first PIM slot (long requests)
 
@@ -138,11 +133,13 @@ class HybridSystem(System):
             if min_gpu_tokens is None else int(min_gpu_tokens)
         self.parallel = parallel
         self.select_every_step = select_every_step
-        self.shape = shape_of(self.model)
-        self.cost = CostModel(self.shape, ndp=ndp_timing, n_dev=self.n_dev,
-                              link=LinkParams(self.link.bw_gbps, self.link.rtt_ns),
-                              gpu=GPUParams(self.gpu_cfg.name, self.gpu_cfg.hbm_gb, self.gpu_cfg.hbm_bw_gbps,
-                                            self.gpu_cfg.fp16_tflops))
+        self.ranks = np.array([ad.rank for ad in self.adapters], np.int64)
+        # PLoRA's memory manager: the PLoRA system itself (its admission, Algorithm 1, KV duplicates, temperature
+        # and pre-caching; module docstring), on the tiny model, the e2e NDP timing and the run's HBM budget
+        self.mem = PLoRASystem(self.model, "plora", gpu=self.gpu_cfg, gpu_model=self.gpu, link=self.link,
+                               n_dev=self.n_dev, ndp=ndp_timing, seed=seed, ranks=self.ranks,
+                               hbm_budget_bytes=self.budget_bytes)
+        self.shape, self.cost = self.mem.shape, self.mem.cost
         self.t0_gpu = float(self.gpu.gemm(1, 8, 8).calibrated_s)      # one kernel's fixed cost (the fitted t0)
         self._pool = ThreadPoolExecutor(max_workers=2) if parallel and ndp.backend == "rtl" else None
         self._pim_pool = ThreadPoolExecutor(max_workers=1) if parallel and pim.backend == "rtl" else None
@@ -171,15 +168,8 @@ class HybridSystem(System):
             self.reqs.append(r)
         if pim_slots > self.pim.slots:
             raise ValueError(f"{pim_slots} PIM head slots needed, the rank was laid out for {self.pim.slots}")
-        n_ad = len(self.adapters)
-        self.ranks = np.array([ad.rank for ad in self.adapters], np.int64)
-        self.count = np.zeros(n_ad, np.int64)
-        self.state = ManagerState(budget_bytes=self.budget_bytes, allowed=(E1, E2, E3, E4), distributed=True)
-        rebuild_wave(self.state, self.cost)
-        self.temp = Temperature(n_ad)
-        self.decisions = {s: 0 for s in STRATEGIES}
-        self.paths, self.evictions = {}, {"cold": 0, "kv": 0, "hot": 0, "serving": 0}
-        self.pending_load = 0.0
+        self.mem.bind(table)
+        self.mem.keep_kv_elsewhere([r.idx for r in self.reqs if r.place == PIM])
         self.steps: list = []
         self.wave_log: list = []       # (iteration, layer, stage, device, rtl cycles, model cycles)
         self.descriptor_log: list = []  # (iteration, layer, stage, device, job, op, issue, start, done) cycles
@@ -190,9 +180,21 @@ class HybridSystem(System):
         self.captured = None           # (iteration, layer, stage, jobs per device) of the waveform's wave
         self.busy = {"gpu": 0.0, "ndp": np.zeros(self.n_dev), "pim": 0.0, "time": 0.0}
 
-    # ---- memory and strategies (PLoRA) -----------------------------------------------------------------------
-    def _rank(self, a):
-        return int(self.ranks[a])
+    # ---- memory and strategies (PLoRA): the PLoRA system's own code (module docstring) ------------------------
+    def can_admit(self, idx, now):
+        return self.mem.can_admit(idx, now)
+
+    def admission_error(self, idx):
+        return self.mem.admission_error(idx)
+
+    def on_admit(self, idx, now):
+        self.mem.on_admit(idx, now)
+
+    def on_finish(self, idx, now):
+        self.mem.on_finish(idx, now)
+
+    def on_preempt(self, idx, now):
+        self.mem.on_preempt(idx, now)
 
     def _remaining(self, a):
         t = self.table
@@ -200,102 +202,19 @@ class HybridSystem(System):
                if r.adapter == a and t.state[r.idx] == RUNNING]
         return max(1.0, float(max(rem))) if rem else 1.0
 
-    def _decide(self, a, tokens, remaining):
-        st, cost = self.state, self.cost
-        d = select(st, cost, a, tokens, rank=self._rank(a), remaining=remaining)
-        kv_ev = sum(e.kv_tokens for e in d.evictions if e.kind == "kv")
-        apply(st, cost, d, tokens=tokens, rank=self._rank(a), remaining=remaining)
-        if kv_ev > 0:
-            self._drop_dup(kv_ev)
-        self.pending_load += d.load_bytes
-        self.decisions[STRATEGIES[d.strategy]] += 1
-        self.paths[d.path] = self.paths.get(d.path, 0) + 1
-        for e in d.evictions:
-            self.evictions[e.kind] += 1
-        return d
-
-    def on_admit(self, idx, now):
-        t, st, cost = self.table, self.state, self.cost
-        for i in np.atleast_1d(idx).tolist():
-            r = self.reqs[i]
-            a = r.adapter
-            self.count[a] += 1
-            self.temp.on_requests([a])
-            self._decide(a, int(self.count[a]), max(1.0, float(t.output_tokens[i])))
-            if r.place == NDP:
-                prompt = r.prompt_len
-                p = cost.dup_fraction_for(st.n_req, st.kv_dup_tokens, st.kv_dev_tokens,
-                                          st.n_req if st.n_dev_req is None else st.n_dev_req, prompt)
-                free = st.free_bytes(cost)
-                r.pfrac = p
-                r.dup = max(0, min(int(p * prompt), int(max(free, 0.0) // cost.kv_tok)))
-                st.kv_dup_tokens += r.dup
-                st.kv_dev_tokens += prompt - r.dup
-                st.n_dev_req = (st.n_dev_req or 0) + (1 if prompt > r.dup else 0)
-                st.n_req += 1
-
-    def _drop_dup(self, tokens):
-        run = [r for r in self.reqs if r.dup > 0]
-        total = sum(r.dup for r in run)
-        if total <= 0:
-            return
-        keep = max(0.0, 1.0 - tokens / total)
-        for r in run:
-            r.dup = int(np.floor(r.dup * keep))
-            r.pfrac *= keep
-        self._refresh_kv()
-
-    def _refresh_kv(self):
-        st, t = self.state, self.table
-        live = [r for r in self.reqs if r.place == NDP and t.state[r.idx] == RUNNING]
-        st.kv_dup_tokens = float(sum(r.dup for r in live))
-        st.kv_dev_tokens = float(sum(max(0, r.n_kv - r.dup) for r in live))
-        st.n_dev_req = float(sum(1 for r in live if r.n_kv > r.dup))
-        st.n_req = len(live)
-
-    def on_finish(self, idx, now):
-        for i in np.atleast_1d(idx).tolist():
-            r = self.reqs[i]
-            self.count[r.adapter] -= 1
-            r.dup = 0
-            s = self.state.adapters.get(r.adapter)
-            if s is not None and s.serving:
-                self.state.wave.add(self.cost.terms(s.rank, s.tokens)[s.strategy], self.cost.device_of(r.adapter),
-                                    sign=-1.0)
-                if self.count[r.adapter] > 0:
-                    s.tokens = int(self.count[r.adapter])
-                    self.state.wave.add(self.cost.terms(s.rank, s.tokens)[s.strategy],
-                                        self.cost.device_of(r.adapter))
-                else:
-                    s.tokens, s.strategy = 0, None
-        self._refresh_kv()
-
     def before_batch(self, view, now):
-        st = self.state
-        for r in self.reqs:                     # the duplicated prefix keeps its fraction as the request grows
-            if r.place == NDP and self.table.state[r.idx] == RUNNING and r.pfrac > 0:
-                want = int(np.floor(r.pfrac * (r.n_kv + 1)))
-                room = int(max(st.free_bytes(self.cost), 0.0) // self.cost.kv_tok)
-                r.dup = min(max(r.dup, min(want, r.dup + room)), r.n_kv)
-        self._refresh_kv()
-        st.temperature = {k: float(v) for k, v in enumerate(self.temp.t)}
-        st.hot = frozenset(self.temp.hot(self.count > 0).tolist())
+        self.mem.before_batch(view, now)
         if self.select_every_step:              # Algorithm 1 again for every serving adapter, at its batch
-            for a in np.flatnonzero(self.count).tolist():
-                self._decide(int(a), int(self.count[a]), self._remaining(a))
+            for a in np.flatnonzero(self.mem.count).tolist():
+                self.mem.decide(int(a), int(self.mem.count[a]), self._remaining(a))
 
     def _strategy(self, a, prefill_tokens=0):
-        """Decode strategy of adapter ``a`` (the manager's), or for ``prefill_tokens`` prompt tokens the fastest
-        its caching level allows (PLoRA's rule for prompts: no new caching)."""
-        s = self.state.adapters.get(a)
+        """Decode strategy of adapter ``a`` (the manager's; E3 while it has none), or for ``prefill_tokens``
+        prompt tokens the fastest its caching level allows (PLoRA's rule for prompts: no new caching), as the PLoRA
+        system prices them."""
         if not prefill_tokens:
-            if s is None or s.strategy is None:
-                return E3
-            return s.strategy
-        lvl = s.level if s is not None else LEVEL_NONE
-        times = self.cost.standalone_s(self._rank(a), int(prefill_tokens))
-        ok = [x for x in (E1, E2, E3, E4) if LEVEL_OF[x] <= lvl]
-        return min(ok, key=lambda x: times[x])
+            return int(self.mem._strategies_of(np.array([a]))[0])
+        return int(self.mem.prefill_strategy(int(a), int(prefill_tokens))[0])
 
     # ---- the batch (L3) ----------------------------------------------------------------------------------------
     def form_batch(self, view, now):
@@ -324,7 +243,7 @@ class HybridSystem(System):
         return res
 
     def on_iteration_end(self, batch, result, now):
-        self.temp.step(1)
+        self.mem.on_iteration_end(batch, result, now)
 
     def price_decode_run(self, batch, max_iters, now):
         return None                              # every iteration computes its tokens
@@ -470,8 +389,9 @@ class HybridSystem(System):
     def summary(self):
         b = self.busy
         T = max(b["time"], 1e-30)
-        return {"strategy_counts": {"decisions": dict(self.decisions), "paths": dict(self.paths),
-                                    "evictions": dict(self.evictions)},
+        m = self.mem
+        return {"strategy_counts": {"decisions": dict(m.decisions), "paths": dict(m.paths),
+                                    "evictions": dict(m.evictions), "precached": m.precached},
                 "gpu_busy_frac": b["gpu"] / T, "pim_busy_frac": b["pim"] / T,
                 "ndp_busy_frac": (b["ndp"] / T).tolist(),
                 "residence": {str(r.rid): ("pim" if r.place == PIM else "ndp") for r in self.reqs}}
@@ -547,10 +467,13 @@ class _Iteration:
             np.zeros((0, cfg.hidden), np.uint16)
         pos = np.concatenate([np.arange(e["ctx"], e["ctx"] + e["n"]) for e in self.entries])
         # strategies of this iteration: decode rows use the manager's, prefill rows PLoRA's rule for prompts
-        groups = {}
+        groups, pre_tok = {}, {}
+        for e in self.entries:                  # an adapter's prompt tokens priced together, as PLoRA's pricing does
+            if e["pre"]:
+                pre_tok[e["r"].adapter] = pre_tok.get(e["r"].adapter, 0) + e["n"]
         for e in self.entries:
             a = e["r"].adapter
-            strat = s._strategy(a, e["n"] if e["pre"] else 0)
+            strat = s._strategy(a, pre_tok[a] if e["pre"] else 0)
             groups.setdefault((a, strat, e["sb"]), []).append(e)
             if not e["pre"]:
                 self.strat[a] = STRATEGIES[strat]
@@ -668,12 +591,13 @@ class _Iteration:
                 self.pcie[sub, layer, 1] += cfg.hidden * 2          # the attention output back
                 continue
             # short request: device shares (whole beats, beyond the duplicated prefix), the rest on the GPU
+            dup = int(s.mem.dup[r.idx])
             lanes = s.ndp.config.lanes
             cap = s.ndp_timing.max_share(hd)
             dev_pos = []
             for d in range(N):
                 p = np.arange(d, L, N)
-                p = p[p >= r.dup]
+                p = p[p >= dup]
                 p = p[:len(p) // lanes * lanes]
                 dev_pos.append(p)
             on_dev = np.zeros(L, bool)
@@ -771,10 +695,14 @@ class _Iteration:
 
         stage, gpu, dev, link = times(self.dev_cyc)
         G, P, A, B = total(stage, self.pim_cyc)
-        link_busy = (link.sum(axis=(0, 1, 2)).max() if N else 0.0) + s.pending_load / W
+        load = s.mem.pending_load
+        link_busy = (link.sum(axis=(0, 1, 2)).max() if N else 0.0) + load / W
         compute = A + B + head
         dur = max(compute, link_busy, 1e-9)
-        s.pending_load = 0.0
+        s.mem.pending_load = 0.0
+        # what the next iteration's pre-caching may load: the idle time of the links' device-to-GPU direction
+        link_in = (self.cxl_in.sum(axis=(0, 1, 2)).max() if N else 0.0) / W + load / W
+        s.mem.prefetch_budget = max(0.0, dur - link_in) * W
         pstage, *_ = times(self.dev_pred)
         self.model_t_gpu, self.model_t_pim, *_ = total(pstage, self.pim_pred)
         # spans: sub-batch 0's GPU side from 0, 1's from A; PIM for sub-batch 1 from 0, sub-batch 0 from A
