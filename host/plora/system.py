@@ -212,7 +212,7 @@ class PLoRASystem(System):
         """Requests ``idx`` keep their KV outside the device pool and HBM (a hybrid's host-memory PIM requests):
         their adapters are managed as every other's, their prompts are not duplicated and their KV is not in the
         attention estimate (call after :meth:`bind`)."""
-        self.kv_on_devices[np.atleast_1d(idx)] = False
+        self.kv_on_devices[np.asarray(idx, np.int64).ravel()] = False
         self._all_kv_on_devices = bool(self.kv_on_devices.all())
 
     def _cached_bytes(self):
