@@ -7,20 +7,28 @@ adapter (adapter ``a`` on device ``a mod n_dev``, PLoRA's placement: :meth:`host
 and the KV of the *short* requests, token-interleaved (token ``t`` on device ``t mod n_dev``); the DIMM-PIM rank
 holds the KV of the *long* requests (final context >= ``pim_min_context``), whose decode attention it computes.
 
-**Decisions: the Llama-scale code, not a copy.**
+**Decisions: the Llama-scale code, called, not copied** (issue 32; tests/host/e2e/test_e2e_hybrid_shared_code.py).
 
-* The PLoRA memory manager (:mod:`host.plora.manager`: Algorithm 1 over the cost model of
-  :mod:`host.plora.cost`, the temperature metric of :mod:`host.plora.temperature`) picks each serving adapter's
-  strategy E1-E4 -- at admission, as the PLoRA system does, and again before every iteration (the adapter's batch
-  and the HBM taken by KV duplicates change), under ``budget_bytes`` of HBM for adapter caches and KV duplicates.
-  The cost model prices the NDP device with the e2e device's calibrated model (:class:`host.e2e.perf.NDPTiming`).
-  Prefill tokens use the fastest strategy the adapter's caching level allows (PLoRA's rule for prompts).
+* PLoRA's memory manager is the PLoRA system itself (:class:`host.plora.system.PLoRASystem`, variant ``plora``,
+  as ``self.mem``) on the tiny model, the e2e device's calibrated NDP model (:class:`host.e2e.perf.NDPTiming`), the
+  run's adapter ranks and ``budget_bytes`` of HBM for adapter caches and KV duplicates: its admission (Algorithm 1
+  of :mod:`host.plora.manager` over the cost model of :mod:`host.plora.cost`, with the prompt's duplicated KV
+  fraction decided with the adapter), its KV-duplicate bookkeeping (dropped duplicates, growth, refresh),
+  ``on_finish``, its temperature metric and its pre-caching of the hottest idle adapters (the link time it may
+  use: what the iteration left idle on the device-to-GPU direction), its counters (a fallback counted as such) and
+  its prompt rule (prefill tokens use the fastest strategy the adapter's caching level allows). The long requests'
+  KV lives in the host's DIMMs: the manager manages their adapters but leaves their KV out of its own
+  (:meth:`~host.plora.system.PLoRASystem.keep_kv_elsewhere`). One addition, ``select_every_step`` (default on):
+  before every iteration :meth:`~host.plora.system.PLoRASystem.decide` runs again for every serving adapter at its
+  batch (the adapter's batch and the HBM taken by KV duplicates change; PLoRA decides at admission only).
 * The L3 scheduler (:func:`host.l3.scheduler.schedule`) forms the two sub-batches of every iteration (balanced
   split by context, with the PIM / NDP residence as the requests' class; prefills added by the stop rule, the
   last one chunked to a multiple of 16), with L3's predictors (:class:`host.l3.predictors.L3Predictors`) seeded by
-  a start-up profile and trained online. Design choice: the predictors learn from the *performance model's*
-  times of each iteration on every backend, so the ``rtl``, ``golden`` and ``perf`` runs make the same decisions
-  and are comparable iteration by iteration (the charged times are each backend's own).
+  a start-up profile and trained online on L3's targets (:func:`host.l3.predictors.profiled_sub_batch`): RFR_p on
+  each prefill's attention time, RFR_batch on the rest of the sub-batch's T_GPU, so that their sum predicts T_GPU
+  (eq. 6). Design choice: the predictors learn from the *performance model's* times of each iteration on every
+  backend, so the ``rtl``, ``golden`` and ``perf`` runs make the same decisions and are comparable iteration by
+  iteration (the charged times are each backend's own).
 
 **One iteration** (:meth:`HybridSystem.price`): every layer runs five stages, each a wave of device jobs per NDP
 device (both sub-batches' jobs in one run, sub-batch 0 first; each sub-batch is charged the device cycles its
