@@ -1,8 +1,9 @@
 """The hybrid calls PLoRA's memory manager and L3's predictor training, not copies of them (issue 32, item 2).
 
 * **Decisions**: one constructed state (admissions one by one under a tight HBM budget, the requests grown, two of
-  them finished, pre-caching given link time: PLoRA's before_batch) is fed to :class:`host.plora.system.PLoRASystem` configured as the
-  hybrid documents (the tiny model, the e2e NDP timing, the run's HBM budget and adapter ranks) and to
+  them finished, pre-caching given link time: PLoRA's before_batch) is fed to
+  :class:`host.plora.system.PLoRASystem` configured as the hybrid documents (the tiny model, the e2e NDP timing,
+  the run's HBM budget and adapter ranks) and to
   :class:`host.e2e.hybrid.HybridSystem`: every decision (strategy, caching level and batch of every adapter, the
   KV duplicated per request, the counters of decisions, paths, evictions and pre-cached adapters, the strategy of
   decode and prompt tokens) is the same. The state is rich enough that another HBM budget changes the decisions
@@ -76,7 +77,7 @@ def _mem(sys_):
     return sys_.mem if isinstance(sys_, HybridSystem) else sys_
 
 
-def _remaining(t, count_of, a):
+def _remaining(t, a):
     rem = [int(t.output_tokens[i] - t.generated[i]) for i in range(t.n)
            if int(t.adapter_id[i]) == a and t.state[i] == RUNNING]
     return max(1.0, float(max(rem))) if rem else 1.0
@@ -105,7 +106,7 @@ def _scenario(sys_, reqs, reselect=False):
         if reselect and not isinstance(sys_, HybridSystem):  # the hybrid's select_every_step, spelled out
             m = _mem(sys_)
             for a in np.flatnonzero(m.count).tolist():
-                m.decide(int(a), int(m.count[a]), _remaining(t, m.count, a))
+                m.decide(int(a), int(m.count[a]), _remaining(t, a))
         obs.append(_observe(sys_))
     return obs
 
