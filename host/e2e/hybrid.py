@@ -7,20 +7,28 @@ adapter (adapter ``a`` on device ``a mod n_dev``, PLoRA's placement: :meth:`host
 and the KV of the *short* requests, token-interleaved (token ``t`` on device ``t mod n_dev``); the DIMM-PIM rank
 holds the KV of the *long* requests (final context >= ``pim_min_context``), whose decode attention it computes.
 
-**Decisions: the Llama-scale code, not a copy.**
+**Decisions: the Llama-scale code, called, not copied** (issue 32; tests/host/e2e/test_e2e_hybrid_shared_code.py).
 
-* The PLoRA memory manager (:mod:`host.plora.manager`: Algorithm 1 over the cost model of
-  :mod:`host.plora.cost`, the temperature metric of :mod:`host.plora.temperature`) picks each serving adapter's
-  strategy E1-E4 -- at admission, as the PLoRA system does, and again before every iteration (the adapter's batch
-  and the HBM taken by KV duplicates change), under ``budget_bytes`` of HBM for adapter caches and KV duplicates.
-  The cost model prices the NDP device with the e2e device's calibrated model (:class:`host.e2e.perf.NDPTiming`).
-  Prefill tokens use the fastest strategy the adapter's caching level allows (PLoRA's rule for prompts).
+* PLoRA's memory manager is the PLoRA system itself (:class:`host.plora.system.PLoRASystem`, variant ``plora``,
+  as ``self.mem``) on the tiny model, the e2e device's calibrated NDP model (:class:`host.e2e.perf.NDPTiming`), the
+  run's adapter ranks and ``budget_bytes`` of HBM for adapter caches and KV duplicates: its admission (Algorithm 1
+  of :mod:`host.plora.manager` over the cost model of :mod:`host.plora.cost`, with the prompt's duplicated KV
+  fraction decided with the adapter), its KV-duplicate bookkeeping (dropped duplicates, growth, refresh),
+  ``on_finish``, its temperature metric and its pre-caching of the hottest idle adapters (the link time it may
+  use: what the iteration left idle on the device-to-GPU direction), its counters (a fallback counted as such) and
+  its prompt rule (prefill tokens use the fastest strategy the adapter's caching level allows). The long requests'
+  KV lives in the host's DIMMs: the manager manages their adapters but leaves their KV out of its own
+  (:meth:`~host.plora.system.PLoRASystem.keep_kv_elsewhere`). One addition, ``select_every_step`` (default on):
+  before every iteration :meth:`~host.plora.system.PLoRASystem.decide` runs again for every serving adapter at its
+  batch (the adapter's batch and the HBM taken by KV duplicates change; PLoRA decides at admission only).
 * The L3 scheduler (:func:`host.l3.scheduler.schedule`) forms the two sub-batches of every iteration (balanced
   split by context, with the PIM / NDP residence as the requests' class; prefills added by the stop rule, the
   last one chunked to a multiple of 16), with L3's predictors (:class:`host.l3.predictors.L3Predictors`) seeded by
-  a start-up profile and trained online. Design choice: the predictors learn from the *performance model's*
-  times of each iteration on every backend, so the ``rtl``, ``golden`` and ``perf`` runs make the same decisions
-  and are comparable iteration by iteration (the charged times are each backend's own).
+  a start-up profile and trained online on L3's targets (:func:`host.l3.predictors.profiled_sub_batch`): RFR_p on
+  each prefill's attention time, RFR_batch on the rest of the sub-batch's T_GPU, so that their sum predicts T_GPU
+  (eq. 6). Design choice: the predictors learn from the *performance model's* times of each iteration on every
+  backend, so the ``rtl``, ``golden`` and ``perf`` runs make the same decisions and are comparable iteration by
+  iteration (the charged times are each backend's own).
 
 **One iteration** (:meth:`HybridSystem.price`): every layer runs five stages, each a wave of device jobs per NDP
 device (both sub-batches' jobs in one run, sub-batch 0 first; each sub-batch is charged the device cycles its
@@ -45,13 +53,10 @@ import numpy as np
 from host.serving import System, Batch, IterationResult, Span
 from host.serving.request import RUNNING
 from sim.golden.attention import merge_partials, prepare_query, to_fp16_bits
-from host.plora.lora import E1, E2, E3, E4, STRATEGIES, LEVEL_OF, LEVEL_NONE, LEVEL_NAMES
-from host.plora.cost import CostModel, LinkParams, GPUParams
-from host.plora.manager import ManagerState, select, apply, rebuild_wave
-from host.plora.temperature import Temperature
-from host.plora.system import shape_of
+from host.plora.lora import E1, E2, E3, E4, STRATEGIES
+from host.plora.system import PLoRASystem
 from host.l3.scheduler import PrefillItem, SchedState, schedule, ridge_tokens
-from host.l3.predictors import L3Predictors, ProfiledBatches
+from host.l3.predictors import L3Predictors, ProfiledBatches, profiled_sub_batch
 from host.l3.systems import plan_batch
 
 from . import ops
@@ -78,8 +83,6 @@ class _Req:
         self.K = [np.zeros((n, cfg.hidden), np.uint16) for _ in range(cfg.n_layers)]
         self.V = [np.zeros((n, cfg.hidden), np.uint16) for _ in range(cfg.n_layers)]
         self.n_kv = 0
-        self.dup = 0                  # tokens of the KV duplicated in HBM (short requests)
-        self.pfrac = 0.0
         self.logits = []              # float32 rows, one per emitted token
         self.slot0 = None             # first PIM slot (long requests)
 
@@ -138,11 +141,13 @@ class HybridSystem(System):
             if min_gpu_tokens is None else int(min_gpu_tokens)
         self.parallel = parallel
         self.select_every_step = select_every_step
-        self.shape = shape_of(self.model)
-        self.cost = CostModel(self.shape, ndp=ndp_timing, n_dev=self.n_dev,
-                              link=LinkParams(self.link.bw_gbps, self.link.rtt_ns),
-                              gpu=GPUParams(self.gpu_cfg.name, self.gpu_cfg.hbm_gb, self.gpu_cfg.hbm_bw_gbps,
-                                            self.gpu_cfg.fp16_tflops))
+        self.ranks = np.array([ad.rank for ad in self.adapters], np.int64)
+        # PLoRA's memory manager: the PLoRA system itself (its admission, Algorithm 1, KV duplicates, temperature
+        # and pre-caching; module docstring), on the tiny model, the e2e NDP timing and the run's HBM budget
+        self.mem = PLoRASystem(self.model, "plora", gpu=self.gpu_cfg, gpu_model=self.gpu, link=self.link,
+                               n_dev=self.n_dev, ndp=ndp_timing, seed=seed, ranks=self.ranks,
+                               hbm_budget_bytes=self.budget_bytes)
+        self.shape, self.cost = self.mem.shape, self.mem.cost
         self.t0_gpu = float(self.gpu.gemm(1, 8, 8).calibrated_s)      # one kernel's fixed cost (the fitted t0)
         self._pool = ThreadPoolExecutor(max_workers=2) if parallel and ndp.backend == "rtl" else None
         self._pim_pool = ThreadPoolExecutor(max_workers=1) if parallel and pim.backend == "rtl" else None
@@ -171,15 +176,8 @@ class HybridSystem(System):
             self.reqs.append(r)
         if pim_slots > self.pim.slots:
             raise ValueError(f"{pim_slots} PIM head slots needed, the rank was laid out for {self.pim.slots}")
-        n_ad = len(self.adapters)
-        self.ranks = np.array([ad.rank for ad in self.adapters], np.int64)
-        self.count = np.zeros(n_ad, np.int64)
-        self.state = ManagerState(budget_bytes=self.budget_bytes, allowed=(E1, E2, E3, E4), distributed=True)
-        rebuild_wave(self.state, self.cost)
-        self.temp = Temperature(n_ad)
-        self.decisions = {s: 0 for s in STRATEGIES}
-        self.paths, self.evictions = {}, {"cold": 0, "kv": 0, "hot": 0, "serving": 0}
-        self.pending_load = 0.0
+        self.mem.bind(table)
+        self.mem.keep_kv_elsewhere([r.idx for r in self.reqs if r.place == PIM])
         self.steps: list = []
         self.wave_log: list = []       # (iteration, layer, stage, device, rtl cycles, model cycles)
         self.descriptor_log: list = []  # (iteration, layer, stage, device, job, op, issue, start, done) cycles
@@ -190,9 +188,21 @@ class HybridSystem(System):
         self.captured = None           # (iteration, layer, stage, jobs per device) of the waveform's wave
         self.busy = {"gpu": 0.0, "ndp": np.zeros(self.n_dev), "pim": 0.0, "time": 0.0}
 
-    # ---- memory and strategies (PLoRA) -----------------------------------------------------------------------
-    def _rank(self, a):
-        return int(self.ranks[a])
+    # ---- memory and strategies (PLoRA): the PLoRA system's own code (module docstring) ------------------------
+    def can_admit(self, idx, now):
+        return self.mem.can_admit(idx, now)
+
+    def admission_error(self, idx):
+        return self.mem.admission_error(idx)
+
+    def on_admit(self, idx, now):
+        self.mem.on_admit(idx, now)
+
+    def on_finish(self, idx, now):
+        self.mem.on_finish(idx, now)
+
+    def on_preempt(self, idx, now):
+        self.mem.on_preempt(idx, now)
 
     def _remaining(self, a):
         t = self.table
@@ -200,102 +210,19 @@ class HybridSystem(System):
                if r.adapter == a and t.state[r.idx] == RUNNING]
         return max(1.0, float(max(rem))) if rem else 1.0
 
-    def _decide(self, a, tokens, remaining):
-        st, cost = self.state, self.cost
-        d = select(st, cost, a, tokens, rank=self._rank(a), remaining=remaining)
-        kv_ev = sum(e.kv_tokens for e in d.evictions if e.kind == "kv")
-        apply(st, cost, d, tokens=tokens, rank=self._rank(a), remaining=remaining)
-        if kv_ev > 0:
-            self._drop_dup(kv_ev)
-        self.pending_load += d.load_bytes
-        self.decisions[STRATEGIES[d.strategy]] += 1
-        self.paths[d.path] = self.paths.get(d.path, 0) + 1
-        for e in d.evictions:
-            self.evictions[e.kind] += 1
-        return d
-
-    def on_admit(self, idx, now):
-        t, st, cost = self.table, self.state, self.cost
-        for i in np.atleast_1d(idx).tolist():
-            r = self.reqs[i]
-            a = r.adapter
-            self.count[a] += 1
-            self.temp.on_requests([a])
-            self._decide(a, int(self.count[a]), max(1.0, float(t.output_tokens[i])))
-            if r.place == NDP:
-                prompt = r.prompt_len
-                p = cost.dup_fraction_for(st.n_req, st.kv_dup_tokens, st.kv_dev_tokens,
-                                          st.n_req if st.n_dev_req is None else st.n_dev_req, prompt)
-                free = st.free_bytes(cost)
-                r.pfrac = p
-                r.dup = max(0, min(int(p * prompt), int(max(free, 0.0) // cost.kv_tok)))
-                st.kv_dup_tokens += r.dup
-                st.kv_dev_tokens += prompt - r.dup
-                st.n_dev_req = (st.n_dev_req or 0) + (1 if prompt > r.dup else 0)
-                st.n_req += 1
-
-    def _drop_dup(self, tokens):
-        run = [r for r in self.reqs if r.dup > 0]
-        total = sum(r.dup for r in run)
-        if total <= 0:
-            return
-        keep = max(0.0, 1.0 - tokens / total)
-        for r in run:
-            r.dup = int(np.floor(r.dup * keep))
-            r.pfrac *= keep
-        self._refresh_kv()
-
-    def _refresh_kv(self):
-        st, t = self.state, self.table
-        live = [r for r in self.reqs if r.place == NDP and t.state[r.idx] == RUNNING]
-        st.kv_dup_tokens = float(sum(r.dup for r in live))
-        st.kv_dev_tokens = float(sum(max(0, r.n_kv - r.dup) for r in live))
-        st.n_dev_req = float(sum(1 for r in live if r.n_kv > r.dup))
-        st.n_req = len(live)
-
-    def on_finish(self, idx, now):
-        for i in np.atleast_1d(idx).tolist():
-            r = self.reqs[i]
-            self.count[r.adapter] -= 1
-            r.dup = 0
-            s = self.state.adapters.get(r.adapter)
-            if s is not None and s.serving:
-                self.state.wave.add(self.cost.terms(s.rank, s.tokens)[s.strategy], self.cost.device_of(r.adapter),
-                                    sign=-1.0)
-                if self.count[r.adapter] > 0:
-                    s.tokens = int(self.count[r.adapter])
-                    self.state.wave.add(self.cost.terms(s.rank, s.tokens)[s.strategy],
-                                        self.cost.device_of(r.adapter))
-                else:
-                    s.tokens, s.strategy = 0, None
-        self._refresh_kv()
-
     def before_batch(self, view, now):
-        st = self.state
-        for r in self.reqs:                     # the duplicated prefix keeps its fraction as the request grows
-            if r.place == NDP and self.table.state[r.idx] == RUNNING and r.pfrac > 0:
-                want = int(np.floor(r.pfrac * (r.n_kv + 1)))
-                room = int(max(st.free_bytes(self.cost), 0.0) // self.cost.kv_tok)
-                r.dup = min(max(r.dup, min(want, r.dup + room)), r.n_kv)
-        self._refresh_kv()
-        st.temperature = {k: float(v) for k, v in enumerate(self.temp.t)}
-        st.hot = frozenset(self.temp.hot(self.count > 0).tolist())
+        self.mem.before_batch(view, now)
         if self.select_every_step:              # Algorithm 1 again for every serving adapter, at its batch
-            for a in np.flatnonzero(self.count).tolist():
-                self._decide(int(a), int(self.count[a]), self._remaining(a))
+            for a in np.flatnonzero(self.mem.count).tolist():
+                self.mem.decide(int(a), int(self.mem.count[a]), self._remaining(a))
 
     def _strategy(self, a, prefill_tokens=0):
-        """Decode strategy of adapter ``a`` (the manager's), or for ``prefill_tokens`` prompt tokens the fastest
-        its caching level allows (PLoRA's rule for prompts: no new caching)."""
-        s = self.state.adapters.get(a)
+        """Decode strategy of adapter ``a`` (the manager's; E3 while it has none), or for ``prefill_tokens``
+        prompt tokens the fastest its caching level allows (PLoRA's rule for prompts: no new caching), as the PLoRA
+        system prices them."""
         if not prefill_tokens:
-            if s is None or s.strategy is None:
-                return E3
-            return s.strategy
-        lvl = s.level if s is not None else LEVEL_NONE
-        times = self.cost.standalone_s(self._rank(a), int(prefill_tokens))
-        ok = [x for x in (E1, E2, E3, E4) if LEVEL_OF[x] <= lvl]
-        return min(ok, key=lambda x: times[x])
+            return int(self.mem._strategies_of(np.array([a]))[0])
+        return int(self.mem.prefill_strategy(int(a), int(prefill_tokens))[0])
 
     # ---- the batch (L3) ----------------------------------------------------------------------------------------
     def form_batch(self, view, now):
@@ -324,42 +251,100 @@ class HybridSystem(System):
         return res
 
     def on_iteration_end(self, batch, result, now):
-        self.temp.step(1)
+        self.mem.on_iteration_end(batch, result, now)
 
     def price_decode_run(self, batch, max_iters, now):
         return None                              # every iteration computes its tokens
 
+    # ---- the model's parts of an iteration's time (compose, the start-up profile) -------------------------
+    def _base_stages(self, prefill_q, prefill_kv, n_decodes: int, logits_tokens: int):
+        """The base model's GPU time per layer of each stage (:data:`STAGES` order; the attention stage's own
+        work is charged apart) for a sub-batch of prefill chunks ``prefill_q`` over ``prefill_kv`` tokens and
+        ``n_decodes`` decodes, and the embedding, final norm and LM head of all layers, from the calibrated GPU
+        model: ``(per-stage array, head seconds)``."""
+        nl = self.cfg.n_layers
+        ti = self.gpu.iteration(self.model, tp=1, prefill_q=list(prefill_q), prefill_kv=list(prefill_kv),
+                                decode_requests=int(n_decodes), decode_kv_tokens=0, logits_tokens=int(logits_tokens))
+        o = {k: float(np.sum(v)) / nl for k, v in ti.ops.items()}
+        base = np.array([o.get("attn_pre_proj", 0) + o.get("input_layernorm", 0) + o.get("attn_rope", 0),
+                         0.0,
+                         o.get("attn_post_proj", 0) + o.get("add", 0) / 2,
+                         o.get("mlp_up_proj", 0) + o.get("post_attention_layernorm", 0) + o.get("mlp_act", 0),
+                         o.get("mlp_down_proj", 0) + o.get("add", 0) / 2])
+        return base, nl * (o.get("emb", 0) + o.get("final_norm", 0) + o.get("lm_head", 0))
+
+    def _prefill_attention_s(self, n: int, L: int) -> float:
+        """One layer's GPU attention of a prefill chunk of ``n`` tokens ending at ``L`` (roofline of its causal
+        FLOPs and its Q/K/V/output bytes)."""
+        cfg, g = self.cfg, self.cost.gpu
+        fl = 4.0 * cfg.n_heads * cfg.head_dim * n * (L - (n - 1) / 2)
+        return max(fl / g.F, (4.0 * n * cfg.hidden + 2.0 * L * cfg.hidden) / g.W_hbm)
+
     # ---- predictors (L3) ---------------------------------------------------------------------------------
     def _estimate(self, ctx, cls, chunks, done, other_chunks):
-        """Model estimate (T_GPU, T_PIM) of one sub-batch (start-up profile): decodes with contexts ``ctx`` and
-        classes ``cls``, prefill ``chunks`` over ``done`` tokens, the other sub-batch's prefill ``other_chunks``."""
+        """The performance model's times of one sub-batch for the start-up profile: decodes with contexts
+        ``ctx`` and classes ``cls``, prefill ``chunks`` over ``done`` tokens, the other sub-batch's prefill
+        ``other_chunks``. Returns ``(T_GPU, T_PIM, each prefill's attention time)`` (all layers), priced as
+        :meth:`_Iteration.compose` prices an iteration with what is known before any adapter has a strategy:
+        per layer and stage ``max(GPU, L_link + device side)``; the GPU's share is the base model of every token
+        (:meth:`_base_stages`: prefills and decodes) with the prefills' attention (:meth:`_prefill_attention_s`) in
+        the attention stage; a LoRA stage's work is its share of every request's adapter's (one adapter per request,
+        at the adapters' median rank, alternating over the devices: the demo's workload): a prefill's the faster
+        of E2 and E3 (the strategies of an adapter with nothing cached, PLoRA's prompt rule:
+        :meth:`host.plora.cost.CostModel.prefill_choice`), a decode's E3; its GPU roofline on the GPU, each
+        device's device or link time, whichever is longer, on the device side; the attention stage's is the cost model's
+        distributed attention of the NDP-resident decodes (nothing duplicated). T_PIM as compose: the rank's
+        modelled cycles of every PIM-resident head plus the PCIe round trip and transfers (the other sub-batch's
+        prefill KV offloaded meanwhile)."""
         cfg, cost = self.cfg, self.cost
-        nl = cfg.n_layers
+        nl, h, f = cfg.n_layers, cfg.hidden, cfg.ffn
+        Lk, W = self.link.rtt_ns * 1e-9, self.link.bw_gbps * 1e9
+        chunks, done = np.asarray(chunks, np.int64), np.asarray(done, np.int64)
+        ctx, cls = np.asarray(ctx, np.int64), np.asarray(cls)
         nd = len(ctx)
-        tokens = int(np.sum(chunks)) + nd
+        tp = np.array([self._prefill_attention_s(int(c), int(c + d)) for c, d in zip(chunks, done)])
         g = 0.0
+        tokens = int(chunks.sum()) + nd
         if tokens:
-            ti = self.gpu.iteration(self.model, tp=1, prefill_q=list(chunks), prefill_kv=list(np.add(chunks, done)),
-                                    decode_requests=0, logits_tokens=0)
-            g = float(ti.total_s)
-            ndp_ctx = np.array([c for c, k in zip(ctx, cls) if k == NDP], np.int64)
+            base, _ = self._base_stages(chunks, chunks + done, nd, nd)
+            gpu = base.copy()
+            gpu[STAGES.index("attn")] += float(tp.sum())
+            side = np.zeros(len(STAGES))
+            rank = int(np.median(self.ranks))
+            rows = np.zeros((self.n_dev, 7))
+            for k, n in enumerate([int(c) for c in chunks] + [1] * nd):
+                rows[k % self.n_dev] += cost.prefill_choice(rank, n, (E2, E3))[1] if k < len(chunks) else \
+                    cost.terms(rank, 1)[E3]
+            tot = rows.sum(axis=0)
+            dev_side = float(np.max(np.maximum(rows[:, 2], np.maximum(rows[:, 0], rows[:, 1]) / W)))
+            size = {"qkv": 6 * h, "o": 2 * h, "ffn_in": 2 * (h + f), "down": h + f}
+            for st, w in size.items():
+                share = w / sum(size.values())
+                gpu[STAGES.index(st)] += share * max(tot[3] / cost.gpu.W_hbm, tot[4] / cost.gpu.F)
+                side[STAGES.index(st)] = Lk + share * dev_side
+            ndp_ctx = ctx[cls == NDP]
             if len(ndp_ctx):
-                g += nl * cost.attention(ndp_ctx + 1, np.zeros(len(ndp_ctx), np.int64)).total_s
-            g += nl * len(_STAGE_MATS) * (self.link.rtt_ns * 1e-9 + 2e-6)
-        pim_ctx = [c + 1 for c, k in zip(ctx, cls) if k == PIM]
+                side[STAGES.index("attn")] = Lk + cost.attention(ndp_ctx + 1,
+                                                                 np.zeros(len(ndp_ctx), np.int64)).total_s
+            g = nl * float(np.maximum(gpu, side).sum())
+        pim_L = [int(c) + 1 for c, k in zip(ctx, cls) if k == PIM]
+        kvb = cfg.kv_bytes_per_token_layer
+        out_b = 3 * h * 2 * len(pim_L) + float(np.sum(other_chunks)) * kvb
+        in_b = h * 2 * len(pim_L)
         p = 0.0
-        if pim_ctx:
-            cyc = sum(self._pim_run_cycles([L] * cfg.n_heads) for L in pim_ctx)
-            p = nl * (cyc * self.pim_model.tm.tck_ps * 1e-12 + self.host_link.rtt_ns * 1e-9)
-        if len(other_chunks):
-            p += nl * float(np.sum(other_chunks)) * cfg.kv_bytes_per_token_layer / (self.host_link.bw_gbps * 1e9)
-        return g, p
+        if pim_L:
+            p += self._pim_run_cycles([L for L in pim_L for _ in range(cfg.n_heads)]) * self.pim_model.tm.tck_ps * 1e-12
+        if out_b or in_b:
+            p += self.host_link.rtt_ns * 1e-9 + max(out_b, in_b) / (self.host_link.bw_gbps * 1e9)
+        return g, nl * p, nl * tp
 
     def _pim_run_cycles(self, Ls):
         from .pim import run_cycles_model
         return run_cycles_model(self.pim_model, [min(int(L), self.pim.max_tokens) for L in Ls])
 
     def _startup_profile(self, n=48):
+        """Random sub-batches of the run's sizes priced by :meth:`_estimate`, the predictors' seed (L3's
+        start-up profile); the targets are L3's (:func:`host.l3.predictors.profiled_sub_batch`)."""
         rng = np.random.default_rng(self.seed + 7919)
         parts = []
         for _ in range(n):
@@ -370,19 +355,18 @@ class HybridSystem(System):
             c = rng.integers(1, 32, npre) * 16
             f = np.where(rng.random(npre) < 0.5, 0, rng.integers(0, 512, npre))
             oc = rng.integers(1, 32, int(rng.integers(0, 2))) * 16
-            g, p = self._estimate(ctx, cls, c, f, oc)
-            fc = g
-            parts.append(ProfiledBatches(
-                pim_X=np.array([[float(np.sum(ctx)), nd, float(np.sum(oc))]]), pim_y=np.array([p]),
-                p_X=np.stack([c.astype(float), f.astype(float)], axis=1).reshape(-1, 2),
-                p_y=np.full(npre, g / max(npre, 1)), batch_X=np.array([[float(np.sum(c)), nd]]),
-                batch_y=np.array([fc]), gpu_y=np.array([g]), p_owner=np.zeros(npre, np.int64)))
+            g, p, tp = self._estimate(ctx, cls, c, f, oc)
+            parts.append(profiled_sub_batch(sum_fd=float(np.sum(ctx)), n_d=nd, sum_cp_other=float(np.sum(oc)),
+                                            t_pim=p, chunks=c, done=f, t_p_each=tp, t_fc=g - float(tp.sum()),
+                                            t_gpu=g))
         return ProfiledBatches.concat(parts)
 
     def _learn(self, batch, it):
-        """Profile both sub-batches with the model's times (module docstring) for the predictors."""
+        """Profile both sub-batches with the model's times (module docstring) for the predictors: L3's targets
+        (:func:`host.l3.predictors.profiled_sub_batch`), RFR_p each prefill's attention time, RFR_batch the rest
+        of the sub-batch's T_GPU."""
         parts = []
-        sb = batch.sub_batch
+        sb = batch.sub_batch if batch.sub_batch is not None else np.zeros(len(batch), np.int8)
         for i in (0, 1):
             d = ~batch.prefill & (sb == i)
             p = batch.prefill & (sb == i)
@@ -390,13 +374,13 @@ class HybridSystem(System):
             nd = int(d.sum())
             if not nd and not p.any():
                 continue
-            c, f = batch.new_tokens[p].astype(float), batch.context[p].astype(float)
-            g, pm = it.model_t_gpu[i], it.model_t_pim[i]
-            parts.append(ProfiledBatches(
-                pim_X=np.array([[float(batch.context[d].sum()), nd, float(batch.new_tokens[po].sum())]]),
-                pim_y=np.array([pm]), p_X=np.stack([c, f], axis=1).reshape(-1, 2),
-                p_y=np.full(len(c), g / max(len(c), 1)), batch_X=np.array([[float(c.sum()), nd]]),
-                batch_y=np.array([g]), gpu_y=np.array([g]), p_owner=np.zeros(len(c), np.int64)))
+            # the sub-batch's prefill entries, in the batch's order (as batch.new_tokens[p])
+            tp = np.array([e.get("att_s", 0.0) for e in it.entries if e["sb"] == i and e["pre"]])
+            g, pm = float(it.model_t_gpu[i]), float(it.model_t_pim[i])
+            parts.append(profiled_sub_batch(sum_fd=float(batch.context[d].sum()), n_d=nd,
+                                            sum_cp_other=float(batch.new_tokens[po].sum()), t_pim=pm,
+                                            chunks=batch.new_tokens[p], done=batch.context[p], t_p_each=tp,
+                                            t_fc=g - float(tp.sum()), t_gpu=g))
         if parts:
             self.pred.observe(ProfiledBatches.concat(parts))
 
@@ -413,8 +397,9 @@ class HybridSystem(System):
     def summary(self):
         b = self.busy
         T = max(b["time"], 1e-30)
-        return {"strategy_counts": {"decisions": dict(self.decisions), "paths": dict(self.paths),
-                                    "evictions": dict(self.evictions)},
+        m = self.mem
+        return {"strategy_counts": {"decisions": dict(m.decisions), "paths": dict(m.paths),
+                                    "evictions": dict(m.evictions), "precached": m.precached},
                 "gpu_busy_frac": b["gpu"] / T, "pim_busy_frac": b["pim"] / T,
                 "ndp_busy_frac": (b["ndp"] / T).tolist(),
                 "residence": {str(r.rid): ("pim" if r.place == PIM else "ndp") for r in self.reqs}}
@@ -490,10 +475,13 @@ class _Iteration:
             np.zeros((0, cfg.hidden), np.uint16)
         pos = np.concatenate([np.arange(e["ctx"], e["ctx"] + e["n"]) for e in self.entries])
         # strategies of this iteration: decode rows use the manager's, prefill rows PLoRA's rule for prompts
-        groups = {}
+        groups, pre_tok = {}, {}
+        for e in self.entries:                  # an adapter's prompt tokens priced together, as PLoRA's pricing does
+            if e["pre"]:
+                pre_tok[e["r"].adapter] = pre_tok.get(e["r"].adapter, 0) + e["n"]
         for e in self.entries:
             a = e["r"].adapter
-            strat = s._strategy(a, e["n"] if e["pre"] else 0)
+            strat = s._strategy(a, pre_tok[a] if e["pre"] else 0)
             groups.setdefault((a, strat, e["sb"]), []).append(e)
             if not e["pre"]:
                 self.strat[a] = STRATEGIES[strat]
@@ -597,10 +585,9 @@ class _Iteration:
                 else:
                     for d in range(N):                                   # the prompt's KV streams to the devices
                         self.cxl_out[sub, layer, si, d] += e["n"] * kvb / N
-                fl = 4.0 * nh * hd * e["n"] * (L - (e["n"] - 1) / 2)
-                self.gpu_extra[sub, layer, si] += max(fl / s.cost.gpu.F,
-                                                      (4.0 * e["n"] * cfg.hidden + 2.0 * L * cfg.hidden) /
-                                                      s.cost.gpu.W_hbm)
+                t_att = s._prefill_attention_s(e["n"], L)
+                self.gpu_extra[sub, layer, si] += t_att
+                e["att_s"] = e.get("att_s", 0.0) + t_att          # RFR_p's target (HybridSystem._learn)
                 continue
             q = Q[e["lo"]]
             if r.place == PIM:
@@ -612,12 +599,13 @@ class _Iteration:
                 self.pcie[sub, layer, 1] += cfg.hidden * 2          # the attention output back
                 continue
             # short request: device shares (whole beats, beyond the duplicated prefix), the rest on the GPU
+            dup = int(s.mem.dup[r.idx])
             lanes = s.ndp.config.lanes
             cap = s.ndp_timing.max_share(hd)
             dev_pos = []
             for d in range(N):
                 p = np.arange(d, L, N)
-                p = p[p >= r.dup]
+                p = p[p >= dup]
                 p = p[:len(p) // lanes * lanes]
                 dev_pos.append(p)
             on_dev = np.zeros(L, bool)
@@ -694,17 +682,9 @@ class _Iteration:
             if not es:
                 continue
             pre = [e for e in es if e["pre"]]
-            nd = sum(1 for e in es if not e["pre"])
-            ti = s.gpu.iteration(s.model, tp=1, prefill_q=[e["n"] for e in pre],
-                                 prefill_kv=[e["ctx"] + e["n"] for e in pre], decode_requests=nd,
-                                 decode_kv_tokens=0, logits_tokens=sum(1 for e in es if e["emit"]))
-            o = {k: float(np.sum(v)) / nl for k, v in ti.ops.items()}
-            base[i] = [o.get("attn_pre_proj", 0) + o.get("input_layernorm", 0) + o.get("attn_rope", 0),
-                       0.0,
-                       o.get("attn_post_proj", 0) + o.get("add", 0) / 2,
-                       o.get("mlp_up_proj", 0) + o.get("post_attention_layernorm", 0) + o.get("mlp_act", 0),
-                       o.get("mlp_down_proj", 0) + o.get("add", 0) / 2]
-            head += nl * (o.get("emb", 0) + o.get("final_norm", 0) + o.get("lm_head", 0))
+            base[i], h = s._base_stages([e["n"] for e in pre], [e["ctx"] + e["n"] for e in pre],
+                                        sum(1 for e in es if not e["pre"]), sum(1 for e in es if e["emit"]))
+            head += h
 
         def times(dev_cyc):
             gpu = base[:, None, :] + self.gpu_extra                        # (2, L, S)
@@ -723,10 +703,14 @@ class _Iteration:
 
         stage, gpu, dev, link = times(self.dev_cyc)
         G, P, A, B = total(stage, self.pim_cyc)
-        link_busy = (link.sum(axis=(0, 1, 2)).max() if N else 0.0) + s.pending_load / W
+        load = s.mem.pending_load
+        link_busy = (link.sum(axis=(0, 1, 2)).max() if N else 0.0) + load / W
         compute = A + B + head
         dur = max(compute, link_busy, 1e-9)
-        s.pending_load = 0.0
+        s.mem.pending_load = 0.0
+        # what the next iteration's pre-caching may load: the idle time of the links' device-to-GPU direction
+        link_in = (self.cxl_in.sum(axis=(0, 1, 2)).max() if N else 0.0) / W + load / W
+        s.mem.prefetch_budget = max(0.0, dur - link_in) * W
         pstage, *_ = times(self.dev_pred)
         self.model_t_gpu, self.model_t_pim, *_ = total(pstage, self.pim_pred)
         # spans: sub-batch 0's GPU side from 0, 1's from A; PIM for sub-batch 1 from 0, sub-batch 0 from A

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["PackedForest", "OnlineRFR", "OnlineLinear", "L3Predictors", "relative_error", "holdout_error",
-           "ProfiledBatches"]
+           "ProfiledBatches", "profiled_sub_batch"]
 
 
 class PackedForest:
@@ -320,6 +320,31 @@ class ProfiledBatches:
         keep = remap[self.p_owner] >= 0
         return ProfiledBatches(self.pim_X[rows], self.pim_y[rows], self.p_X[keep], self.p_y[keep],
                                self.batch_X[rows], self.batch_y[rows], self.gpu_y[rows], remap[self.p_owner[keep]])
+
+
+def profiled_sub_batch(*, sum_fd: float, n_d: int, sum_cp_other: float, t_pim: float, chunks, done, t_p_each,
+                       t_fc: float, t_gpu: float | None = None) -> ProfiledBatches:
+    """One profiled sub-batch as the predictors learn it (eqs. 5-6): the targets every system that uses
+    :class:`L3Predictors` trains them on (L3's :class:`host.l3.systems.L3System`, the end-to-end hybrid).
+
+    ``sum_fd``, ``n_d``: its decodes' summed context and count; ``sum_cp_other``: the other sub-batch's prefill
+    tokens (offloaded meanwhile); ``t_pim``: T_PIM, the Linear model's target. ``chunks``, ``done``: its prefill
+    requests' chunks and finished tokens; ``t_p_each``: each one's prefill-attention time, RFR_p's target (per
+    request); ``t_fc``: the sub-batch's batched FC time, RFR_batch's target, i.e. T_GPU less its prefills'
+    attention; ``t_gpu``: T_GPU as the system timed it (for the RE of T_GPU as a whole; default ``t_fc`` plus the
+    prefills' attention). ``RFR_p`` summed over the prefills plus ``RFR_batch`` predicts T_GPU (eq. 6): a
+    system must not give either model the whole T_GPU."""
+    c = np.asarray(chunks, float).ravel()
+    tp = np.asarray(t_p_each, float).ravel()
+    if len(tp) != len(c):
+        raise ValueError(f"profiled_sub_batch: {len(c)} prefill chunks, {len(tp)} prefill-attention times")
+    if t_gpu is None:
+        t_gpu = float(t_fc) + float(tp.sum())
+    return ProfiledBatches(
+        pim_X=np.array([[float(sum_fd), n_d, float(sum_cp_other)]]), pim_y=np.array([t_pim]),
+        p_X=np.stack([c, np.asarray(done, float).ravel()], axis=1).reshape(-1, 2), p_y=tp,
+        batch_X=np.array([[float(c.sum()), n_d]]), batch_y=np.array([t_fc]), gpu_y=np.array([t_gpu]),
+        p_owner=np.zeros(len(c), np.int64))
 
 
 def relative_error(y, yhat) -> float:

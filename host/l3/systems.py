@@ -45,7 +45,7 @@ from host.serving import (Batch, ContinuousBatcher, IterationResult, KVBudget, R
 from host.l3.gpu_side import GPUSide
 from host.l3.pim_side import PIMSide, RanksetPlacement
 from host.l3.pim_timing import pim_timing, rankset_model
-from host.l3.predictors import L3Predictors, ProfiledBatches
+from host.l3.predictors import L3Predictors, ProfiledBatches, profiled_sub_batch
 from host.l3.scheduler import (PrefillItem, SchedState, balanced_split, efficiency_knee_tokens, ridge_tokens,
                                schedule)
 
@@ -335,11 +335,8 @@ class L3System(_Common):
             g = fc + (self.gpu.prefill_attn(c, kv) if len(c) else 0.0)
         if p_true is None:
             p_true = self.pim.n_layers * self.pim.phase(L, cls, other_c, other_cls).total
-        return ProfiledBatches(
-            pim_X=np.array([[float(np.sum(ctx)), nd, float(np.sum(other_c))]]), pim_y=np.array([p_true]),
-            p_X=np.stack([np.asarray(c, float), np.asarray(f, float)], axis=1).reshape(-1, 2), p_y=tp_each,
-            batch_X=np.array([[float(np.sum(c)), nd]]), batch_y=np.array([fc]), gpu_y=np.array([g]),
-            p_owner=np.zeros(len(c), np.int64))
+        return profiled_sub_batch(sum_fd=float(np.sum(ctx)), n_d=nd, sum_cp_other=float(np.sum(other_c)),
+                                  t_pim=p_true, chunks=c, done=f, t_p_each=tp_each, t_fc=fc, t_gpu=g)
 
     # ---- the batch --------------------------------------------------------------------------------------------
     def form_batch(self, view, now):

@@ -76,11 +76,13 @@ class PLoRASystem(System):
     ``gpu_model``: a ``host.gpu.GPUModel`` (default: the calibrated one for ``gpu``); ``link``: a
     ``host.link.Link`` (default: the variant's preset); ``n_dev``: device count (default: the variant's);
     ``device``: the device spec (default: the variant's); ``ndp``: the NDP timing model or its kind
-    (``auto``/``calibrated``/``standin``); ``kv_bits``: 16, 8 or 4; ``seed``: adapter ranks."""
+    (``auto``/``calibrated``/``standin``); ``kv_bits``: 16, 8 or 4; ``seed``: adapter ranks; ``ranks``: every
+    adapter's rank (default: :func:`adapter_ranks`); ``hbm_budget_bytes``: HBM for adapter caches and KV duplicates
+    (default: the GPU's HBM less the weights and the workspace)."""
 
     def __init__(self, model, variant="plora", *, gpu=None, gpu_model=None, link=None, n_dev=None, device=None,
                  ndp="auto", kv_bits=16, seed=0, max_batch=DEFAULT_MAX_BATCH, max_tokens=DEFAULT_MAX_TOKENS,
-                 lora_waves_per_layer=1, batcher=None):
+                 lora_waves_per_layer=1, batcher=None, ranks=None, hbm_budget_bytes=None):
         super().__init__(batcher or ContinuousBatcher(max_requests=max_batch, max_tokens=max_tokens))
         if isinstance(variant, str):
             if variant not in VARIANTS:
@@ -115,6 +117,8 @@ class PLoRASystem(System):
         self.ndp = make_ndp_model(ndp, self.device) if isinstance(ndp, str) else ndp
         self.kv_bits = kv_bits
         self.seed = seed
+        self.given_ranks = None if ranks is None else np.asarray(ranks, np.int64)
+        self.hbm_budget_bytes = None if hbm_budget_bytes is None else float(hbm_budget_bytes)
         heads, kvh, hd = model.n_heads, model.n_kv_heads, model.head_dim
         kvb = kv_bits / 8.0
         gm = self.gpu_model
@@ -138,7 +142,13 @@ class PLoRASystem(System):
         super().bind(table)
         n = table.n
         self.n_adapters = int(table.adapter_id.max()) + 1 if n else 1
-        self.ranks = adapter_ranks(table, self.n_adapters, self.seed)
+        if self.given_ranks is None:
+            self.ranks = adapter_ranks(table, self.n_adapters, self.seed)
+        else:
+            if len(self.given_ranks) < self.n_adapters or np.any(self.given_ranks < 1):
+                raise ValueError(f"{self.name}: ranks must give every one of the {self.n_adapters} adapters a rank "
+                                 f">= 1, got {self.given_ranks.tolist()}")
+            self.ranks = self.given_ranks[:self.n_adapters].copy()
         self.rank_values = np.unique(self.ranks)
         self.rank_idx = np.searchsorted(self.rank_values, self.ranks)
         self._tab = None
@@ -158,7 +168,8 @@ class PLoRASystem(System):
         hbm = self.gpu.hbm_gb * 1e9
         self.weights_bytes = float(self.model.weight_bytes(1))
         self.workspace_bytes = WORKSPACE_FRACTION * hbm
-        budget = hbm - self.weights_bytes - self.workspace_bytes
+        budget = hbm - self.weights_bytes - self.workspace_bytes if self.hbm_budget_bytes is None \
+            else self.hbm_budget_bytes
         if budget <= 0:
             raise ValueError(f"{self.name}: {self.model.name} weights ({self.weights_bytes / 1e9:.1f} GB) leave no "
                              f"HBM on {self.gpu.name}")
@@ -185,6 +196,10 @@ class PLoRASystem(System):
         self._hot_dirty = True
         self._idle_adapters = set()
         self._est_err = []
+        #: requests whose KV the device pool holds (all, in a PLoRA system; a hybrid may keep some elsewhere: their
+        #: prompts are not duplicated in HBM and their KV is not in the attention estimate)
+        self.kv_on_devices = np.ones(n, bool)
+        self._all_kv_on_devices = True
 
     # --- memory ------------------------------------------------------------------------------------------
     def can_admit(self, idx, now):
@@ -192,6 +207,13 @@ class PLoRASystem(System):
 
     def admission_error(self, idx):
         return self.kv.admission_error(idx)
+
+    def keep_kv_elsewhere(self, idx):
+        """Requests ``idx`` keep their KV outside the device pool and HBM (a hybrid's host-memory PIM requests):
+        their adapters are managed as every other's, their prompts are not duplicated and their KV is not in the
+        attention estimate (call after :meth:`bind`)."""
+        self.kv_on_devices[np.asarray(idx, np.int64).ravel()] = False
+        self._all_kv_on_devices = bool(self.kv_on_devices.all())
 
     def _cached_bytes(self):
         return self.state.cached_bytes(self.cost)
@@ -203,24 +225,15 @@ class PLoRASystem(System):
             a = int(t.adapter_id[i])
             self.count[a] += 1
             self.temp.on_requests([a])
-            rank = int(self.ranks[a])
             remaining = float(t.output_tokens[i] - t.generated[i])
             self._refresh_hot()
             prompt = int(t.prefill_len[i])
+            if not self.kv_on_devices[i]:
+                prompt = 0
             # with distributed attention the prompt's duplication in HBM and the adapter's caching are one
             # decision (PLoRA III, V-B; manager.select's kv_tokens)
-            d = select(st, cost, a, int(self.count[a]), rank=rank, remaining=max(1.0, remaining),
-                       kv_tokens=prompt if self.variant.distributed else 0)
-            kv_ev = sum(e.kv_tokens for e in d.evictions if e.kind == "kv")
-            apply(st, cost, d, tokens=int(self.count[a]), rank=rank, remaining=max(1.0, remaining))
-            if kv_ev > 0:
-                self._drop_dup(kv_ev)
-            self._sync([a] + [e.adapter for e in d.evictions if e.kind == "serving"])
-            self.pending_load += d.load_bytes
-            self.decisions["E3 (fallback)" if d.path == "fallback" else STRATEGIES[d.strategy]] += 1
-            self.paths[d.path] = self.paths.get(d.path, 0) + 1
-            for e in d.evictions:
-                self.evictions[e.kind] += 1
+            d = self.decide(a, int(self.count[a]), max(1.0, remaining),
+                            kv_tokens=prompt if self.variant.distributed else 0)
             # the prompt's KV duplicated in HBM: with D the fraction Algorithm 1 chose with the adapter (kept as the
             # request grows); without D the KV lives in the pool (PLoRA V-B(1): placement and duplication in HBM
             # are D's), and the "-hbmkv" variants keep it in HBM as far as it fits, as before issue 30
@@ -236,7 +249,26 @@ class PLoRASystem(System):
             st.kv_dup_tokens += self.dup[i]
             st.kv_dev_tokens += prompt - self.dup[i]
             st.n_dev_req = (st.n_dev_req or 0) + (1 if prompt > self.dup[i] else 0)
-            st.n_req += 1
+            st.n_req += 1 if self.kv_on_devices[i] else 0
+
+    def decide(self, a: int, tokens: int, remaining: float, kv_tokens: int = 0):
+        """Algorithm 1 for adapter ``a`` serving ``tokens`` requests (:func:`host.plora.manager.select`), carried
+        out on the state (evictions, KV duplicates dropped, loads, the strategy the pricing reads) and counted;
+        returns the :class:`host.plora.manager.Decision`."""
+        st, cost = self.state, self.cost
+        rank = int(self.ranks[a])
+        d = select(st, cost, a, tokens, rank=rank, remaining=remaining, kv_tokens=kv_tokens)
+        kv_ev = sum(e.kv_tokens for e in d.evictions if e.kind == "kv")
+        apply(st, cost, d, tokens=tokens, rank=rank, remaining=remaining)
+        if kv_ev > 0:
+            self._drop_dup(kv_ev)
+        self._sync([a] + [e.adapter for e in d.evictions if e.kind == "serving"])
+        self.pending_load += d.load_bytes
+        self.decisions["E3 (fallback)" if d.path == "fallback" else STRATEGIES[d.strategy]] += 1
+        self.paths[d.path] = self.paths.get(d.path, 0) + 1
+        for e in d.evictions:
+            self.evictions[e.kind] += 1
+        return d
 
     def _drop_dup(self, tokens):
         """Algorithm 1 evicted ``tokens`` duplicated KV tokens: take them from the running requests in
@@ -285,6 +317,8 @@ class PLoRASystem(System):
     def before_batch(self, view, now):
         st, cost, t = self.state, self.cost, self.table
         run = view.running
+        if not self._all_kv_on_devices:
+            run = run[self.kv_on_devices[run]]
         if len(run):
             ctx = t.context(run) + 1
             self.dup[run] = self._dup_grown(run, ctx)
@@ -380,11 +414,7 @@ class PLoRASystem(System):
             strat_l.append(np.asarray(strategies))
         for a, tok in zip(pre_adapters, pre_tokens):
             a, tok = int(a), int(tok)
-            rank = int(self.ranks[a])
-            s = self.state.adapters.get(a)
-            lvl = s.level if s is not None else LEVEL_NONE
-            ok = [x for x in self.variant.allowed if LEVEL_OF[x] <= lvl] or [E3 if self.variant.uses_ndp else E2]
-            best, row = cost.prefill_choice(rank, tok, ok)
+            best, row = self.prefill_strategy(a, tok)
             w.add(row, cost.device_of(a))
             devs.append(np.array([cost.device_of(a)]))
             rows_l.append(row[None, :])
@@ -394,6 +424,14 @@ class PLoRASystem(System):
         else:
             jobs = (np.zeros(0, np.int64), np.zeros((0, 7)), np.zeros(0, np.int64))
         return w, n_strat, jobs
+
+    def prefill_strategy(self, a: int, tokens: int):
+        """The strategy of adapter ``a``'s ``tokens`` prompt tokens and its terms row: the fastest its current
+        caching level allows (no new caching for a prompt)."""
+        s = self.state.adapters.get(a)
+        lvl = s.level if s is not None else LEVEL_NONE
+        ok = [x for x in self.variant.allowed if LEVEL_OF[x] <= lvl] or [E3 if self.variant.uses_ndp else E2]
+        return self.cost.prefill_choice(int(self.ranks[a]), tokens, ok)
 
     def _strategies_of(self, adapters):
         out = self.strat[adapters]
