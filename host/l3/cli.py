@@ -146,7 +146,11 @@ def cmd_run(args):
     if args.model_config is not None:
         print(f"model: {model} from {args.model_config} (TP {setup.tp} x DP {setup.dp})")
     if "hardware" in record:
-        print("hardware: " + ", ".join(f"{k}={v}" for k, v in record["hardware"]["values"]))
+        from host.models.hardware_file import as_pairs
+        print("hardware: " + ", ".join(f"{k}={v:g}" if not isinstance(v, str) else f"{k}={v}"
+                                       for k, v in as_pairs(record["hardware"]["values"]))
+              + "".join(f" (from {args.hardware}" + (" and --set)" if args.set else ")") if args.hardware else
+                        " (from --set)"))
     if workload is not None:
         if args.rate is None:
             print(f"trace file {args.trace_file}: {len(workload)} requests, arrivals as given in the file")

@@ -42,13 +42,14 @@ class Field:
         if self.kind is str:
             return f"one of {list(self.choices)}"
         what = "an integer" if self.kind is int else "a number"
+        num = (lambda x: f"{x:.15g}")
         if self.lo is not None and self.hi is not None and not self.lo_open:
-            return f"{what} in {self.lo:g}..{self.hi:g}"
+            return f"{what} in {num(self.lo)}..{num(self.hi)}"
         parts = []
         if self.lo is not None:
-            parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
+            parts.append(f"{'>' if self.lo_open else '>='} {num(self.lo)}")
         if self.hi is not None:
-            parts.append(f"<= {self.hi:g}")
+            parts.append(f"<= {num(self.hi)}")
         return f"{what} {' and '.join(parts)}".strip()
 
     def check(self, v, raw):

@@ -17,7 +17,8 @@ not stretched) unless a rate is given: then they are shifted to start at 0 and s
 ``(n - 1) / (last - first)`` is that rate (the gaps keep their proportions, burstiness kept).
 
 Every problem is a :class:`TraceFileError` whose ``kind`` is one of :data:`TRACE_ERRORS` and whose message
-names the file, the line (CSV: the header is line 1), the column and what is allowed.
+starts with it in brackets (``[unsorted] ...``) and names the file, the line (CSV: the header is line 1), the
+column and what is allowed.
 """
 
 import csv
@@ -52,7 +53,7 @@ class TraceFileError(ValueError):
 
     def __init__(self, kind: str, message: str):
         assert kind in TRACE_ERRORS, kind
-        super().__init__(message)
+        super().__init__(f"[{kind}] {message}")
         self.kind = kind
 
 
@@ -146,6 +147,8 @@ def load_trace_file(path, *, max_context: int | None = None, n_requests: int | N
     if not path.is_file():
         raise TraceFileError("unreadable", f"{path}: no such file")
     fmt, rows, columns = _rows(path)
+    if not rows:
+        raise TraceFileError("empty", f"{path}: no requests" + (" (only a header)" if fmt == "csv" else ""))
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise TraceFileError("missing-column", f"{path}: missing column(s) {missing}; required: "
@@ -153,8 +156,6 @@ def load_trace_file(path, *, max_context: int | None = None, n_requests: int | N
                                                f"{columns})")
     if "rank" in columns and "adapter_id" not in columns:
         raise TraceFileError("missing-column", f"{path}: column rank needs column adapter_id (a rank per adapter)")
-    if not rows:
-        raise TraceFileError("empty", f"{path}: no requests (only a header)")
     has_ad, has_rank = "adapter_id" in columns, "rank" in columns
     arr, pin, pout, ad, rk = [], [], [], [], []
     ranks_of = {}
