@@ -4,7 +4,10 @@
   [--gpu-memory-utilization U] [--min-gpu-tokens N|knee|ridge] --out DIR [--force]``: one run; writes the run directory
   (config.json, requests.csv, iterations.csv, summary.json, trace.json) and prints the summary's main figures,
   the options included. Requests whose KV can never fit the system are rejected and counted (``rejected_frac``);
-  when every request is, only config.json and summary.json are written, with ``"oom": true``.
+  when every request is, only config.json and summary.json are written, with ``"oom": true``. The user's own
+  inputs (docs/inputs.md): ``--trace-file F`` (CSV / JSONL; ``--rate`` rescales its arrivals) instead of
+  ``--trace``, ``--model-config F`` (a Hugging Face config.json, with ``--tp`` / ``--dp``) instead of ``--model``,
+  ``--hardware F`` (TOML: sections gpu, link, pim) and ``--set section.field=value``; recorded in config.json.
 * ``ndpim l3 sweep --out DIR [--models ...] [--traces ...] [--systems ...]``: throughput per model x trace x
   system (throughput.csv, throughput.png).
 * ``ndpim l3 figures --out DIR [--only NAME ...]``: every figure of the study (host.l3.figures).
@@ -105,12 +108,16 @@ def _inputs(args):
         record["model_config"] = {"path": args.model_config, "sha256": file_digest(args.model_config),
                                   "model": {k: v for k, v in asdict(model).items() if k != "sources"}}
     hw = hardware_values(args, SECTIONS["l3"])
+    try:            # the model and its deployment on the preset hardware, then with the hardware values
+        l3_setup(model, tp=args.tp, dp=args.dp)
+    except ValueError as e:
+        flag = "--tp" if "TP" in str(e) else "--model-config" if args.model_config else "--model"
+        raise UsageError(f"argument {flag}: {e}") from None
     try:
         setup = l3_setup(model, ranksets=args.ranksets, host_memory_gb=args.host_memory_gb, hardware=hw,
                          tp=args.tp, dp=args.dp)
     except ValueError as e:
-        flag = ("--set" if args.set else "--hardware" if args.hardware else
-                "--model-config" if args.model_config else "--tp")
+        flag = "--set" if args.set else "--hardware" if args.hardware else "--ranksets"
         raise UsageError(f"argument {flag}: {e}") from None
     if hw:
         record["hardware"] = {"path": args.hardware, "sha256": args.hardware and file_digest(args.hardware),

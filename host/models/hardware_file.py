@@ -37,11 +37,12 @@ class Field:
     lo_open: bool = False
     choices: tuple = ()
     help: str = ""
+    pow2: bool = False
 
     def allowed(self) -> str:
         if self.kind is str:
             return f"one of {list(self.choices)}"
-        what = "an integer" if self.kind is int else "a number"
+        what = "a power of two" if self.pow2 else "an integer" if self.kind is int else "a number"
         num = (lambda x: f"{x:.15g}")
         if self.lo is not None and self.hi is not None and not self.lo_open:
             return f"{what} in {num(self.lo)}..{num(self.hi)}"
@@ -76,7 +77,7 @@ class Field:
             v = float(v)
         bad = (not math.isfinite(v) or (self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo))
                or (self.hi is not None and v > self.hi))
-        if bad:
+        if bad or (self.pow2 and int(v) & (int(v) - 1)):
             raise ValueError(f"must be {self.allowed()}, got {raw!r}")
         return v
 
@@ -104,7 +105,7 @@ FIELDS = {
             "dram_buffer_bytes": Field(int, 128, 1 << 30, help="DRAM (operand) buffer, bytes"),
             "output_buffer_bytes": Field(int, 128, 1 << 30, help="output buffer, bytes"),
             "max_batch": Field(int, 1, 4096, help="per-adapter batch of one descriptor"),
-            "lanes": Field(int, 1, 65536, help="stand-in's SFU lanes (a power of two)"),
+            "lanes": Field(int, 1, 65536, pow2=True, help="stand-in's SFU lanes"),
             "descriptor_overhead_cycles": Field(int, 0, 1_000_000, help="stand-in's fixed cost per descriptor"),
             "buffers": Field(int, 1, 64, help="buffer sets (calibrated model: 1 only)")},
     "pim": {"channels": Field(int, 1, 64, help="host memory channels (a multiple of the deployment's DP)"),

@@ -2,7 +2,10 @@
 
 * ``ndpim plora run --model M --workload W --system S [--link-gbps X] [--link-latency-ns Y] [--devices N]
   [--seed K] --out DIR [--force]``: one run directory (config.json, requests.csv, iterations.csv, summary.json,
-  trace.json with lanes GPU, link and one per device);
+  trace.json with lanes GPU, link and one per device); the user's own inputs (docs/inputs.md): ``--trace-file F``
+  (CSV / JSONL) instead of ``--workload``, ``--model-config F`` (a Hugging Face config.json) instead of ``--model``,
+  ``--hardware F`` (TOML: sections gpu, link, ndp) and ``--set section.field=value``, each checked before the run
+  directory is made and recorded in config.json (``inputs``: path and sha256);
 * ``ndpim plora sweep --name NAME --out DIR``: one named sweep's CSV (``--name grid`` is the TPOT grid);
 * ``ndpim plora figures --out DIR``: CSV and PNG of every figure (host.plora.figures);
 * ``ndpim plora kernel-table``: write data/ndp_kernel_table.json, the calibrated NDP model's kernel times for

@@ -190,6 +190,7 @@ BAD_SETS = {
     "section-here": ("pim.ranksets=4", "plora", "section [pim] does not apply here; allowed: ['gpu', 'link', 'ndp']"),
     "section": ("dram.x=1", "l3", "unknown section 'dram'; allowed: ['gpu', 'link', 'pim']"),
     "syntax": ("ndp.internal_bw_gbps", "plora", "expected section.field=value"),
+    "pow2": ("ndp.lanes=48", "plora", "ndp.lanes must be a power of two in 1..65536, got '48'"),
     "preset": ("gpu.preset=v100", "l3", "gpu.preset must be one of ['a100', 'h100'], got 'v100'"),
 }
 
@@ -252,6 +253,8 @@ def files(tmp_path):
         f[case] = _write(tmp_path, f"{case}{Path(name).suffix}", text)
     f["llama"] = _write(tmp_path, "llama.json", LLAMA2_7B_HF)
     f["bad_heads"] = _write(tmp_path, "bad_heads.json", {**LLAMA2_7B_HF, "num_attention_heads": 0})
+    f["heads64"] = _write(tmp_path, "heads64.json", {**LLAMA2_7B_HF, "num_attention_heads": 64,
+                                                     "num_key_value_heads": 64})
     f["qwen"] = _write(tmp_path, "qwen.json", QWEN3_30B_A3B_HF)
     f["opt"] = _write(tmp_path, "opt.json", OPT_66B_HF)
     f["hw_bad"] = _write(tmp_path, "hw_bad.toml", "[ndp]\ninternal_bw_gbps = 0\n")
@@ -297,9 +300,12 @@ BAD_LINES = {
     "l3-set-ndp": (LT + ["--set", "ndp.macs=2048"], "--set", "section [ndp] does not apply here"),
     "l3-channels": (LT + ["--set", "pim.channels=6"], "--set", "6 host channels cannot be split evenly over DP = 4"),
     "l3-config-no-tp": (["l3", "run", "--model-config", "{llama}", "--system", "l3", "--trace-file", "{good}",
-                         "--out", "{run}"], "--model-config", "give its TP and DP (--tp, --dp)"),
+                         "--out", "{run}"], "--tp", "give its TP and DP (--tp, --dp)"),
     "l3-config-moe": (["l3", "run", "--model-config", "{qwen}", "--system", "l3", "--trace-file", "{good}", "--tp",
                        "2", "--dp", "1", "--out", "{run}"], "--model-config", "dense models only"),
+    "l3-config-head-dim": (["l3", "run", "--model-config", "{heads64}", "--system", "l3", "--trace-file", "{good}",
+                            "--tp", "1", "--dp", "1", "--set", "pim.ranksets=8", "--out", "{run}"], "--model-config",
+                           "llama-2-7b-hf: head_dim 64; the DIMM-PIM PAPER geometry computes heads of 128"),
     "l3-tp": (LT + ["--tp", "0"], "--tp", "must be an integer in 1..8, got 0"),
     "l3-tp-dp": (LT + ["--tp", "4", "--dp", "4"], "--tp", "needs 16 GPUs, the dgx-a100 has 8"),
 }
@@ -424,3 +430,16 @@ def test_hardware_reaches_the_l3_setup_and_gpu_model(files):
     assert float(g.fc(1, 1)) > float(g0.fc(1, 1))         # a decode step's weights stream at the slower HBM
     m = load_hf_config(files["opt"], tp=2, dp=4)
     assert l3_setup(m, tp=2, dp=4).describe()["tp"] == 2
+
+
+def test_a_run_is_reproduced_from_its_config_json(files, tmp_path):
+    """config.json's spec (lists where the RunSpec had tuples) runs the same run again."""
+    from host.plora.run import RunSpec, run_spec
+    run = str(tmp_path / "r")
+    assert cli.main([a.format(**files) for a in PT[:-2]] + ["--trace-file", files["good"], "--set",
+                                                           "ndp.internal_bw_gbps=550", "--rate", "3", "--out", run]) == 0
+    cfg = json.loads((Path(run) / "config.json").read_text())
+    again = run_spec(RunSpec(**cfg["spec"])).summary
+    s = json.loads((Path(run) / "summary.json").read_text())
+    assert again["tpot_ms_mean"] == pytest.approx(s["tpot_ms_mean"], rel=1e-12)
+    assert again["ndp_geometry"] == s["ndp_geometry"] and "32 LPDDR5X" in s["ndp_geometry"]
