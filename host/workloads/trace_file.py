@@ -66,7 +66,7 @@ def _rows(path: Path):
     """``(format, [(line, {column: value})], columns)``; values are strings (CSV) or JSON values (JSONL)."""
     suffix = path.suffix.lower()
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")        # (a spreadsheet's byte-order mark dropped)
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceFileError("unreadable", f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
     if suffix == ".csv":

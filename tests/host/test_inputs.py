@@ -125,6 +125,8 @@ def test_good_traces_load_as_given(tmp_path):
     assert j.prompt_tokens.tolist() == [100, 300, 64] and "['note'] ignored" in " ".join(j.notes)
     assert len(set(j.extra["rank"].tolist()) - {8, 16, 32, 64, 128}) == 0
     assert load_trace_file(_write(tmp_path, "t.csv", GOOD_CSV), n_requests=2).arrival_s.tolist() == [0.0, 0.5]
+    bom = load_trace_file(_write(tmp_path, "excel.csv", "\ufeff" + GOOD_CSV.replace("\n", "\r\n")))
+    assert bom.prompt_tokens.tolist() == [100, 200, 50, 80]      # a spreadsheet's CSV: byte-order mark, CRLF
     with pytest.raises(TraceFileError) as e:
         load_trace_file(_write(tmp_path, "t.csv", GOOD_CSV), n_requests=5)
     assert e.value.kind == "too-few"
