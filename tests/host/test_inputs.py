@@ -375,9 +375,15 @@ def test_a_jsonl_trace_runs_rescaled_and_says_so(files, tmp_path, capsys):
 def test_a_trace_runs_end_to_end_on_l3(files, tmp_path, capsys):
     run = str(tmp_path / "l")
     assert cli.main(["l3", "run", "--model", "opt-66b", "--system", "l3", "--trace-file", files["good"],
-                     "--predictor-seed-batches", "0", "--no-progress", "--out", run]) == 0
-    assert "arrivals as given in the file" in capsys.readouterr().out
+                     "--predictor-seed-batches", "0", "--hardware", files["hw_pim"], "--set", "link.bw_gbps=16",
+                     "--no-progress", "--out", run]) == 0
+    out = capsys.readouterr().out
+    assert "arrivals as given in the file" in out and f"pim.ranksets=8 (from {files['hw_pim']} and --set)" in out
     assert json.loads((Path(run) / "summary.json").read_text())["finished"] == 4
+    cfg = json.loads((Path(run) / "config.json").read_text())
+    assert cfg["setup"]["ranksets"] == 8 and cfg["setup"]["host_link_gbps_per_replica"] == 16.0   # TP 2: one uplink
+    assert cfg["inputs"]["hardware"]["values"] == {"pim": {"ranksets": 8}, "link": {"bw_gbps": 16.0}}
+    assert cfg["inputs"]["trace_file"]["path"] == files["good"]
     assert sorted(_requests(run)["output_tokens"]) == [10, 15, 20, 30]
 
 
