@@ -82,7 +82,7 @@ def _csv(s):
 def _inputs(args):
     """The run's setup, workload (a trace file's, or None) and the record of the user's files, every input checked
     before any work (a bad one is a UsageError naming its flag)."""
-    from host.l3.config import DEPLOYMENTS, l3_setup
+    from host.l3.config import l3_setup
     from host.l3.traces import MAX_TOTAL_TOKENS
     from host.models.hardware_file import SECTIONS
     from host.workloads.trace_file import TraceFileError, file_digest, load_trace_file
