@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["main", "UsageError", "int_range", "float_range", "out_dir", "check_run_dir"]
+__all__ = ["main", "UsageError", "int_range", "float_range", "out_dir", "existing_file", "hardware_values", "check_run_dir"]
 
 
 class UsageError(Exception):
@@ -70,6 +70,35 @@ def out_dir(text):
         if parent.exists() and not parent.is_dir():
             raise argparse.ArgumentTypeError(f"{parent} is a file, not a directory")
     return text
+
+
+def existing_file(text):
+    """argparse ``type``: a path to an existing regular file (an input the command reads)."""
+    p = Path(text)
+    if not p.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file")
+    if not p.is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a regular file")
+    return text
+
+
+def hardware_values(args, sections) -> dict:
+    """``{section: {field: value}}`` of ``--hardware FILE`` with the ``--set section.field=value`` overrides on top
+    (host.models.hardware_file), every value checked: a bad one is a :class:`UsageError` naming the flag."""
+    from host.models.hardware_file import load_hardware, merge, parse_set
+    values = None
+    if args.hardware is not None:
+        try:
+            values = load_hardware(args.hardware, sections)
+        except ValueError as e:
+            raise UsageError(f"argument --hardware: {e}") from None
+    sets = []
+    for text in args.set or ():
+        try:
+            sets.append(parse_set(text, sections))
+        except ValueError as e:
+            raise UsageError(f"argument --set: {e}") from None
+    return merge(values, sets)
 
 
 def check_run_dir(args, *, default: str | None = None) -> None:

@@ -4,7 +4,10 @@
   [--gpu-memory-utilization U] [--min-gpu-tokens N|knee|ridge] --out DIR [--force]``: one run; writes the run directory
   (config.json, requests.csv, iterations.csv, summary.json, trace.json) and prints the summary's main figures,
   the options included. Requests whose KV can never fit the system are rejected and counted (``rejected_frac``);
-  when every request is, only config.json and summary.json are written, with ``"oom": true``.
+  when every request is, only config.json and summary.json are written, with ``"oom": true``. The user's own
+  inputs (docs/inputs.md): ``--trace-file F`` (CSV / JSONL; ``--rate`` rescales its arrivals) instead of
+  ``--trace``, ``--model-config F`` (a Hugging Face config.json, with ``--tp`` / ``--dp``) instead of ``--model``,
+  ``--hardware F`` (TOML: sections gpu, link, pim) and ``--set section.field=value``; recorded in config.json.
 * ``ndpim l3 sweep --out DIR [--models ...] [--traces ...] [--systems ...]``: throughput per model x trace x
   system (throughput.csv, throughput.png).
 * ``ndpim l3 figures --out DIR [--only NAME ...]``: every figure of the study (host.l3.figures).
@@ -16,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from host.cli import UsageError, check_run_dir, float_range, int_range, out_dir
+from host.cli import UsageError, check_run_dir, existing_file, float_range, hardware_values, int_range, out_dir
 
 __all__ = ["add_parser"]
 
@@ -76,28 +79,111 @@ def _csv(s):
     return [x for x in s.split(",") if x]
 
 
+def _inputs(args):
+    """The run's setup, workload (a trace file's, or None) and the record of the user's files, every input checked
+    before any work (a bad one is a UsageError naming its flag)."""
+    from host.l3.config import l3_setup
+    from host.l3.traces import MAX_TOTAL_TOKENS
+    from host.models.hardware_file import SECTIONS
+    from host.workloads.trace_file import TraceFileError, file_digest, load_trace_file
+    if (args.model is None) == (args.model_config is None):
+        raise UsageError("argument --model: give --model or --model-config (one of them)")
+    if (args.trace is None) == (args.trace_file is None):
+        raise UsageError("argument --trace: give --trace or --trace-file (one of them)")
+    if args.rate is not None and args.trace_file is None:
+        raise UsageError("argument --rate: rescales the arrivals of a --trace-file (the generated traces arrive at "
+                         "t = 0)")
+    record = {}
+    model = args.model
+    if args.model_config is not None:
+        from dataclasses import asdict
+        from host.models.hf import load_hf_config
+        try:
+            model = load_hf_config(args.model_config)
+        except ValueError as e:
+            raise UsageError(f"argument --model-config: {e}") from None
+        if model.is_moe:
+            raise UsageError(f"argument --model-config: {args.model_config}: an MoE model; the L3 GPU side prices "
+                             f"dense models only")
+        record["model_config"] = {"path": args.model_config, "sha256": file_digest(args.model_config),
+                                  "model": {k: v for k, v in asdict(model).items() if k != "sources"}}
+    hw = hardware_values(args, SECTIONS["l3"])
+    try:            # the model and its deployment on the preset hardware, then with the hardware values
+        l3_setup(model, tp=args.tp, dp=args.dp)
+    except ValueError as e:
+        flag = "--tp" if "TP" in str(e) else "--model-config" if args.model_config else "--model"
+        raise UsageError(f"argument {flag}: {e}") from None
+    try:
+        setup = l3_setup(model, ranksets=args.ranksets, host_memory_gb=args.host_memory_gb, hardware=hw,
+                         tp=args.tp, dp=args.dp)
+    except ValueError as e:
+        flag = "--set" if args.set else "--hardware" if args.hardware else "--ranksets"
+        raise UsageError(f"argument {flag}: {e}") from None
+    if hw:
+        record["hardware"] = {"path": args.hardware, "sha256": args.hardware and file_digest(args.hardware),
+                              "values": hw}
+    workload = None
+    if args.trace_file is not None:
+        m = setup.model
+        # the L3 Table 3 models run as the paper runs them, without their context limit (host/models/llm.py), up to
+        # the rank PU buffer's tokens; a model from a config.json also within its max_position_embeddings
+        limit, what = MAX_TOTAL_TOKENS, f"the PIM rank buffer's {MAX_TOTAL_TOKENS} tokens (L3 4.4)"
+        if args.model_config is not None and 0 < m.max_context < limit:
+            limit, what = m.max_context, f"{m.name}'s context (max_position_embeddings)"
+        try:
+            workload = load_trace_file(args.trace_file, max_context=limit, n_requests=args.requests,
+                                       rate_per_s=args.rate, seed=args.seed, context_source=what)
+        except TraceFileError as e:
+            raise UsageError(f"argument {'--requests' if e.kind == 'too-few' else '--trace-file'}: {e}") from None
+        record["trace_file"] = {"path": args.trace_file, "sha256": file_digest(args.trace_file),
+                                "arrivals": "as given" if args.rate is None else f"rescaled to {args.rate:g} "
+                                                                                  f"requests/s"}
+    return setup, workload, record
+
+
 def cmd_run(args):
     from host.serving import EngineConfig
     from host.serving.rundir import write_json
     from host.l3.run import run_l3
     out = Path(args.out)
+    setup, workload, record = _inputs(args)
     check_run_dir(args)
+    model = setup.model.name
+    trace = args.trace or f"file:{Path(args.trace_file).name}"
+    if args.model_config is not None:
+        print(f"model: {model} from {args.model_config} (TP {setup.tp} x DP {setup.dp})")
+    if "hardware" in record:
+        from host.models.hardware_file import as_pairs
+        print("hardware: " + ", ".join(f"{k}={v:g}" if not isinstance(v, str) else f"{k}={v}"
+                                       for k, v in as_pairs(record["hardware"]["values"]))
+              + "".join(f" (from {args.hardware}" + (" and --set)" if args.set else ")") if args.hardware else
+                        " (from --set)"))
+    if workload is not None:
+        if args.rate is None:
+            print(f"trace file {args.trace_file}: {len(workload)} requests, arrivals as given in the file")
+        else:
+            print(f"trace file {args.trace_file}: {len(workload)} requests, arrivals rescaled from "
+                  f"{workload.params['rate_per_s_in_file']:.4g} to {args.rate:.4g} requests/s (--rate)")
     try:
-        r = run_l3(args.model, args.trace, args.system, ranksets=args.ranksets, host_memory_gb=args.host_memory_gb,
-                   seed=args.seed, n_requests=args.requests, system_kw=_system_kw(args) or None,
-                   engine=EngineConfig(progress=not args.no_progress and sys.stderr.isatty()))
+        r = run_l3(model, trace, args.system, ranksets=args.ranksets, host_memory_gb=args.host_memory_gb,
+                   seed=args.seed, n_requests=args.requests or 1000, system_kw=_system_kw(args) or None,
+                   engine=EngineConfig(progress=not args.no_progress and sys.stderr.isatty()), setup=setup,
+                   workload=workload)
     except ValueError as exc:
         raise SystemExit(f"ndpim l3 run: {exc}")
+    extra = {"command": " ".join(sys.argv)}
+    if record:
+        extra["inputs"] = record
     if r.output is None:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "config.json", r.config)
+        write_json(out / "config.json", {**r.config, **extra})
         write_json(out / "summary.json", r.summary)
-        print(f"{args.system} on {args.model} / {args.trace}: out of memory: {r.summary['oom_reason']}")
+        print(f"{args.system} on {model} / {trace}: out of memory: {r.summary['oom_reason']}")
         print(f"wrote {out}/config.json, summary.json")
         return 0
-    r.output.write(out, {"command": " ".join(sys.argv)})
+    r.output.write(out, extra)
     s = r.summary
-    print(f"{args.system} on {args.model} / {args.trace} ({s['requests']} of {s['requests_offered']} requests "
+    print(f"{args.system} on {model} / {trace} ({s['requests']} of {s['requests_offered']} requests "
           f"served, {s['rejected']} rejected as never fitting; {s.get('replicas', 1)} replica(s)):")
     for k in _MAIN:
         if k in s and s[k] is not None:
@@ -147,15 +233,32 @@ def add_parser(subparsers):
     sub = p.add_subparsers(dest="l3_command", required=True)
 
     r = sub.add_parser("run", help="one run (a model, a trace, a system) -> a run directory")
-    r.add_argument("--model", required=True, choices=MODELS)
-    r.add_argument("--trace", required=True, choices=TRACES)
+    r.add_argument("--model", choices=MODELS, help="an L3 Table 3 model (or --model-config)")
+    r.add_argument("--model-config", type=existing_file, metavar="FILE",
+                   help="the model from a Hugging Face config.json instead of --model (dense, head_dim 128; with "
+                        "--tp and --dp; docs/inputs.md)")
+    r.add_argument("--tp", type=int_range(1, 8), default=None,
+                   help="tensor-parallel GPUs per replica (default: L3 Table 3's for --model)")
+    r.add_argument("--dp", type=int_range(1, 8), default=None,
+                   help="data-parallel replicas (default: L3 Table 3's for --model; TP x DP <= the node's 8 GPUs)")
+    r.add_argument("--trace", choices=TRACES, help="a built-in trace (or --trace-file)")
+    r.add_argument("--trace-file", type=existing_file, metavar="FILE",
+                   help="requests from a CSV or JSONL file instead of --trace (columns: docs/inputs.md); arrivals "
+                        "kept as given unless --rate rescales them")
+    r.add_argument("--rate", type=float_range(0.0, lo_open=True), default=None,
+                   help="with --trace-file: rescale its arrivals to this mean rate, requests/s")
     r.add_argument("--system", required=True, choices=list(SYSTEMS))
+    r.add_argument("--hardware", type=existing_file, metavar="FILE",
+                   help="GPU, link and DIMM-PIM parameters from a TOML file (sections gpu, link, pim; docs/inputs.md)")
+    r.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", default=None,
+                   help="override one hardware parameter, e.g. pim.ranksets=8 (repeatable; after --hardware)")
     # the ranges of host.l3.config.HostMemoryConfig
     r.add_argument("--ranksets", type=int_range(1, 32), default=None, help="ranks per channel (default 4, L3 Table 2)")
     r.add_argument("--host-memory-gb", type=float_range(1.0, float(1 << 20)), default=None,
                    help="host memory in GiB (default 2048)")
     r.add_argument("--seed", type=int_range(0), default=0)
-    r.add_argument("--requests", type=int_range(1), default=1000, help="requests of the trace (default 1000)")
+    r.add_argument("--requests", type=int_range(1), default=None,
+                   help="requests of the trace (default 1000; --trace-file: all of the file's, else its first N)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_options(r)
     r.add_argument("--out", required=True, type=out_dir, help="run directory")

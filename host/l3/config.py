@@ -139,23 +139,51 @@ class L3Setup:
 
     def describe(self) -> dict:
         return {"model": self.model.name, "tp": self.tp, "dp": self.dp, "node": self.node.name,
-                "gpu": self.node.gpu.name, "host_channels": self.host.channels, "ranksets": self.host.ranksets,
+                "gpu": self.node.gpu.name, "gpu_hbm_gb": self.node.gpu.hbm_gb,
+                "gpu_hbm_bw_gbps": self.node.gpu.hbm_bw_gbps, "gpu_fp16_tflops": self.node.gpu.fp16_tflops,
+                "host_link_rtt_ns": self.host_link.rtt_ns, "host_channels": self.host.channels, "ranksets": self.host.ranksets,
                 "host_capacity_gib": self.host.capacity_gib, "host_link": self.host_link.name,
                 "host_link_gbps_per_replica": self.host_link_gbps,
                 "channels_per_replica": self.channels_per_replica, "heads_per_rank": self.heads_per_rank,
                 "kv_bytes_per_token": self.kv_bytes_per_token}
 
 
-def l3_setup(model: str, *, ranksets: int | None = None, host_memory_gb: float | None = None) -> L3Setup:
+def l3_setup(model, *, ranksets: int | None = None, host_memory_gb: float | None = None,
+             hardware: dict | None = None, tp: int | None = None, dp: int | None = None) -> L3Setup:
     """The L3 Table 3 deployment of ``model`` (``opt-66b``, ``gpt-89b``, ``gpt-175b``) on the Table 2 host,
-    optionally with other ranksets / host capacity (GiB)."""
-    if model not in DEPLOYMENTS:
-        raise ValueError(f"unknown L3 model {model!r}; allowed: {sorted(DEPLOYMENTS)}")
-    tp, dp = DEPLOYMENTS[model]
-    m = get_model(model)
-    if (m.tp, m.dp) != (tp, dp):
-        raise ValueError(f"{model}: host.models says TP {m.tp} x DP {m.dp}, L3 Table 3 says {tp} x {dp}")
-    s = L3Setup(model=m, tp=tp, dp=dp)
+    optionally with other ranksets / host capacity (GiB).
+
+    ``model`` may also be an :class:`LLMConfig` (e.g. from a Hugging Face config.json, host.models.hf), run at
+    ``tp`` x ``dp`` (required for a model L3 Table 3 does not deploy; else they override its deployment).
+    ``hardware``: ``{section: {field: value}}`` (host.models.hardware_file, sections gpu, link, pim) replacing
+    fields of the node's GPU, the GPU-host link and the host memory; ``ranksets`` / ``host_memory_gb`` then
+    apply on top (the flags)."""
+    from host.models.hardware_file import SECTIONS, apply, apply_gpu
+    if isinstance(model, LLMConfig):
+        m = model
+        if m.name in DEPLOYMENTS and (tp is None or dp is None):
+            tp, dp = tp or DEPLOYMENTS[m.name][0], dp or DEPLOYMENTS[m.name][1]
+        if tp is None or dp is None:
+            raise ValueError(f"{m.name}: not an L3 Table 3 deployment; give its TP and DP (--tp, --dp)")
+    else:
+        if model not in DEPLOYMENTS:
+            raise ValueError(f"unknown L3 model {model!r}; allowed: {sorted(DEPLOYMENTS)}")
+        t3, d3 = DEPLOYMENTS[model]
+        m = get_model(model)
+        if (m.tp, m.dp) != (t3, d3):
+            raise ValueError(f"{model}: host.models says TP {m.tp} x DP {m.dp}, L3 Table 3 says {t3} x {d3}")
+        tp, dp = tp or t3, dp or d3
+    hw = hardware or {}
+    bad = sorted(set(hw) - set(SECTIONS["l3"]))
+    if bad:
+        raise ValueError(f"hardware sections {bad} do not apply to an L3 run; allowed: {list(SECTIONS['l3'])}")
+    node = DGX_A100
+    if hw.get("gpu"):
+        node = replace(node, gpu=apply_gpu(node.gpu, hw["gpu"]))
+    link = PCIE4_X16
+    if hw.get("link"):
+        link = link.with_(bw_gbps=hw["link"].get("bw_gbps"), rtt_ns=hw["link"].get("rtt_ns"))
+    s = L3Setup(model=m, tp=tp, dp=dp, node=node, host=apply(L3_HOST_MEMORY, hw.get("pim")), host_link=link)
     if ranksets is not None or host_memory_gb is not None:
         s = s.with_host(ranksets=ranksets, capacity_gib=host_memory_gb)
     return s

@@ -19,9 +19,18 @@ from host.gpu.model import GPUModel, get_gpu_model
 __all__ = ["GPUSide", "gpu_model"]
 
 
-def gpu_model(gpu_name: str) -> GPUModel:
-    """The process-wide GPU model of ``gpu_name`` (host-core's shared instance: tables built once)."""
-    return get_gpu_model(gpu_name)
+def gpu_model(gpu) -> GPUModel:
+    """The process-wide GPU model of ``gpu`` (a preset's name, or a GPUConfig: a preset's shares host-core's
+    instance, tables built once; another, e.g. from ``--hardware``, gets its own, shared by the replicas)."""
+    from host.models.hardware import GPUS
+    if isinstance(gpu, str) or GPUS.get(gpu.name) == gpu:
+        return get_gpu_model(gpu if isinstance(gpu, str) else gpu.name)
+    if gpu not in _CUSTOM:
+        _CUSTOM[gpu] = GPUModel(gpu)
+    return _CUSTOM[gpu]
+
+
+_CUSTOM = {}
 
 
 class GPUSide:
@@ -32,7 +41,7 @@ class GPUSide:
         if m.is_moe:
             raise ValueError(f"{m.name}: the L3 GPU side prices dense models only")
         self.setup, self.model, self.tp = setup, m, setup.tp
-        self.g = gpu if gpu is not None else gpu_model(setup.node.gpu.name)
+        self.g = gpu if gpu is not None else gpu_model(setup.node.gpu)
         self.heads = m.n_heads // self.tp
         self.kv_heads = max(m.n_kv_heads // self.tp, 1)
         self.n_layers = m.n_layers

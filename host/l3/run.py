@@ -166,12 +166,13 @@ class L3Run:
 
 def run_l3(model: str, trace: str, system: str, *, ranksets: int | None = None, host_memory_gb: float | None = None,
            seed: int = 0, n_requests: int = 1000, workload=None, engine: EngineConfig | None = None,
-           system_kw: dict | None = None) -> L3Run:
-    """Run ``system`` on ``model``'s L3 deployment with ``trace`` (or ``workload``); see the module docstring."""
+           system_kw: dict | None = None, setup=None) -> L3Run:
+    """Run ``system`` on ``model``'s L3 deployment (or ``setup``, an L3Setup) with ``trace`` (or ``workload``); see
+    the module docstring."""
     if system not in SYSTEMS:
         raise ValueError(f"unknown system {system!r}; allowed: {list(SYSTEMS)}")
     wall0 = time.perf_counter()
-    setup = l3_setup(model, ranksets=ranksets, host_memory_gb=host_memory_gb)
+    setup = setup if setup is not None else l3_setup(model, ranksets=ranksets, host_memory_gb=host_memory_gb)
     w = workload if workload is not None else load_trace(trace, n_requests, seed)
     table = w.to_table()
     config = {"model": model, "trace": trace, "system_name": system, "seed": seed, "setup": setup.describe(),

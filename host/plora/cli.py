@@ -2,7 +2,10 @@
 
 * ``ndpim plora run --model M --workload W --system S [--link-gbps X] [--link-latency-ns Y] [--devices N]
   [--seed K] --out DIR [--force]``: one run directory (config.json, requests.csv, iterations.csv, summary.json,
-  trace.json with lanes GPU, link and one per device);
+  trace.json with lanes GPU, link and one per device); the user's own inputs (docs/inputs.md): ``--trace-file F``
+  (CSV / JSONL) instead of ``--workload``, ``--model-config F`` (a Hugging Face config.json) instead of ``--model``,
+  ``--hardware F`` (TOML: sections gpu, link, ndp) and ``--set section.field=value``, each checked before the run
+  directory is made and recorded in config.json (``inputs``: path and sha256);
 * ``ndpim plora sweep --name NAME --out DIR``: one named sweep's CSV (``--name grid`` is the TPOT grid);
 * ``ndpim plora figures --out DIR``: CSV and PNG of every figure (host.plora.figures);
 * ``ndpim plora kernel-table``: write data/ndp_kernel_table.json, the calibrated NDP model's kernel times for
@@ -14,7 +17,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from host.cli import UsageError, check_run_dir, float_range, int_range, out_dir
+from host.cli import UsageError, check_run_dir, existing_file, float_range, hardware_values, int_range, out_dir
 
 __all__ = ["add_parser", "cmd_run", "cmd_sweep", "cmd_figures", "cmd_kernel_table"]
 
@@ -22,8 +25,13 @@ __all__ = ["add_parser", "cmd_run", "cmd_sweep", "cmd_figures", "cmd_kernel_tabl
 def _run_args(p):
     from .config import ALL_SYSTEMS
     from .run import MODELS, WORKLOADS
-    p.add_argument("--model", required=True, choices=list(MODELS))
-    p.add_argument("--workload", required=True, choices=list(WORKLOADS))
+    p.add_argument("--model", choices=list(MODELS), help="a preset model (or --model-config)")
+    p.add_argument("--model-config", type=existing_file, metavar="FILE",
+                   help="the model from a Hugging Face config.json instead of --model (docs/inputs.md)")
+    p.add_argument("--workload", choices=list(WORKLOADS), help="a built-in workload (or --trace-file)")
+    p.add_argument("--trace-file", type=existing_file, metavar="FILE",
+                   help="requests from a CSV or JSONL file instead of --workload (columns: docs/inputs.md); "
+                        "arrivals kept as given unless --rate rescales them")
     p.add_argument("--system", required=True, choices=list(ALL_SYSTEMS))
     p.add_argument("--link-gbps", type=float_range(0.0, lo_open=True), default=None,
                    help="link bandwidth per direction, GB/s (default: the system's link preset)")
@@ -32,9 +40,11 @@ def _run_args(p):
     p.add_argument("--devices", type=int_range(0, 4096), default=None,
                    help="PLoRA devices in the pool (default 4; 0: the fewest that hold the run's adapters)")
     p.add_argument("--seed", type=int_range(0), default=0)
-    p.add_argument("--requests", type=int_range(1), default=1000, help="requests in the workload (default 1000)")
-    p.add_argument("--rate", type=float_range(0.0, lo_open=True), default=10.0,
-                   help="mean arrival rate, requests/s (default 10)")
+    p.add_argument("--requests", type=int_range(1), default=None,
+                   help="requests in the workload (default 1000; --trace-file: all of the file's, else its first N)")
+    p.add_argument("--rate", type=float_range(0.0, lo_open=True), default=None,
+                   help="mean arrival rate, requests/s (default 10; --trace-file: rescale the file's arrivals to "
+                        "this rate, default: as given)")
     p.add_argument("--kv-bits", type=int, default=16, choices=[16, 8, 4])
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--concurrency", type=int_range(1, 100_000), default=None,
@@ -44,6 +54,12 @@ def _run_args(p):
                       help="closed loop at this many clients with the batch capped at it: every system decodes at "
                            "the same batch (TPOT at matched batch)")
     p.add_argument("--ndp-model", default="auto", choices=["auto", "calibrated", "standin"])
+    p.add_argument("--hardware", type=existing_file, metavar="FILE",
+                   help="GPU, link and NDP-device parameters from a TOML file (sections gpu, link, ndp; "
+                        "docs/inputs.md)")
+    p.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", default=None,
+                   help="override one hardware parameter, e.g. ndp.internal_bw_gbps=550 (repeatable; after "
+                        "--hardware)")
 
 
 def add_parser(sub) -> None:
@@ -85,27 +101,78 @@ def add_parser(sub) -> None:
 
 
 def _spec(args):
-    from .run import RunSpec
+    """The RunSpec of the command line, every input checked (files included) before any work: a bad value is a
+    UsageError naming its flag."""
+    from .run import RunSpec, build_workload, resolve
+    from host.models.hardware_file import SECTIONS, as_pairs
+    if (args.model is None) == (args.model_config is None):
+        raise UsageError("argument --model: give --model or --model-config (one of them)")
+    if (args.workload is None) == (args.trace_file is None):
+        raise UsageError("argument --workload: give --workload or --trace-file (one of them)")
+    model = args.model
+    if args.model_config is not None:
+        from host.models.hf import load_hf_config
+        try:
+            model = load_hf_config(args.model_config).name
+        except ValueError as e:
+            raise UsageError(f"argument --model-config: {e}") from None
+    hw = hardware_values(args, SECTIONS["plora"])
+    trace = args.trace_file is not None
     try:
-        return RunSpec(model=args.model, workload=args.workload, system=args.system, link_gbps=args.link_gbps,
+        spec = RunSpec(model=model, model_config=args.model_config, workload="file" if trace else args.workload,
+                       trace_file=args.trace_file, system=args.system, link_gbps=args.link_gbps,
                        link_latency_ns=args.link_latency_ns, devices=args.devices, seed=args.seed,
-                       n_requests=args.requests, rate_per_s=args.rate, kv_bits=args.kv_bits, ndp=args.ndp_model,
-                       concurrency=args.concurrency, fixed_batch=args.fixed_batch)
+                       n_requests=args.requests if args.requests is not None or trace else 1000,
+                       rate_per_s=args.rate if args.rate is not None or trace else 10.0, kv_bits=args.kv_bits,
+                       ndp=args.ndp_model, concurrency=args.concurrency, fixed_batch=args.fixed_batch,
+                       hardware=as_pairs(hw), hardware_file=args.hardware)
     except ValueError as e:         # a combination the flags' own checks do not see
         raise UsageError(str(e)) from None
+    try:
+        resolve(spec)
+    except ValueError as e:
+        flag = "--set" if args.set else "--hardware" if args.hardware else "--model-config"
+        raise UsageError(f"argument {flag}: {e}") from None
+    if trace:
+        from host.workloads import TraceFileError
+        try:
+            args._workload = build_workload(spec)
+        except TraceFileError as e:
+            raise UsageError(f"argument {'--requests' if e.kind == 'too-few' else '--trace-file'}: {e}") from None
+    return spec
+
+
+def _say_inputs(spec, args) -> None:
+    """One line per user input: what was loaded, and what happened to the trace's arrivals."""
+    if spec.model_config is not None:
+        print(f"model: {spec.model} from {spec.model_config}")
+    if spec.hardware:
+        print(f"hardware: {', '.join(f'{k}={v:g}' if not isinstance(v, str) else f'{k}={v}' for k, v in spec.hardware)}"
+              + (f" (from {spec.hardware_file} and --set)" if spec.hardware_file and args.set else
+                 f" (from {spec.hardware_file})" if spec.hardware_file else " (from --set)"))
+    w = getattr(args, "_workload", None)
+    if w is not None:
+        p = w.params
+        if spec.rate_per_s is None:
+            print(f"trace file {spec.trace_file}: {len(w)} requests, arrivals as given in the file")
+        else:
+            print(f"trace file {spec.trace_file}: {len(w)} requests, arrivals rescaled from "
+                  f"{p['rate_per_s_in_file']:.4g} to {spec.rate_per_s:.4g} requests/s (--rate)")
 
 
 def cmd_run(args):
     from .run import run_spec
     spec = _spec(args)
     check_run_dir(args)
+    _say_inputs(spec, args)
     try:
         out = run_spec(spec, out_dir=args.out)
     except (ValueError, RuntimeError) as e:
         raise SystemExit(f"ndpim plora run: {e}") from None
     s = out.summary
     keys = ("tpot_ms_mean", "tpot_ms_p99", "ttft_s_mean", "throughput_tok_s", "kv_dup_fraction")
-    print(f"{spec.system} on {spec.model} / {spec.workload}: " + ", ".join(f"{k} {s[k]:.4g}" for k in keys))
+    wname = f"file:{Path(spec.trace_file).name}" if spec.trace_file else spec.workload
+    print(f"{spec.system} on {spec.model} / {wname}: " + ", ".join(f"{k} {s[k]:.4g}" for k in keys))
     print(f"gpu_mem_gb: {json.dumps({k: round(float(v), 3) for k, v in s['gpu_mem_gb'].items()})}")
     print(f"strategy_counts: {json.dumps(s['strategy_counts'].get('decisions', {}))}")
     print(f"regime: mean batch {s['mean_batch']:.1f}, {s['adapters_touched']} adapters touched "

@@ -11,7 +11,7 @@ from .config import (VARIANTS, SYSTEM_NAMES, ALL_SYSTEMS, default_link_name, DEF
 from .lora import STRATEGIES
 
 __all__ = ["RunSpec", "MODELS", "WORKLOADS", "build_workload", "build_system", "run_spec", "run_point",
-           "SUMMARY_KEYS"]
+           "SUMMARY_KEYS", "load_model", "resolve", "inputs_record"]
 
 #: The models and workloads the PLoRA study runs (names of ``host.models`` and ``host.workloads``).
 MODELS = ("llama2-7b", "llama2-13b", "llama3-8b", "qwen3-30b-a3b")
@@ -32,7 +32,13 @@ class RunSpec:
     (stand-in model); ``max_batch`` / ``max_tokens``: the batcher; ``concurrency``: closed loop with that many
     clients (each sends its next request when its previous one finishes; the arrival process is ignored);
     ``fixed_batch``: closed loop with ``fixed_batch`` clients and the batch capped at ``fixed_batch`` (every
-    system decodes at the same batch: TPOT at matched batch)."""
+    system decodes at the same batch: TPOT at matched batch).
+
+    The user's own inputs (docs/inputs.md): ``trace_file``: a CSV / JSONL request trace (``workload`` is then
+    ``"file"``; ``n_requests`` None takes every request; ``rate_per_s`` None keeps its arrivals as given, a rate
+    rescales them); ``model_config``: a Hugging Face config.json (``model`` is then the name the run gives it);
+    ``hardware``: ``(("section.field", value), ...)`` from a TOML file (``hardware_file``, recorded) and
+    ``--set``, replacing fields of the run's GPU, link and NDP device (host.models.hardware_file)."""
 
     model: str = "llama2-7b"
     workload: str = "uniform"
@@ -57,14 +63,23 @@ class RunSpec:
     lora_waves_per_layer: int = 1
     concurrency: int | None = None
     fixed_batch: int | None = None
+    trace_file: str | None = None
+    model_config: str | None = None
+    hardware: tuple = ()
+    hardware_file: str | None = None
     tag: str = ""
 
     def __post_init__(self):
         from host.models import MODELS as ALL_MODELS
-        if self.model not in ALL_MODELS:
+        if self.model_config is None and self.model not in ALL_MODELS:
             raise ValueError(f"unknown model {self.model!r}; allowed: {sorted(ALL_MODELS)}")
-        if self.workload not in WORKLOADS:
+        if self.trace_file is not None:
+            if self.workload != "file":
+                raise ValueError(f"a trace file is workload 'file', got workload {self.workload!r}")
+        elif self.workload not in WORKLOADS:
             raise ValueError(f"unknown workload {self.workload!r}; allowed: {list(WORKLOADS)}")
+        elif self.rate_per_s is None or self.n_requests is None:
+            raise ValueError("rate_per_s and n_requests may be None only with a trace file")
         if self.system not in ALL_SYSTEMS:
             raise ValueError(f"unknown system {self.system!r}; allowed: {list(ALL_SYSTEMS)}")
         checks = [("link_gbps", self.link_gbps, 0.0, False), ("link_latency_ns", self.link_latency_ns, 0.0, True),
@@ -78,7 +93,7 @@ class RunSpec:
             raise ValueError(f"devices must be in 1..4096 (or 0 for automatic), got {self.devices}")
         if self.buffers is not None and not 1 <= self.buffers <= 64:
             raise ValueError(f"buffers must be in 1..64, got {self.buffers}")
-        if self.n_requests < 1:
+        if self.n_requests is not None and self.n_requests < 1:
             raise ValueError(f"n_requests must be >= 1, got {self.n_requests}")
         if self.arrival not in ("gamma", "burst"):
             raise ValueError(f"arrival must be 'gamma' or 'burst', got {self.arrival!r}")
@@ -92,14 +107,56 @@ class RunSpec:
             raise ValueError("give concurrency (closed loop) or fixed_batch (closed loop at the batch cap), not both")
         if self.output_tokens is not None and self.output_tokens < 1:
             raise ValueError(f"output_tokens must be >= 1, got {self.output_tokens}")
+        self._check_hardware()
+
+    def _check_hardware(self):
+        from host.models.hardware_file import FIELDS, SECTIONS, as_dict
+        pairs = tuple((str(k), v) for k, v in self.hardware or ())     # (config.json gives lists back)
+        object.__setattr__(self, "hardware", tuple(sorted(pairs)))
+        for key, v in pairs:
+            section, _, name = key.partition(".")
+            if section not in SECTIONS["plora"] or name not in FIELDS[section]:
+                raise ValueError(f"hardware: no field {key} on a PLoRA run; sections: {list(SECTIONS['plora'])}")
+            FIELDS[section][name].check(v, v)
+        hw = as_dict(pairs)
+        twice = [(flag, key) for flag, v, key in
+                 (("link_gbps (--link-gbps)", self.link_gbps, "link.bw_gbps"),
+                  ("link_latency_ns (--link-latency-ns)", self.link_latency_ns, "link.rtt_ns"),
+                  ("device_bw_gbps", self.device_bw_gbps, "ndp.internal_bw_gbps"),
+                  ("ndp_tflops", self.ndp_tflops, "ndp.macs"), ("buffers", self.buffers, "ndp.buffers"),
+                  ("buffer_mb", self.buffer_mb, "ndp.dram_buffer_bytes"))
+                 if v is not None and key.split(".")[1] in hw.get(key.split(".")[0], {})]
+        if twice:
+            flag, key = twice[0]
+            raise ValueError(f"{flag} and hardware {key} both set the same parameter; give one")
+        if hw.get("ndp") and self.system not in VARIANTS:
+            raise ValueError(f"hardware [ndp]: system {self.system} has no NDP memory device (the PLoRA family has)")
+
+    def hardware_values(self) -> dict:
+        from host.models.hardware_file import as_dict
+        return as_dict(self.hardware)
 
     def with_(self, **kw) -> "RunSpec":
         return replace(self, **kw)
 
 
+def load_model(spec: RunSpec):
+    """The LLMConfig of ``spec``: the preset, or the Hugging Face config.json of ``model_config``."""
+    if spec.model_config is not None:
+        from host.models.hf import load_hf_config
+        return load_hf_config(spec.model_config, name=spec.model)
+    from host.models import get_model
+    return get_model(spec.model)
+
+
 def build_workload(spec: RunSpec):
-    from host.workloads import plora_workload, lmsys_substitute, Workload
-    if spec.workload == "trace":
+    from host.workloads import plora_workload, lmsys_substitute, load_trace_file
+    if spec.trace_file is not None:
+        model = load_model(spec)
+        w = load_trace_file(spec.trace_file, max_context=model.max_context, n_requests=spec.n_requests,
+                            rate_per_s=spec.rate_per_s, seed=spec.seed,
+                            context_source=f"{model.name}'s context (max_position_embeddings)")
+    elif spec.workload == "trace":
         w = lmsys_substitute(n_requests=spec.n_requests, rate_per_s=spec.rate_per_s, cv=spec.cv, seed=spec.seed)
     else:
         w = plora_workload(spec.workload, n_requests=spec.n_requests, rate_per_s=spec.rate_per_s, cv=spec.cv,
@@ -114,6 +171,8 @@ def build_workload(spec: RunSpec):
 
 
 def _device(spec: RunSpec, base):
+    from host.models.hardware_file import apply
+    base = apply(base, spec.hardware_values().get("ndp"))
     kw = {}
     if spec.ndp_tflops is not None:
         kw["tflops"] = spec.ndp_tflops
@@ -129,6 +188,9 @@ def _device(spec: RunSpec, base):
 def _link(spec: RunSpec):
     from host.link import get_link
     link = get_link(default_link_name(spec.system))
+    hw = spec.hardware_values().get("link")
+    if hw:
+        link = link.with_(bw_gbps=hw.get("bw_gbps"), rtt_ns=hw.get("rtt_ns"))
     rtt = None if spec.link_latency_ns is None else 2.0 * spec.link_latency_ns
     if spec.link_gbps is not None or rtt is not None:
         link = link.with_(bw_gbps=spec.link_gbps, rtt_ns=rtt)
@@ -145,15 +207,54 @@ def _auto_devices(spec, model, workload, device, default):
     return max(default, int(np.ceil(store / (0.95 * device.capacity_bytes))))
 
 
+def _gpu(spec: RunSpec):
+    """The run's GPU: the H100 of PLoRA VII-A, with the hardware [gpu] fields."""
+    from host.models.hardware import H100_SXM_80GB
+    from host.models.hardware_file import apply_gpu
+    return apply_gpu(H100_SXM_80GB, spec.hardware_values().get("gpu"))
+
+
+def resolve(spec: RunSpec) -> dict:
+    """What ``spec`` runs on, checked without running (the command line calls it before making the run
+    directory): the model, the GPU, the link and the memory device; raises ValueError naming the problem."""
+    model = load_model(spec)
+    gpu, link = _gpu(spec), _link(spec)
+    device = None
+    if spec.system in VARIANTS:
+        v = VARIANTS[spec.system]
+        device = _device(spec, v.device)
+        if spec.ndp != "standin" and v.uses_ndp and device.name == "plora":
+            device.ndp_config()          # the calibrated model's geometry (errors name the field)
+    return {"model": model, "gpu": gpu, "link": link, "device": device}
+
+
+def inputs_record(spec: RunSpec) -> dict:
+    """What config.json records of the user's files: path and content hash, and what was taken from each."""
+    from host.workloads.trace_file import file_digest
+    rec = {}
+    if spec.trace_file is not None:
+        rec["trace_file"] = {"path": spec.trace_file, "sha256": file_digest(spec.trace_file),
+                             "arrivals": "as given" if spec.rate_per_s is None else
+                             f"rescaled to {spec.rate_per_s:g} requests/s"}
+    if spec.model_config is not None:
+        m = load_model(spec)
+        rec["model_config"] = {"path": spec.model_config, "sha256": file_digest(spec.model_config),
+                               "model": {k: v for k, v in asdict(m).items() if k != "sources"}}
+    if spec.hardware_file is not None or spec.hardware:
+        rec["hardware"] = {"path": spec.hardware_file,
+                           "sha256": None if spec.hardware_file is None else file_digest(spec.hardware_file),
+                           "values": spec.hardware_values()}
+    return rec
+
+
 def build_system(spec: RunSpec, workload=None):
     """The system of ``spec`` (and the device count it resolved)."""
-    from host.models import get_model
     from .system import PLoRASystem
     from .baselines import SLoRASystem, CPULoRAOffloadSystem
-    model = get_model(spec.model)
+    model = load_model(spec)
     link = _link(spec)
-    common = dict(link=link, kv_bits=spec.kv_bits, seed=spec.seed, max_batch=spec.fixed_batch or spec.max_batch,
-                  max_tokens=spec.max_tokens)
+    common = dict(gpu=_gpu(spec), link=link, kv_bits=spec.kv_bits, seed=spec.seed,
+                  max_batch=spec.fixed_batch or spec.max_batch, max_tokens=spec.max_tokens)
     if spec.system in VARIANTS:
         v = VARIANTS[spec.system]
         device = _device(spec, v.device)
@@ -201,8 +302,11 @@ def run_spec(spec: RunSpec, *, out_dir=None, engine_config=None):
     if hasattr(system, "n_dev"):
         out.summary["devices"] = int(system.n_dev)
     if out_dir is not None:
-        out.write(out_dir, extra_config={"spec": asdict(spec), "workload": w.describe(),
-                                         "command": "ndpim plora run"})
+        extra = {"spec": asdict(spec), "workload": w.describe(), "command": "ndpim plora run"}
+        inputs = inputs_record(spec)
+        if inputs:
+            extra["inputs"] = inputs
+        out.write(out_dir, extra_config=extra)
     return out
 
 

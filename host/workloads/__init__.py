@@ -9,7 +9,8 @@ the generator and all its arguments (it goes into config.json), ``Workload.notes
   ``powerlaw``) and the L3 traces generated from L3 Table 4 (``openr1``, ``dolphin``, ``openthoughts``,
   ``longbench``);
 * :mod:`host.workloads.traces`: arrivals and lengths from the real traces in data/vidur/processed_traces, and
-  the LMSYS substitute.
+  the LMSYS substitute;
+* :mod:`host.workloads.trace_file`: a user's own trace by path (CSV or JSONL, ``--trace-file``; docs/inputs.md).
 """
 
 from host.workloads.base import Workload
@@ -18,8 +19,9 @@ from host.workloads.synthetic import (all_at_once, poisson_arrivals, gamma_arriv
                                       lognormal_lengths, plora_workload, l3_trace, PLORA_WORKLOADS, L3_TRACES,
                                       L3_TABLE4)
 from host.workloads.traces import TRACES, trace_workload, lmsys_substitute
+from host.workloads.trace_file import TraceFileError, TRACE_ERRORS, load_trace_file
 
 __all__ = ["Workload", "all_at_once", "poisson_arrivals", "gamma_arrivals", "uniform_adapters", "skewed_adapters",
            "powerlaw_adapters", "adapter_ranks", "uniform_lengths", "lognormal_lengths", "plora_workload",
            "l3_trace", "PLORA_WORKLOADS", "L3_TRACES", "L3_TABLE4", "TRACES", "trace_workload",
-           "lmsys_substitute"]
+           "lmsys_substitute", "TraceFileError", "TRACE_ERRORS", "load_trace_file"]
