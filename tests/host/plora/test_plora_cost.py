@@ -155,20 +155,23 @@ def test_bad_configs():
 
 
 def test_device_attention_lookup_matches_the_model():
-    from host.plora.ndp_model import NDPStandIn
+    from dataclasses import replace
+    from host.plora.ndp_model import NDPStandIn, PLORA_DEVICE
+    # a stand-in of 64 lanes (its softmax term steps every 64 tokens: a smooth curve to interpolate)
+    stand = NDPStandIn(replace(PLORA_DEVICE, lanes=64))
     from host.plora.system import shape_of
     from host.models import get_model
     shape = shape_of(get_model("llama3-8b"))
-    c = make_cost(shape=shape, ndp=NDPStandIn(), n_dev=4)
+    c = make_cost(shape=shape, ndp=stand, n_dev=4)
     toks = np.array([0, 1, 7, 64, 65, 4095, 4096, 9000])
-    exact = NDPStandIn().attention_s(toks, 128, 32, 8)
+    exact = stand.attention_s(toks, 128, 32, 8)
     assert np.allclose(c._ndp_attention(toks), exact, rtol=0, atol=0)     # a table of the exact values
 
     class Scalar:           # a model with a scalar-only interface: sampled, interpolated
         kind = "calibrated"
 
         def attention_s(self, tokens, head_dim, q_heads, kv_heads):
-            return NDPStandIn().attention_s(float(tokens), head_dim, q_heads, kv_heads)
+            return stand.attention_s(float(tokens), head_dim, q_heads, kv_heads)
     s = make_cost(shape=shape, ndp=Scalar(), n_dev=4)
     got = s._ndp_attention(toks)
     assert np.array_equal(got[:5], exact[:5])                             # sampled exactly up to 1024
