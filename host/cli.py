@@ -12,6 +12,7 @@ is an error (it is not silently skipped).
 import argparse
 import importlib
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -146,6 +147,7 @@ def cmd_verilog(args):
                                    text=lambda: hier_verilog(spec.name, spec.build(cfg), progress=say,
                                                              counts_only=skip))
         else:
+            _flat_note(spec.name, cfg)
             path = _cached_verilog(spec.name, cfg, lambda: spec.build(cfg), out)
         print(path)
         return 0
@@ -186,10 +188,52 @@ def _cached_verilog(name, config, make, out_dir, text=None) -> Path:
     if not cache.exists():
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(".tmp")
-        tmp.write_text(text() if text else verilog_text(make(), name))
+        with _heartbeat(f"generating {name}.v" + ("" if text else " (Amaranth's flat conversion)")):
+            tmp.write_text(text() if text else verilog_text(make(), name))
         tmp.replace(cache)
     shutil.copyfile(cache, path)
     return path
+
+
+#: MACs above which the flat conversion of an NDP top takes long and GiB of memory (measured on this 2-core
+#: machine, loaded: 32 MACs 65 s / 0.37 GiB, 64 MACs 76 s / 0.62 GiB; the paper's 1,024 MACs did not finish in
+#: the time a user waits), so the command says at once that ``--hier`` is the way (seconds).
+FLAT_WARN_MACS = 128
+
+
+def _flat_note(name, config):
+    """A note for a flat conversion of a large NDP core (``--hier`` writes every distinct module once)."""
+    macs = getattr(getattr(config, "ndp", config), "macs", None)
+    if isinstance(macs, int) and macs > FLAT_WARN_MACS:
+        print(f"note: {name} with {macs} MACs: Amaranth's flat conversion takes long (tens of minutes) and GiB of "
+              f"memory, every lane its own copy of the FP units; `--hier` writes every distinct module once, as "
+              f"modules instantiated N times (seconds; what `make synth-paper` uses)", file=sys.stderr, flush=True)
+
+
+class _heartbeat:
+    """On a terminal, a line every 15 s while a long step runs, and its wall time at the end (issue 32 item 6)."""
+
+    def __init__(self, what):
+        self.what = what
+
+    def __enter__(self):
+        import threading
+        self.t0 = time.perf_counter()
+        self.stop = threading.Event()
+        self.on = sys.stderr.isatty() or os.environ.get("NDPIM_PROGRESS") == "1"
+        if self.on:
+            def beat():
+                while not self.stop.wait(15.0):
+                    print(f"  ... {self.what}: {time.perf_counter() - self.t0:.0f} s", file=sys.stderr, flush=True)
+            self.thread = threading.Thread(target=beat, daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        if self.on:
+            print(f"{self.what}: {time.perf_counter() - self.t0:.1f} s", file=sys.stderr, flush=True)
+        return False
 
 
 def cmd_ports(args):
