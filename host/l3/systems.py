@@ -16,9 +16,11 @@ the *true* times of the GPU model (:class:`host.l3.gpu_side.GPUSide`) and the DI
   - without it (``no-sched``): one batch per iteration, prefill-prioritized (vLLM v0: an iteration with prefills
     runs only prefills, whole prompts up to :data:`PREFILL_TOKENS` tokens), GPU and PIM in series within a layer:
     a decode iteration is ``FC + t_in + PIM + t_out`` per layer;
-  - with the communication optimisations (5.1, ``comm``): ranksets balanced and concurrent, prefill KV offload
-    deferred (overlapped); without them: monolithic PIM, synchronous offload, random rankset per request
-    (:mod:`host.l3.pim_side`).
+  - with the communication optimisations (5.1, ``comm``): ranksets balanced, the rankset the unit of transfer
+    (only the ranks a transfer reads or writes stop computing), prefill KV offload asynchronous and balanced over
+    the ranksets; without them: a monolithic DIMM-PIM (every rank stops computing while any transfer runs, one
+    transfer per kind, each with its set-up), synchronous offload, random rankset per request. Either way a PIM
+    phase's time is read off the timeline of its channel path and ranksets (:mod:`host.l3.pim_side`).
 * :class:`GPUOnlySystem` (``gpu-only``, vLLM-style): KV in HBM (the TP group's HBM less the weights and the
   activation workspace, :func:`hbm_kv_capacity_bytes`; vLLM's 0.9 ``gpu_memory_utilization`` is an option, off by
   default), prefill-prioritized batches, attention on the GPU.
@@ -389,8 +391,8 @@ class L3System(_Common):
             nd = len(s[i]["L"])
             fcs[i] = float(self.gpu.fc(int(s[i]["c"].sum()) + nd, nd + s[i]["done"]))
             G[i] = fcs[i] + self.gpu.prefill_attn(s[i]["c"], s[i]["kv"])
-            if not self.comm:
-                G[i] += self.pim.sync_offload(s[i]["c"])
+            if not self.comm:                                # synchronous offload: the GPU waits (5.1 off)
+                G[i] += self.pim.offload(s[i]["c"])
         for i in (0, 1):
             o = s[1 - i]
             ph[i] = self.pim.phase(s[i]["L"], s[i]["cls"], o["c"], o["pcls"])
@@ -427,7 +429,7 @@ class L3System(_Common):
             buf["batch"].append((float(c.sum()), nd, fcs[i], G[i]))
             if len(c):
                 if len(c) == 1:     # T_GPU = FC + its attention (+ the synchronous offload without 5.1)
-                    each = [G[i] - fcs[i] - (0.0 if self.comm else self.pim.sync_offload(c))]
+                    each = [G[i] - fcs[i] - (0.0 if self.comm else self.pim.offload(c))]
                 else:
                     each = self.gpu.prefill_attn_each(c, s[i]["kv"]).tolist()
                 for cc, ff, tt in zip(c.tolist(), s[i]["f"].tolist(), each):
@@ -489,7 +491,7 @@ class L3System(_Common):
         L, cls = batch.kv_after[~pre], self.place.cls[batch.req[~pre]]
         ph = self.pim.phase(L, cls)
         p_crit = nl * ph.total
-        off = self.pim.sync_offload(c)
+        off = self.pim.offload(c, self.place.cls[batch.req[pre]])
         if self.comm:
             dur = max(g, off) + p_crit           # offload overlapped with the GPU work (the PIM is idle then)
         else:
