@@ -225,89 +225,107 @@ class PIMSide:
         (their Q/K/V go in, their outputs out) and per-class prefill-KV ``write_bytes``, simulated event by
         event on the channel path and the ranksets (module docstring). ``write_setups``: the set-ups each
         class's write pays (default one per class receiving; the balanced L3 offload spreads them)."""
-        R, comm, S = self.R, self.comm, self.setup_s
+        R, comm, S, tck = self.R, self.comm, self.setup_s, self.tck
         cyc = [float(x) for x in cycles]
         nd = [int(x) for x in n_dec]
         wb = [float(x) for x in write_bytes]
         ws = [1.0] * R if write_setups is None else [float(x) for x in write_setups]
         rem = cyc[:]
-        has_q = [n > 0 for n in nd]
-        started = [not q for q in has_q]            # a class computes once its Q/K/V are in
-        # transfers: [kind, dest, seconds]
+        started = [n == 0 for n in nd]              # a class computes once its Q/K/V are in
+        # transfers (kind, dest, seconds) in three queues: Q/K/V in (their order), outputs (as they become
+        # ready), prefill KV writes
         if comm:
-            order = sorted((m for m in range(R) if has_q[m]), key=lambda m: (-cyc[m], m))
-            ready = [[_IN, m, S + nd[m] * self.qkv_bytes / self.write_Bps] for m in order]
-            ready += [[_WR, m, ws[m] * S + wb[m] / self.write_Bps] for m in range(R) if wb[m] > 0]
-            outs = {m: [_OUT, m, S + nd[m] * self.out_bytes / self.read_Bps] for m in range(R) if has_q[m]}
+            order = sorted((m for m in range(R) if nd[m]), key=lambda m: (-cyc[m], m))
+            q_in = [(_IN, m, S + nd[m] * self.qkv_bytes / self.write_Bps) for m in order]
+            q_wr = [(_WR, m, ws[m] * S + wb[m] / self.write_Bps) for m in range(R) if wb[m] > 0]
+            outs = {m: (_OUT, m, S + nd[m] * self.out_bytes / self.read_Bps) for m in range(R) if nd[m]}
         else:
             Q, W = sum(nd), sum(wb)
-            ready = ([[_IN, _ALL, S + Q * self.qkv_bytes / self.write_Bps]] if Q else []) + \
-                ([[_WR, _ALL, S + W / self.write_Bps]] if W > 0 else [])
-            outs = {_ALL: [_OUT, _ALL, S + Q * self.out_bytes / self.read_Bps]} if Q else {}
-        n_transfers = len(ready) + len(outs)
+            q_in = [(_IN, _ALL, S + Q * self.qkv_bytes / self.write_Bps)] if Q else []
+            q_wr = [(_WR, _ALL, S + W / self.write_Bps)] if W > 0 else []
+            outs = {_ALL: (_OUT, _ALL, S + Q * self.out_bytes / self.read_Bps)} if Q else {}
+        q_out = []
+        n_transfers = len(q_in) + len(q_wr) + len(outs)
         kind_s = [0.0, 0.0, 0.0]
         comp_s, xfer_s, stall_s, wr_s = [0.0] * R, [0.0] * R, [0.0] * R, [0.0] * R
-        t, cur, cur_end = 0.0, None, float("inf")
+        active = [m for m in range(R) if started[m] and rem[m] > 0]     # classes with work they may do
         inf = float("inf")
+        t, cur, dest, cur_end = 0.0, None, None, inf
+        rate_free, rate_busy = self._rate, self._rate_w
         while True:
-            if cur is None and ready:
-                best = min(ready, key=lambda tr: (tr[0], rem[tr[1]] if tr[0] == _WR and tr[1] >= 0 else 0.0))
-                if best[0] == _IN:                       # the Q/K/V keep the busiest-first order
-                    best = next(tr for tr in ready if tr[0] == _IN)
-                ready.remove(best)
-                cur, cur_end = best, t + best[2]
-                kind_s[best[0]] += best[2]
-                if best[0] == _WR:
-                    if best[1] == _ALL:
-                        W = sum(wb)
-                        for m in range(R):
-                            wr_s[m] += best[2] * wb[m] / W
-                    else:
-                        wr_s[best[1]] += best[2]
-            dest = cur[1] if cur is not None else None
-            held = (lambda m: True) if dest == _ALL else (lambda m: m == dest)
-            work = [m for m in range(R) if started[m] and rem[m] > 0]
-            comp = [m for m in work if not held(m)]
-            k = len(comp)
-            if k:
-                rate = self._rate_w[k + 1] if cur is not None else self._rate[k]
-                spc = self.tck / rate                    # seconds per full-rate cycle
-                first = min(comp, key=lambda m: rem[m])
+            if cur is None:
+                if q_in:
+                    cur = q_in.pop(0)
+                elif q_out:
+                    cur = q_out.pop(0)
+                elif q_wr:                               # into the receiving class with the least work left
+                    j = min(range(len(q_wr)), key=lambda i: rem[q_wr[i][1]] if q_wr[i][1] >= 0 else 0.0)
+                    cur = q_wr.pop(j)
+                if cur is not None:
+                    kind, dest, dur = cur
+                    cur_end = t + dur
+                    kind_s[kind] += dur
+                    if kind == _WR:
+                        if dest == _ALL:
+                            for m in range(R):
+                                wr_s[m] += dur * wb[m] / W
+                        else:
+                            wr_s[dest] += dur
+            if cur is None:
+                comp = active
+            elif dest == _ALL:
+                comp = []
+            else:
+                comp = [m for m in active if m != dest]
+            t_next = cur_end
+            if comp:
+                spc = tck / (rate_busy[len(comp) + 1] if cur is not None else rate_free[len(comp)])
+                first = comp[0]
+                for m in comp:
+                    if rem[m] < rem[first]:
+                        first = m
                 t_c = t + rem[first] * spc
+                if t_c < t_next:
+                    t_next = t_c
             else:
                 t_c = inf
-            t_next = min(cur_end, t_c)
             if t_next == inf:
                 break
             dt = t_next - t
-            for m in comp:
-                rem[m] -= dt / spc
-                comp_s[m] += dt
+            if comp:
+                step = dt / spc
+                for m in comp:
+                    rem[m] -= step
+                    comp_s[m] += dt
             if cur is not None:
-                for m in (range(R) if dest == _ALL else (dest,)):
-                    xfer_s[m] += dt
-                for m in work:
-                    if held(m):
+                if dest == _ALL:
+                    for m in range(R):
+                        xfer_s[m] += dt
+                    for m in active:
                         stall_s[m] += dt
+                else:
+                    xfer_s[dest] += dt
+                    if dest in active:
+                        stall_s[dest] += dt
             t = t_next
-            if k and t_c <= t_next:
+            if t_c <= t_next:                            # computes end
                 rem[first] = 0.0
                 for m in comp:
                     if rem[m] <= 1e-9 * cyc[m]:
                         rem[m] = 0.0
+                active = [m for m in active if rem[m] > 0.0]
                 if comm:
                     for m in comp:
                         if rem[m] == 0.0 and m in outs:
-                            ready.append(outs.pop(m))
-                elif _ALL in outs and all(started[m] and rem[m] == 0.0 for m in range(R)):
-                    ready.append(outs.pop(_ALL))
-            if cur is not None and cur_end <= t:
+                            q_out.append(outs.pop(m))
+            if cur is not None and cur_end <= t:         # the transfer ends
                 if cur[0] == _IN:
                     for m in (range(R) if dest == _ALL else (dest,)):
                         started[m] = True
-                cur, cur_end = None, inf
-                if not comm and _ALL in outs and not any(rem) and all(started):
-                    ready.append(outs.pop(_ALL))
+                    active = [m for m in range(R) if started[m] and rem[m] > 0.0]
+                cur, dest, cur_end = None, None, inf
+            if not comm and _ALL in outs and not active and all(started):
+                q_out.append(outs.pop(_ALL))
         busy = max((comp_s[m] + xfer_s[m] for m in range(R)), default=0.0)
         return PhaseTime(t, busy, kind_s[_IN], kind_s[_OUT], kind_s[_WR], np.array(comp_s), np.array(wr_s),
                          np.array(stall_s), n_transfers)
