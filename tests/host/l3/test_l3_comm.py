@@ -130,3 +130,50 @@ def test_fused_decode_runs_use_the_same_timeline():
             ph = side.phase(L + j, cls)
             assert tot[j] == pytest.approx(side.n_layers * ph.total)
             assert busy[j] == pytest.approx(side.n_layers * ph.busy)
+
+
+def test_an_iteration_of_l3_no_comm_pays_them_and_l3_hides_them():
+    # one priced iteration, the same batch, placement forced equal: sub-batch 0 = 4 decodes + a 512-token prefill
+    # chunk, sub-batch 1 = 4 decodes; phase A runs GPU_0 beside PIM_1, which receives the chunk's KV
+    from host.serving import Batch, RequestTable
+    from host.l3.systems import make_system
+    s = l3_setup("gpt-175b")
+    n = 9
+    table = RequestTable(id=np.arange(n), arrival_s=np.zeros(n), prompt_tokens=np.full(n, 16000),
+                         output_tokens=np.full(n, 100))
+    b = Batch(req=np.arange(n), new_tokens=[1] * 8 + [512], context=[16000] * 8 + [0], prefill=[False] * 8 + [True],
+              completes_prefill=[False] * n, sub_batch=[0, 0, 0, 0, 1, 1, 1, 1, 0])
+    cls = np.array([0, 1, 2, 3, 0, 1, 2, 3, 2])
+    rec, dur = {}, {}
+    for name in ("l3", "l3-no-comm"):
+        sysobj = make_system(name, s, profile_batches=0)
+        sysobj.emit_spans = False
+        sysobj.bind(table)
+        sysobj.place.cls[:] = cls
+        r = sysobj.price(b, 0.0)
+        rec[name], dur[name] = r.record, r.duration_s
+        pim, nl = sysobj.pim, sysobj.pim.n_layers
+        P1 = pim.phase(np.full(4, 16001), cls[4:8], [512], [2])
+        P0 = pim.phase(np.full(4, 16001), cls[:4])
+        assert rec[name]["t_pim1_s"] == pytest.approx(nl * P1.total)      # the phase timelines, every layer
+        assert rec[name]["t_pim0_s"] == pytest.approx(nl * P0.total)
+        G, P = (rec[name][f"t_gpu{i}_s"] for i in (0, 1)), (rec[name][f"t_pim{i}_s"] for i in (0, 1))
+        G0, G1 = G
+        Q0, Q1 = P
+        assert dur[name] == pytest.approx(max(G0, Q1) + max(G1, Q0))
+        if name == "l3-no-comm":
+            off = pim.offload([512])
+            # the GPU waits for the synchronous offload: one transfer per layer, set-up included
+            assert rec[name]["t_gpu0_s"] - rec["l3"]["t_gpu0_s"] == pytest.approx(off)
+            assert off == pytest.approx(nl * (pim.setup_s + 512 * pim.kv_layer_bytes / pim.write_Bps))
+            # every rank stopped for the chunk's KV: PIM_1 pays the whole write
+            np.testing.assert_allclose(P1.stalled, P1.write)
+    # PIM_1 receives the chunk's KV (200 us a layer, each rankset computes ~280 us): L3 stops each rankset for a
+    # quarter of it, the monolithic PIM stops all for all of it; L3 saves 3/4 of it less its extra set-ups
+    W = 512 * pim.kv_layer_bytes / pim.write_Bps
+    assert rec["l3-no-comm"]["t_pim1_s"] - rec["l3"]["t_pim1_s"] > nl * (0.75 * W - 9 * pim.setup_s)
+    # PIM_0 (decodes only, one per rankset): the Q/K/V gate every rankset in both designs; L3's four rankset
+    # transfers per kind pay three more set-ups in series than the monolithic one transfer (conservative for L3)
+    S, q, o = pim.setup_s, pim.qkv_bytes / pim.write_Bps, pim.out_bytes / pim.read_Bps
+    assert rec["l3"]["t_pim0_s"] - rec["l3-no-comm"]["t_pim0_s"] == pytest.approx(nl * 3 * (S - o), rel=1e-6)
+    assert dur["l3-no-comm"] > dur["l3"]
