@@ -258,15 +258,24 @@ class L3System(_Common):
     """L3 (see the module docstring). ``comm`` / ``sched`` switch the 5.1 / 5.2 optimisations; ``min_gpu_tokens``
     is the scheduler's token floor, an extension (default 0: the paper's rule as written; ``"knee"``: the GPU's
     efficiency knee, :func:`host.l3.scheduler.efficiency_knee_tokens`; ``"ridge"``: the roofline ridge; or a
-    number of tokens); ``max_candidates`` bounds the prefill queue the scheduler looks at."""
+    number of tokens); ``max_candidates`` bounds the prefill queue the scheduler looks at; ``placement``
+    (``"balanced"`` / ``"random"``) overrides the rankset placement that goes with ``comm`` (a labelled variant:
+    ``l3-no-comm-balanced`` pays 5.1's monolithic transfers with 5.1's balanced placement)."""
 
     def __init__(self, setup, *, comm=True, sched=True, min_gpu_tokens=0, replica=0, seed=0,
-                 predictor_kw=None, max_candidates=32, profile_batches=384, kv_policy=KV_POLICY, **kv_kw):
+                 predictor_kw=None, max_candidates=32, profile_batches=384, kv_policy=KV_POLICY, placement=None,
+                 **kv_kw):
         batcher = None if sched else ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS)
         super().__init__(setup, batcher=batcher, replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
         self.comm, self.sched = bool(comm), bool(sched)
         self.name = {(True, True): "l3", (False, True): "l3-no-comm", (True, False): "l3-no-sched",
                      (False, False): "l3-base"}[(self.comm, self.sched)]
+        own = "balanced" if self.comm else "random"
+        self.placement = own if placement is None else placement
+        if self.placement not in ("balanced", "random"):
+            raise ValueError(f"placement must be 'balanced' or 'random', got {placement!r}")
+        if self.placement != own:
+            self.name += f"-{self.placement}"
         self.min_gpu_tokens = resolve_min_gpu_tokens(min_gpu_tokens, self.gpu, setup)
         self.pim = PIMSide(setup, comm=self.comm)
         self.predictor_kw = dict(predictor_kw or {})
@@ -280,7 +289,7 @@ class L3System(_Common):
     def bind(self, table):
         super().bind(table)
         self.place = RanksetPlacement(table.n, self.setup.host.ranksets,
-                                      policy="balanced" if self.comm else "random", seed=self.seed)
+                                      policy=self.placement, seed=self.seed)
         self.pred = L3Predictors(seed=self.seed, cold=self.profile_batches == 0, **self.predictor_kw) \
             if self.sched else None
         self.profiled = []             # ProfiledBatches of the priced iterations (for the predictor study)
@@ -989,6 +998,7 @@ SYSTEMS = {
     "r-pim": (RPIMSystem, {}),
     "cpu-offload": (CPUOffloadSystem, {}),
     "l3-no-comm": (L3System, {"comm": False}),
+    "l3-no-comm-balanced": (L3System, {"comm": False, "placement": "balanced"}),
     "l3-no-sched": (L3System, {"sched": False}),
     "l3-base": (L3System, {"comm": False, "sched": False}),
 }

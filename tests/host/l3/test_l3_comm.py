@@ -177,3 +177,20 @@ def test_an_iteration_of_l3_no_comm_pays_them_and_l3_hides_them():
     S, q, o = pim.setup_s, pim.qkv_bytes / pim.write_Bps, pim.out_bytes / pim.read_Bps
     assert rec["l3"]["t_pim0_s"] - rec["l3-no-comm"]["t_pim0_s"] == pytest.approx(nl * 3 * (S - o), rel=1e-6)
     assert dur["l3-no-comm"] > dur["l3"]
+
+
+def test_the_placement_variant_separates_placement_from_the_transfers():
+    from host.serving import RequestTable
+    from host.l3.systems import make_system
+    s = l3_setup("gpt-89b")
+    table = RequestTable(id=np.arange(4), arrival_s=np.zeros(4), prompt_tokens=np.full(4, 10),
+                         output_tokens=np.full(4, 10))
+    got = {}
+    for name in ("l3", "l3-no-comm", "l3-no-comm-balanced"):
+        sysobj = make_system(name, s, profile_batches=0)
+        sysobj.bind(table)
+        got[name] = (sysobj.name, sysobj.pim.comm, sysobj.place.policy)
+    assert got == {"l3": ("l3", True, "balanced"), "l3-no-comm": ("l3-no-comm", False, "random"),
+                   "l3-no-comm-balanced": ("l3-no-comm-balanced", False, "balanced")}
+    with pytest.raises(ValueError):
+        make_system("l3", s, placement="hash")
