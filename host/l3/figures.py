@@ -121,8 +121,9 @@ def plot_ablation(rows, path):
     for ax, t in zip(axes[0], traces):
         vals = {(r["model"], r["system"]): r["normalized"] for r in rows if r["trace"] == t}
         _bars(ax, models, list(ABLATION_FIGURE_SYSTEMS), vals, "throughput / l3-base", t)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=7)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
