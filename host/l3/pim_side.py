@@ -41,9 +41,11 @@ introduce a new hardware extension to use rankset as the basic unit for data tra
 transfer, only one rankset ... is engaged to receive the data, while other ranksets can perform independent
 computations without being stuck"): one transfer per rankset and kind. The Q/K/V go rankset by rankset, the
 busiest rankset first, and each rankset starts computing when its own have arrived while the next one receives;
-a rankset's outputs leave when it finishes, while the others still compute; a prefill-KV write goes to its
-rankset when the channel path is free, to the receiving rankset with the least compute left (idle ones first),
-and pauses only that rankset's compute. The offload is asynchronous (the GPU does not wait for it).
+a rankset's outputs leave when it finishes, while the others still compute. A layer's prefill KV alternates
+ranksets layer by layer, so the phase of the average layer gives every rankset ``1 / R`` of it (:meth:`phase`); a
+write goes when the channel path is free, to the receiving rankset with the least compute left (idle ones
+first), and pauses only that rankset's compute. The offload is asynchronous (the GPU does not wait for it).
+Charged conservatively: each rankset transfer is its own DMA with its own round trip, in series.
 
 **Without them** (``comm=False``, ``l3-no-comm`` / ``l3-base``): 5.1's "Conventional scheduling treats all
 DIMM-PIM as a monolithic entity, alternating between communication and computation modes": one transfer per kind
@@ -198,10 +200,6 @@ class PIMSide:
         if not c.size:
             return np.zeros(self.R)
         return np.bincount(np.asarray(cls, dtype=np.int64), weights=c * self.kv_layer_bytes, minlength=self.R)
-
-    def class_writes(self, chunks, cls) -> np.ndarray:
-        """Seconds of data (no set-up) each class receives (one layer) for prefill chunks ``chunks``."""
-        return self.class_write_bytes(chunks, cls) / self.write_Bps
 
     def offload(self, chunks, cls=None) -> float:
         """All-layer seconds of the channel path's prefill-KV transfers of ``chunks`` (of requests in classes
