@@ -7,7 +7,8 @@
   ranksets) and 'Bw-Cap' (both), normalized to the base (512 GB, 2 ranksets);
 * ``ablation``: L3 without the communication optimisations and the scheduler (``l3-base``), each restored alone
   (``l3-no-sched`` = communication only, ``l3-no-comm`` = scheduler only) and both (``l3``), normalized to
-  ``l3-base``;
+  ``l3-base``, with the labelled variant ``l3-no-comm-balanced`` (section 5.1's monolithic transfers but its
+  balanced placement) beside ``l3-no-comm``;
 * ``tbt``: time between tokens versus batch size and ranksets for GPT-89B with decode-only batches of 6K-token
   requests, against the GPU given unlimited HBM (:func:`tbt_study`);
 * ``predictor``: RE = mean |(Y - Yhat) / Y| of the T_PIM and T_GPU predictors on 1,000 profiled sub-batches of an
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from host.l3.sweep import (ABLATION_SYSTEMS, MODELS, PAPER_SYSTEMS, PAPER_TRACES, ablation_points, run_points,
+from host.l3.sweep import (ABLATION_FIGURE_SYSTEMS, MODELS, PAPER_SYSTEMS, PAPER_TRACES, ablation_points, run_points,
                            scalability_points, throughput_points)
 
 __all__ = ["throughput_table", "ablation_table", "scalability_table", "tbt_study", "predictor_study",
@@ -119,9 +120,10 @@ def plot_ablation(rows, path):
     fig, axes = plt.subplots(1, len(traces), figsize=(4 * len(traces), 3.4), squeeze=False)
     for ax, t in zip(axes[0], traces):
         vals = {(r["model"], r["system"]): r["normalized"] for r in rows if r["trace"] == t}
-        _bars(ax, models, list(ABLATION_SYSTEMS), vals, "throughput / l3-base", t)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+        _bars(ax, models, list(ABLATION_FIGURE_SYSTEMS), vals, "throughput / l3-base", t)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=7)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
     fig.savefig(path, dpi=130)
     plt.close(fig)
 

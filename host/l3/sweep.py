@@ -8,7 +8,8 @@ point: its identity plus the run's summary figures. The grids of the study:
 * :func:`scalability_points`: L3 on the scalability base (512 GB, 2 ranksets), 'Bw-only' ranksets 2 -> 16,
   'Cap-only' capacity 512 GB -> 4 TB, 'Bw-Cap' both (6.1 set-up facts);
 * :func:`ablation_points`: L3 without the communication optimisations and the scheduler, each restored
-  (``l3-base``, ``l3-no-comm`` = scheduler only, ``l3-no-sched`` = communication only, ``l3``).
+  (``l3-base``, ``l3-no-comm`` = scheduler only, ``l3-no-sched`` = communication only, ``l3``), and the labelled
+  variant ``l3-no-comm-balanced`` (5.1's monolithic transfers with its balanced placement).
 """
 
 import time
@@ -17,13 +18,17 @@ from dataclasses import dataclass, asdict
 import numpy as np
 
 __all__ = ["Point", "run_point", "run_points", "throughput_points", "scalability_points", "ablation_points",
-           "MODELS", "PAPER_TRACES", "PAPER_SYSTEMS", "ABLATION_SYSTEMS", "SCALING_RANKSETS", "SCALING_CAPACITY_GB",
+           "MODELS", "PAPER_TRACES", "PAPER_SYSTEMS", "ABLATION_SYSTEMS",
+           "ABLATION_FIGURE_SYSTEMS", "SCALING_RANKSETS", "SCALING_CAPACITY_GB",
            "SUMMARY_KEYS"]
 
 MODELS = ("opt-66b", "gpt-89b", "gpt-175b")
 PAPER_TRACES = ("openr1", "dolphin", "openthoughts", "longbench")
 PAPER_SYSTEMS = ("l3", "gpu-only", "hbm-pim", "r-pim", "cpu-offload")
 ABLATION_SYSTEMS = ("l3-base", "l3-no-comm", "l3-no-sched", "l3")
+#: The ablation figure's systems: the paper's steps and, beside ``l3-no-comm``, the labelled variant
+#: ``l3-no-comm-balanced`` (5.1's monolithic transfers with its balanced placement: separates the two).
+ABLATION_FIGURE_SYSTEMS = ("l3-base", "l3-no-comm", "l3-no-comm-balanced", "l3-no-sched", "l3")
 #: [L3] 6.1 set-up facts: ranksets 2 -> 16, capacity 512 GB -> 4 TB.
 SCALING_RANKSETS = (2, 4, 8, 16)
 SCALING_CAPACITY_GB = (512, 1024, 2048, 4096)
@@ -68,7 +73,7 @@ def run_point(p: Point) -> dict:
 
 def _cost(p: Point) -> float:
     """Rough relative cost, to start the slow points first (better packing on the workers)."""
-    c = {"l3": 10, "l3-no-comm": 10}.get(p.system, 1)
+    c = {"l3": 10, "l3-no-comm": 10, "l3-no-comm-balanced": 10}.get(p.system, 1)
     return c * (3 if p.trace == "longbench" else 1) * p.n_requests
 
 
@@ -106,7 +111,7 @@ def throughput_points(*, models=MODELS, traces=PAPER_TRACES, systems=PAPER_SYSTE
 
 def ablation_points(*, models=MODELS, traces=PAPER_TRACES, n_requests=1000, seed=0):
     return [Point(m, t, s, seed, n_requests, study="ablation") for m in models for t in traces
-            for s in ABLATION_SYSTEMS]
+            for s in ABLATION_FIGURE_SYSTEMS]
 
 
 def scalability_points(*, models=("gpt-175b",), trace="openr1", n_requests=1000, seed=0):

@@ -16,9 +16,11 @@ the *true* times of the GPU model (:class:`host.l3.gpu_side.GPUSide`) and the DI
   - without it (``no-sched``): one batch per iteration, prefill-prioritized (vLLM v0: an iteration with prefills
     runs only prefills, whole prompts up to :data:`PREFILL_TOKENS` tokens), GPU and PIM in series within a layer:
     a decode iteration is ``FC + t_in + PIM + t_out`` per layer;
-  - with the communication optimisations (5.1, ``comm``): ranksets balanced and concurrent, prefill KV offload
-    deferred (overlapped); without them: monolithic PIM, synchronous offload, random rankset per request
-    (:mod:`host.l3.pim_side`).
+  - with the communication optimisations (5.1, ``comm``): ranksets balanced, the rankset the unit of transfer
+    (only the ranks a transfer reads or writes stop computing), prefill KV offload asynchronous and balanced over
+    the ranksets; without them: a monolithic DIMM-PIM (every rank stops computing while any transfer runs, one
+    transfer per kind, each with its set-up), synchronous offload, random rankset per request. Either way a PIM
+    phase's time is read off the timeline of its channel path and ranksets (:mod:`host.l3.pim_side`).
 * :class:`GPUOnlySystem` (``gpu-only``, vLLM-style): KV in HBM (the TP group's HBM less the weights and the
   activation workspace, :func:`hbm_kv_capacity_bytes`; vLLM's 0.9 ``gpu_memory_utilization`` is an option, off by
   default), prefill-prioritized batches, attention on the GPU.
@@ -256,15 +258,24 @@ class L3System(_Common):
     """L3 (see the module docstring). ``comm`` / ``sched`` switch the 5.1 / 5.2 optimisations; ``min_gpu_tokens``
     is the scheduler's token floor, an extension (default 0: the paper's rule as written; ``"knee"``: the GPU's
     efficiency knee, :func:`host.l3.scheduler.efficiency_knee_tokens`; ``"ridge"``: the roofline ridge; or a
-    number of tokens); ``max_candidates`` bounds the prefill queue the scheduler looks at."""
+    number of tokens); ``max_candidates`` bounds the prefill queue the scheduler looks at; ``placement``
+    (``"balanced"`` / ``"random"``) overrides the rankset placement that goes with ``comm`` (a labelled variant:
+    ``l3-no-comm-balanced`` pays 5.1's monolithic transfers with 5.1's balanced placement)."""
 
     def __init__(self, setup, *, comm=True, sched=True, min_gpu_tokens=0, replica=0, seed=0,
-                 predictor_kw=None, max_candidates=32, profile_batches=384, kv_policy=KV_POLICY, **kv_kw):
+                 predictor_kw=None, max_candidates=32, profile_batches=384, kv_policy=KV_POLICY, placement=None,
+                 **kv_kw):
         batcher = None if sched else ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS)
         super().__init__(setup, batcher=batcher, replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
         self.comm, self.sched = bool(comm), bool(sched)
         self.name = {(True, True): "l3", (False, True): "l3-no-comm", (True, False): "l3-no-sched",
                      (False, False): "l3-base"}[(self.comm, self.sched)]
+        own = "balanced" if self.comm else "random"
+        self.placement = own if placement is None else placement
+        if self.placement not in ("balanced", "random"):
+            raise ValueError(f"placement must be 'balanced' or 'random', got {placement!r}")
+        if self.placement != own:
+            self.name += f"-{self.placement}"
         self.min_gpu_tokens = resolve_min_gpu_tokens(min_gpu_tokens, self.gpu, setup)
         self.pim = PIMSide(setup, comm=self.comm)
         self.predictor_kw = dict(predictor_kw or {})
@@ -278,7 +289,7 @@ class L3System(_Common):
     def bind(self, table):
         super().bind(table)
         self.place = RanksetPlacement(table.n, self.setup.host.ranksets,
-                                      policy="balanced" if self.comm else "random", seed=self.seed)
+                                      policy=self.placement, seed=self.seed)
         self.pred = L3Predictors(seed=self.seed, cold=self.profile_batches == 0, **self.predictor_kw) \
             if self.sched else None
         self.profiled = []             # ProfiledBatches of the priced iterations (for the predictor study)
@@ -386,8 +397,8 @@ class L3System(_Common):
             nd = len(s[i]["L"])
             fcs[i] = float(self.gpu.fc(int(s[i]["c"].sum()) + nd, nd + s[i]["done"]))
             G[i] = fcs[i] + self.gpu.prefill_attn(s[i]["c"], s[i]["kv"])
-            if not self.comm:
-                G[i] += self.pim.sync_offload(s[i]["c"])
+            if not self.comm:                                # synchronous offload: the GPU waits (5.1 off)
+                G[i] += self.pim.offload(s[i]["c"])
         for i in (0, 1):
             o = s[1 - i]
             ph[i] = self.pim.phase(s[i]["L"], s[i]["cls"], o["c"], o["pcls"])
@@ -424,7 +435,7 @@ class L3System(_Common):
             buf["batch"].append((float(c.sum()), nd, fcs[i], G[i]))
             if len(c):
                 if len(c) == 1:     # T_GPU = FC + its attention (+ the synchronous offload without 5.1)
-                    each = [G[i] - fcs[i] - (0.0 if self.comm else self.pim.sync_offload(c))]
+                    each = [G[i] - fcs[i] - (0.0 if self.comm else self.pim.offload(c))]
                 else:
                     each = self.gpu.prefill_attn_each(c, s[i]["kv"]).tolist()
                 for cc, ff, tt in zip(c.tolist(), s[i]["f"].tolist(), each):
@@ -486,7 +497,7 @@ class L3System(_Common):
         L, cls = batch.kv_after[~pre], self.place.cls[batch.req[~pre]]
         ph = self.pim.phase(L, cls)
         p_crit = nl * ph.total
-        off = self.pim.sync_offload(c)
+        off = self.pim.offload(c, self.place.cls[batch.req[pre]])
         if self.comm:
             dur = max(g, off) + p_crit           # offload overlapped with the GPU work (the PIM is idle then)
         else:
@@ -984,6 +995,7 @@ SYSTEMS = {
     "r-pim": (RPIMSystem, {}),
     "cpu-offload": (CPUOffloadSystem, {}),
     "l3-no-comm": (L3System, {"comm": False}),
+    "l3-no-comm-balanced": (L3System, {"comm": False, "placement": "balanced"}),
     "l3-no-sched": (L3System, {"sched": False}),
     "l3-base": (L3System, {"comm": False, "sched": False}),
 }

@@ -1,5 +1,5 @@
 """Rankset placement (L3 5.1) and the PIM phase: layers alternate ranksets, heads spread over channels, classes
-balanced; a receiving rankset stops computing; without 5.1 the PIM is monolithic."""
+balanced; transfers and the command-bus rate (the timeline of a phase: test_l3_comm.py)."""
 
 import numpy as np
 import pytest
@@ -49,28 +49,6 @@ def test_balanced_classes_follow_the_load():
     assert rnd.load.max() - rnd.load.min() > toks.max()
     with pytest.raises(ValueError):
         RanksetPlacement(4, 4, policy="hash")
-
-
-def test_phase_rankset_concurrency_and_monolithic():
-    s = l3_setup("gpt-175b")
-    on, off = PIMSide(s, comm=True), PIMSide(s, comm=False)
-    L = np.full(8, 4001)
-    cls = np.arange(8) % 4
-    a = on.phase(L, cls)
-    assert a.total == pytest.approx(a.t_in + a.busy + a.t_out)
-    # two prefill chunks offloaded into ranksets 0 and 1: each receiving rankset stops computing for its own
-    # write only, the others keep computing (at the command-bus rate with a writer)
-    w = on.phase(L, cls, [2048, 2048], [0, 1])
-    per = w.compute + w.writes
-    assert w.busy == pytest.approx(per.max()) and np.argmax(per) in (0, 1)
-    assert w.busy == pytest.approx(a.busy + w.write / 2)
-    assert w.writes[2] == w.writes[3] == 0
-    m = off.phase(L, cls, [2048, 2048], [0, 1])
-    assert m.busy == pytest.approx(a.busy + m.write)              # monolithic: everything stops for every write
-    assert m.total > w.total
-    # one class loaded with everything: the phase lasts as long as that rankset
-    skew = on.phase(L, np.zeros(8, int))
-    assert skew.busy == pytest.approx(4 * a.busy - 3 * on.fixed * on.tck, rel=1e-6)
 
 
 def test_transfers_and_sync_offload():
