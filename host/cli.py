@@ -195,19 +195,28 @@ def _cached_verilog(name, config, make, out_dir, text=None) -> Path:
     return path
 
 
-#: MACs above which the flat conversion of an NDP top takes long and GiB of memory (measured on this 2-core
-#: machine, loaded: 32 MACs 65 s / 0.37 GiB, 64 MACs 76 s / 0.62 GiB; the paper's 1,024 MACs did not finish in
-#: the time a user waits), so the command says at once that ``--hier`` is the way (seconds).
-FLAT_WARN_MACS = 128
+#: Flat conversion of an NDP top (Amaranth's per-instance hierarchy, every lane its own copy of the FP units),
+#: measured on this 2-core machine under load: 32 MACs 65 s / 0.37 GiB, 64 MACs 76 s / 0.62 GiB; the paper's
+#: 1,024 MACs did not finish in 4 min, and its PE array alone grew past 17 GB in 9.5 min (docs/ndp_core.md). Above
+#: FLAT_NOTE_MACS the command says it will take a while; above FLAT_MAX_MACS it refuses at once and names the
+#: flags that do fit (issue 32 item 6).
+FLAT_NOTE_MACS = 64
+FLAT_MAX_MACS = 256
+HIER_HINT = ("--hier --counts-only NDPCore --counts-only PEArray (every distinct module once, the two glue modules "
+             "as stubs: the paper core in ~22 s, docs/ndp_core.md)")
 
 
 def _flat_note(name, config):
-    """A note for a flat conversion of a large NDP core (``--hier`` writes every distinct module once)."""
+    """Refuse (UsageError) or annotate a flat conversion of a large NDP core."""
     macs = getattr(getattr(config, "ndp", config), "macs", None)
-    if isinstance(macs, int) and macs > FLAT_WARN_MACS:
-        print(f"note: {name} with {macs} MACs: Amaranth's flat conversion takes long (tens of minutes) and GiB of "
-              f"memory, every lane its own copy of the FP units; `--hier` writes every distinct module once, as "
-              f"modules instantiated N times (seconds; what `make synth-paper` uses)", file=sys.stderr, flush=True)
+    if not isinstance(macs, int) or macs <= FLAT_NOTE_MACS:
+        return
+    if macs > FLAT_MAX_MACS:
+        raise UsageError(f"argument --hier: the flat Verilog of {name} with {macs} MACs does not fit (Amaranth's "
+                         f"per-instance conversion grows past 17 GB at the paper's 1,024); up to {FLAT_MAX_MACS} MACs "
+                         f"convert flat, larger cores with {HIER_HINT}")
+    print(f"note: {name} with {macs} MACs: the flat conversion takes minutes and GiB of memory; {HIER_HINT} is "
+          f"faster", file=sys.stderr, flush=True)
 
 
 class _heartbeat:

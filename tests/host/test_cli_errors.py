@@ -127,6 +127,8 @@ CASES = {
                       "lanes=-16: lanes must be a power of two >= 2, got -16"),
     "verilog-fmt": (["verilog", "--top", "fp32_add", "--set", "fmt=fp99", "--out", RUN], "--set",
                     "fmt must be one of ['fp16', 'fp32'], got 'fp99'"),
+    "verilog-paper-flat": (["verilog", "--top", "ndp_core", "--preset", "paper", "--out", RUN], "--hier",
+                           "does not fit"),
     "verilog-macs": (["verilog", "--top", "ndp_core", "--set", "ndp.macs=abc", "--out", RUN], "--set",
                      "ndp.macs=abc: expected an integer, got 'abc'"),
     "verilog-macs-range": (["verilog", "--top", "ndp_core", "--set", "ndp.macs=-3", "--out", RUN], "--set",
