@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["main", "UsageError", "int_range", "float_range", "out_dir", "existing_file", "hardware_values", "check_run_dir"]
+__all__ = ["main", "UsageError", "int_range", "float_range", "out_dir", "existing_file", "hardware_values", "check_run_dir",
+           "add_name_list"]
 
 
 class UsageError(Exception):
@@ -71,6 +72,64 @@ def out_dir(text):
         if parent.exists() and not parent.is_dir():
             raise argparse.ArgumentTypeError(f"{parent} is a file, not a directory")
     return text
+
+
+def add_name_list(parser, flag, allowed, *, default=None, help=None):
+    """A list option that takes both ``FLAG a,b`` and ``FLAG a b`` (and mixes: ``FLAG a,b c``), every name one of
+    ``allowed`` (a bad one: exit 2 naming it and the allowed list). The value is stored comma-joined (``"a,b,c"``),
+    or ``default`` when the flag is absent."""
+    allowed = list(allowed)
+
+    class NameList(argparse.Action):
+        def __call__(self, p, namespace, values, option_string=None):
+            names = [n for v in values for n in str(v).split(",") if n]
+            if not names:
+                raise argparse.ArgumentError(self, f"expected one or more of {allowed}")
+            bad = [n for n in names if n not in allowed]
+            if bad:
+                raise argparse.ArgumentError(self, f"unknown {', '.join(map(repr, bad))}; allowed: {allowed}")
+            setattr(namespace, self.dest, ",".join(names))
+
+    return parser.add_argument(flag, nargs="+", action=NameList, default=default, metavar="NAME",
+                               help=(help + "; " if help else "") + "a,b or a b")
+
+
+def cmd_plot(args):
+    from host.plot import load_run, available_metrics, compare_rows, format_table, plot_runs, DEFAULT_TABLE_METRICS
+    runs = []
+    for r in args.runs:
+        try:
+            runs.append(load_run(r))
+        except ValueError as exc:
+            raise UsageError(f"argument RUN_DIR: {exc}") from None
+    summ, its = available_metrics(runs)
+    if args.list_metrics:
+        print("summary.json metrics (every run): " + ", ".join(summ))
+        print("iterations.csv columns (every run): " + (", ".join(its) or "none"))
+        return 0
+    metrics = [m for v in (args.metric or []) for m in v.split(",") if m]
+    bad = [m for m in metrics if m not in summ and m not in its]
+    if bad:
+        raise UsageError(f"argument --metric: {', '.join(map(repr, bad))} is not a summary.json value or an "
+                         f"iterations.csv column of every run (--list-metrics lists them)")
+    table = [m for m in DEFAULT_TABLE_METRICS if m in summ] + [m for m in metrics if m in summ
+                                                                 and m not in DEFAULT_TABLE_METRICS]
+    rows = compare_rows(runs, table)
+    print(format_table(rows))
+    if args.table:
+        import csv
+        Path(args.table).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.table, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        print(f"table: {args.table}")
+    out = Path(args.out)
+    for m in metrics:
+        path = out / f"{m.replace('.', '_')}.png"
+        plot_runs(runs, m, path)
+        print(f"figure: {path}")
+    return 0
 
 
 def existing_file(text):
@@ -536,6 +595,18 @@ def main(argv=None):
     p.add_argument("--verilator-vectors", type=int, default=500_000, help=argparse.SUPPRESS)
     p.add_argument("--top", action="append", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("plot", help="a metric over run directories of either host (figure), and a compare table",
+                       description="Figures and a compare table over run directories written by ndpim plora run, "
+                                   "ndpim l3 run or ndpim demo (host/plot.py).")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (summary.json, config.json)")
+    p.add_argument("--metric", action="append", metavar="M",
+                   help="a summary.json value (dotted for nested: gpu_mem_gb.weights) drawn as bars, or an "
+                        "iterations.csv column drawn against time; repeatable, or a,b")
+    p.add_argument("--out", type=out_dir, default="build/plot", help="directory for <metric>.png (default build/plot)")
+    p.add_argument("--table", metavar="FILE.csv", help="also write the compare table as CSV")
+    p.add_argument("--list-metrics", action="store_true", help="list the metrics every run has, and stop")
+    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("fuzz", help="the CXL device fuzz campaign under Verilator")
     p.add_argument("--cases", type=int, default=1_000_000)

@@ -19,7 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from host.cli import UsageError, check_run_dir, existing_file, float_range, hardware_values, int_range, out_dir
+from host.cli import (UsageError, add_name_list, check_run_dir, existing_file, float_range, hardware_values, int_range,
+                      out_dir)
 
 __all__ = ["add_parser"]
 
@@ -60,19 +61,6 @@ def _min_gpu_tokens(text):
     if text in ("knee", "ridge") or (text.isdigit() and int(text) >= 0):
         return text
     raise argparse.ArgumentTypeError(f"must be a token count >= 0, 'knee' or 'ridge', got {text!r}")
-
-
-def _names(allowed):
-    """argparse ``type``: a comma-separated list of names, each one of ``allowed`` (kept as given)."""
-    def parse(text):
-        names = _csv(text)
-        if not names:
-            raise argparse.ArgumentTypeError(f"expected one or more of {list(allowed)}, comma-separated")
-        bad = [n for n in names if n not in allowed]
-        if bad:
-            raise argparse.ArgumentTypeError(f"unknown {', '.join(map(repr, bad))}; allowed: {list(allowed)}")
-        return text
-    return parse
 
 
 def _csv(s):
@@ -267,9 +255,9 @@ def add_parser(subparsers):
 
     s = sub.add_parser("sweep", help="throughput per model x trace x system (CSV + PNG)")
     s.add_argument("--out", required=True, type=out_dir)
-    s.add_argument("--models", type=_names(MODELS), default=",".join(MODELS))
-    s.add_argument("--traces", type=_names(TRACES), default=",".join(PAPER_TRACES))
-    s.add_argument("--systems", type=_names(list(SYSTEMS)), default=",".join(PAPER_SYSTEMS))
+    add_name_list(s, "--models", MODELS, default=",".join(MODELS), help="models")
+    add_name_list(s, "--traces", TRACES, default=",".join(PAPER_TRACES), help="traces")
+    add_name_list(s, "--systems", list(SYSTEMS), default=",".join(PAPER_SYSTEMS), help="systems")
     s.add_argument("--requests", type=int_range(1), default=1000)
     s.add_argument("--seed", type=int_range(0), default=0)
     _add_options(s)

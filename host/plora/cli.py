@@ -17,7 +17,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from host.cli import UsageError, check_run_dir, existing_file, float_range, hardware_values, int_range, out_dir
+from host.cli import (UsageError, add_name_list, check_run_dir, existing_file, float_range, hardware_values, int_range,
+                      out_dir)
 
 __all__ = ["add_parser", "cmd_run", "cmd_sweep", "cmd_figures", "cmd_kernel_table"]
 
@@ -73,7 +74,9 @@ def add_parser(sub) -> None:
     r.set_defaults(func=cmd_run)
 
     from host.sweep import add_executor_args
+    from .config import ALL_SYSTEMS
     from .figures import FIGURES
+    from .run import MODELS
     s = psub.add_parser("sweep", help="run one named sweep and write its CSV")
     s.add_argument("--name", required=True, choices=["grid"] + [f for f in FIGURES if f not in
                                                                ("tp_study", "ablation", "kv_dup", "strategy_mix",
@@ -81,6 +84,8 @@ def add_parser(sub) -> None:
     s.add_argument("--out", required=True, type=out_dir, help="directory for <name>.csv")
     s.add_argument("--requests", type=int_range(1), default=100, help="requests per run (default 100)")
     s.add_argument("--seed", type=int_range(0), default=0)
+    add_name_list(s, "--models", list(MODELS), help="only these models (default: every model of the sweep)")
+    add_name_list(s, "--systems", list(ALL_SYSTEMS), help="only these systems (default: every system of the sweep)")
     add_executor_args(s)
     s.set_defaults(func=cmd_sweep)
 
@@ -90,6 +95,8 @@ def add_parser(sub) -> None:
     f.add_argument("--requests", type=int_range(1), default=100, help="requests per run (default 100)")
     f.add_argument("--seed", type=int_range(0), default=0)
     f.add_argument("--reuse", action="store_true", help="reuse sweep CSVs already in --out")
+    add_name_list(f, "--models", list(MODELS), help="only these models' runs (default: every model)")
+    add_name_list(f, "--systems", list(ALL_SYSTEMS), help="only these systems' runs (default: every system)")
     add_executor_args(f)
     f.set_defaults(func=cmd_figures)
 
@@ -199,10 +206,19 @@ def _executor(args):
     return get_executor(jobs=args.jobs, cluster=args.cluster)
 
 
+def _filters(args):
+    split = lambda v: None if v is None else v.split(",")        # noqa: E731
+    return split(args.models), split(args.systems)
+
+
 def cmd_sweep(args):
-    from .figures import sweep_specs, run_sweep
+    from .figures import sweep_specs, run_sweep, filter_specs
     name = "tpot_grid" if args.name == "grid" else args.name
-    specs = sweep_specs(name, n_requests=args.requests, seed=args.seed)
+    models, systems = _filters(args)
+    specs = filter_specs(sweep_specs(name, n_requests=args.requests, seed=args.seed), models, systems)
+    if not specs:
+        raise UsageError(f"argument --models/--systems: no point of the {name} sweep is on "
+                         f"{', '.join(models or ['any model'])} x {', '.join(systems or ['any system'])}")
     with _executor(args) as ex:
         df = run_sweep(specs, ex, desc=name)
     out = Path(args.out)
@@ -216,10 +232,20 @@ def cmd_sweep(args):
 
 
 def cmd_figures(args):
-    from .figures import make_figures, FIGURES
+    from .figures import make_figures, FIGURES, figure_points
+    models, systems = _filters(args)
+    names = tuple(args.only or FIGURES)
+    if models or systems:
+        empty = [n for n in names if not figure_points(n, models, systems)]
+        for n in empty:
+            print(f"note: {n}: no run on these --models / --systems; skipped", file=sys.stderr)
+        names = tuple(n for n in names if n not in empty)
+        if not names:
+            raise UsageError("argument --models/--systems: no requested figure has a run on these models and "
+                             "systems")
     with _executor(args) as ex:
-        done = make_figures(args.out, names=tuple(args.only or FIGURES), n_requests=args.requests, seed=args.seed,
-                            executor=ex, reuse=args.reuse)
+        done = make_figures(args.out, names=names, n_requests=args.requests, seed=args.seed,
+                            executor=ex, reuse=args.reuse, models=models, systems=systems)
     for name, path in done.items():
         print(f"{name}: {path} and {Path(path).with_suffix('.png')}")
     return 0

@@ -180,8 +180,22 @@ def _plt():
 
 def _save(fig, out, name):
     fig.tight_layout()
-    fig.savefig(Path(out) / f"{name}.png", dpi=110)
+    fig.savefig(Path(out) / f"{name}.png", dpi=110, bbox_inches="tight")     # (legends outside the axes)
     _plt().close(fig)
+
+
+def _legend(ax, **kw):
+    """The legend outside the data, right of the axes (issue 32 item 7)."""
+    ax.legend(fontsize=kw.pop("fontsize", 7), loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kw)
+
+
+def _style(hue, h) -> dict:
+    """A system's own colour and hatch (host.plot.system_style: the same in every figure of both hosts)."""
+    if hue != "system":
+        return {}
+    from host.plot import system_style
+    st = system_style(str(h))
+    return {"color": st["color"], "hatch": st["hatch"]}
 
 
 def _bars(ax, df, x, hue, y, order_x, order_hue, log=False):
@@ -189,7 +203,7 @@ def _bars(ax, df, x, hue, y, order_x, order_hue, log=False):
     width = 0.8 / n
     for j, h in enumerate(order_hue):
         vals = [df[(df[x] == v) & (df[hue] == h)][y].mean() for v in order_x]
-        ax.bar(np.arange(len(order_x)) + (j - (n - 1) / 2) * width, vals, width, label=h)
+        ax.bar(np.arange(len(order_x)) + (j - (n - 1) / 2) * width, vals, width, label=h, **_style(hue, h))
     ax.set_xticks(np.arange(len(order_x)))
     ax.set_xticklabels(order_x, rotation=30, ha="right", fontsize=7)
     if log:
@@ -205,7 +219,7 @@ def fig_tpot_grid(df, out):
         _bars(ax, df[df["model"] == m], "workload", "system", "tpot_ms_mean",
               [w for w in GRID_WORKLOADS if w in set(df["workload"])], systems, log=True)
         ax.set_title(f"{m}: mean TPOT (ms, log)", fontsize=9)
-    axes[0, 0].legend(fontsize=6, ncol=7, loc="upper left")
+    _legend(axes[0, 0], fontsize=6)
     _save(fig, out, "tpot_grid")
 
 
@@ -216,7 +230,7 @@ def fig_ablation(df, out):
     _bars(ax, d[d["workload"].isin(GRID_WORKLOADS)], "model", "system", "tpot_ms_mean",
           [m for m in MODELS if m in set(d["model"])], list(ABLATION), log=True)
     ax.set_ylabel("mean TPOT (ms), over the grid's workloads")
-    ax.legend(fontsize=7, ncol=6)
+    _legend(ax)
     _save(fig, out, "ablation")
 
 
@@ -227,14 +241,14 @@ def fig_kv_dup(df, series, out):
     _bars(a, d, "model", "workload", "kv_dup_fraction", [m for m in MODELS if m in set(d["model"])],
           [w for w in GRID_WORKLOADS if w in set(d["workload"])])
     a.set_ylabel("KV fraction duplicated in HBM")
-    a.legend(fontsize=7)
+    _legend(a)
     for s in series:
         r = s["rows"]
         if "kv_dup_fraction" in r:
             b.plot(r["start_s"], r["kv_dup_fraction"], label=s["workload"], lw=0.8)
     b.set_xlabel("time (s)")
     b.set_ylabel("P_KV of the decode batch")
-    b.legend(fontsize=7)
+    _legend(b)
     _save(fig, out, "kv_dup")
 
 
@@ -249,7 +263,7 @@ def fig_strategy_mix(series, out):
         ax.set_title(f"plora, llama2-7b, {s['workload']}", fontsize=9)
         ax.set_xlabel("time (s)")
         ax.set_ylabel("adapters in the decode batch")
-        ax.legend(fontsize=7, loc="upper left")
+        _legend(ax)
     _save(fig, out, "strategy_mix")
 
 
@@ -269,7 +283,7 @@ def fig_layer_breakdown(rows, out):
     ax.set_xticks(x)
     ax.set_xticklabels([r["system"] for r in rows], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("per-layer decode time (ms)")
-    ax.legend(fontsize=7)
+    _legend(ax)
     _save(fig, out, "layer_breakdown")
 
 
@@ -278,7 +292,12 @@ def _lines(df, x, out, name, xlabel, hue="system", logx=True, logy=True, title=N
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for h, g in df.groupby(hue):
         g = g.sort_values(x)
-        ax.plot(g[x], g["tpot_ms_mean"], "o-", label=str(h), ms=3)
+        st = {}
+        if hue == "system":
+            from host.plot import system_style
+            sty = system_style(str(h))
+            st = {"color": sty["color"], "marker": sty["marker"], "linestyle": sty["linestyle"]}
+        ax.plot(g[x], g["tpot_ms_mean"], **({"marker": "o", "linestyle": "-"} | st), label=str(h), ms=3)
     if logx:
         ax.set_xscale("log")
     if logy:
@@ -287,7 +306,7 @@ def _lines(df, x, out, name, xlabel, hue="system", logx=True, logy=True, title=N
     ax.set_ylabel("mean TPOT (ms)")
     if title:
         ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
+    _legend(ax)
     _save(fig, out, name)
 
 
@@ -309,8 +328,11 @@ def fig_rate_sweep(df, out):
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
     for s, g in df.groupby("system"):
         g = g.sort_values("rate_per_s")
-        a.plot(g["throughput_tok_s"], g["tpot_ms_mean"], "o-", ms=3, label=s)
-        b.plot(g["rate_per_s"], g["hbm_pressure_offered"], "o-", ms=3, label=s)
+        from host.plot import system_style
+        sty = system_style(str(s))
+        st = {"color": sty["color"], "marker": sty["marker"], "linestyle": sty["linestyle"]}
+        a.plot(g["throughput_tok_s"], g["tpot_ms_mean"], ms=3, label=s, **st)
+        b.plot(g["rate_per_s"], g["hbm_pressure_offered"], ms=3, label=s, **st)
     a.axhline(TPOT_SLO_MS, color="k", lw=0.6, ls="--")
     a.set_xlabel("throughput (output tokens/s)")
     a.set_ylabel("mean TPOT (ms)")
@@ -320,7 +342,7 @@ def fig_rate_sweep(df, out):
     b.set_xscale("log")
     b.set_xlabel("arrival rate (requests/s)")
     b.set_ylabel("HBM pressure offered")
-    a.legend(fontsize=7)
+    _legend(b)
     _save(fig, out, "rate_sweep")
 
 
@@ -332,7 +354,7 @@ def fig_matched_batch(df, out):
     ax.set_xlabel("fixed batch (closed loop)")
     ax.set_ylabel("mean TPOT (ms)")
     ax.set_title("llama2-7b, uniform: TPOT at matched batch", fontsize=9)
-    ax.legend(fontsize=7, ncol=3)
+    _legend(ax)
     _save(fig, out, "matched_batch")
 
 
@@ -360,7 +382,7 @@ def fig_ttft(df, out):
         ax.set_xticklabels([str(b) for b in PREFILL_BATCHES], rotation=0)
         ax.set_title(f"{m}: mean TTFT (s)", fontsize=9)
         ax.set_xlabel("prefill batch (requests)")
-    axes[0, 0].legend(fontsize=6)
+    _legend(axes[0, -1], fontsize=6)
     _save(fig, out, "ttft_prefill")
 
 
@@ -378,7 +400,7 @@ def fig_tp(rows, out):
     ax.set_yscale("log")
     ax.set_xlabel("tensor-parallel degree (each GPU with its own pool of 4 devices)")
     ax.set_ylabel("LoRA waves per token, all layers (ms)")
-    ax.legend(fontsize=6, ncol=2)
+    _legend(ax, fontsize=6)
     _save(fig, out, "tp_study")
 
 
@@ -388,7 +410,7 @@ def fig_kv_precision(df, out):
     _bars(ax, df, "kv_bits", "system", "tpot_ms_mean", list(KV_BITS), ["plora", "s-lora", "pure-cxl"], log=True)
     ax.set_xticklabels(["FP16", "INT8", "INT4"], rotation=0)
     ax.set_ylabel("mean TPOT (ms), llama2-7b uniform-long")
-    ax.legend(fontsize=7)
+    _legend(ax)
     _save(fig, out, "kv_precision")
 
 
@@ -400,30 +422,55 @@ def _csv(df, out, name):
     return df
 
 
-def make_figures(out, *, names=FIGURES, n_requests=100, seed=0, executor=None, reuse=False, log=print):
+def filter_specs(specs, models=None, systems=None) -> list:
+    """The run specs of a sweep restricted to ``models`` / ``systems`` (None: all)."""
+    return [s for s in specs if (models is None or s.model in models) and (systems is None or s.system in systems)]
+
+
+def figure_points(name, models=None, systems=None) -> int:
+    """Runs figure ``name`` has under the ``models`` / ``systems`` filter (0: nothing to draw; the analytic
+    TP study: 1 whatever the filter)."""
+    if name == "tp_study":
+        return 1
+    if name in ("ablation", "kv_dup"):
+        name = "tpot_grid"
+    if name == "strategy_mix":
+        return len(filter_specs([RunSpec(model="llama2-7b", workload="uniform", system="plora")], models, systems))
+    if name == "layer_breakdown":
+        return len(filter_specs([RunSpec(model="llama2-7b", workload="uniform", system=s) for s in SYSTEM_NAMES],
+                                models, systems))
+    return len(filter_specs(sweep_specs(name), models, systems))
+
+
+def make_figures(out, *, names=FIGURES, n_requests=100, seed=0, executor=None, reuse=False, log=print,
+                 models=None, systems=None):
     """Write ``<name>.csv`` and ``<name>.png`` for every figure in ``names`` into ``out``. ``reuse``: read a
-    sweep's CSV from ``out`` instead of rerunning it when it exists. Returns {name: csv path}."""
+    sweep's CSV from ``out`` instead of rerunning it when it exists; ``models`` / ``systems``: only those points
+    of every sweep (None: all). Returns {name: csv path}."""
     import pandas as pd
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     own = executor is None
     ex = _executor(executor)
     try:
-        return _make(out, names, n_requests, seed, ex, reuse)
+        return _make(out, names, n_requests, seed, ex, reuse, models, systems)
     finally:
         if own:
             ex.close()
 
 
-def _make(out, names, n_requests, seed, ex, reuse):
+def _make(out, names, n_requests, seed, ex, reuse, models=None, systems=None):
     import pandas as pd
     done = {}
+    keep = lambda specs: filter_specs(specs, models, systems)        # noqa: E731
 
     def sweep(name):
         path = out / f"{name}.csv"
         if reuse and path.exists():
-            return pd.read_csv(path, keep_default_na=False, na_values=[""])
-        df = run_sweep(sweep_specs(name, n_requests=n_requests, seed=seed), ex, desc=name)
+            df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+            return df[(df["model"].isin(models) if models else True) & (df["system"].isin(systems) if systems
+                                                                          else True)]
+        df = run_sweep(keep(sweep_specs(name, n_requests=n_requests, seed=seed)), ex, desc=name)
         return _csv(df, out, name)
 
     grid = None
@@ -438,8 +485,8 @@ def _make(out, names, n_requests, seed, ex, reuse):
             done["ablation"] = out / "ablation.csv"
     series = None
     if "strategy_mix" in names or "kv_dup" in names:
-        specs = [RunSpec(model="llama2-7b", workload=w, system="plora", n_requests=max(n_requests, 200), seed=seed,
-                         rate_per_s=GRID_RATE_PER_S) for w in ("uniform", "skewed")]
+        specs = keep([RunSpec(model="llama2-7b", workload=w, system="plora", n_requests=max(n_requests, 200),
+                              seed=seed, rate_per_s=GRID_RATE_PER_S) for w in ("uniform", "skewed")])
         series = ex.map(series_point, specs, desc="time series")
         rows = []
         for s in series:
@@ -454,8 +501,8 @@ def _make(out, names, n_requests, seed, ex, reuse):
         fig_kv_dup(grid, series, out)
         done["kv_dup"] = out / "kv_dup.csv"
     if "layer_breakdown" in names:
-        specs = [RunSpec(model="llama2-7b", workload="uniform", system=s, n_requests=n_requests, seed=seed,
-                         rate_per_s=GRID_RATE_PER_S) for s in SYSTEM_NAMES]
+        specs = keep([RunSpec(model="llama2-7b", workload="uniform", system=s, n_requests=n_requests, seed=seed,
+                              rate_per_s=GRID_RATE_PER_S) for s in SYSTEM_NAMES])
         rows = ex.map(breakdown_point, specs, desc="layer_breakdown")
         _csv(rows, out, "layer_breakdown")
         fig_layer_breakdown(rows, out)
