@@ -184,6 +184,20 @@ def _tops(names):
 
 def cmd_verilog(args):
     from host.topcfg import catalogue, describe
+    if args.list and args.top:
+        # every preset of the named tops, with its whole configuration (issue 32 item 9)
+        cat = catalogue()
+        for name in args.top:
+            if name not in cat:
+                raise UsageError(f"argument --top: unknown top {name!r}; tops: {sorted(cat)}")
+            spec = cat[name]
+            print(f"{name}: {spec.doc}")
+            for preset in [spec.default] + sorted(p for p in spec.presets if p != spec.default):
+                print(f"  preset {preset}{' (default)' if preset == spec.default else ''}:")
+                for item in describe(spec.config(preset)).split(" "):
+                    if item:
+                        print(f"    {item}")
+        return 0
     if args.list:
         cat = catalogue()
         print(f"{'top':<22}{'presets (default first)':<28}configuration of the default preset")
@@ -207,7 +221,7 @@ def cmd_verilog(args):
                                                              counts_only=skip))
         else:
             _flat_note(spec.name, cfg)
-            path = _cached_verilog(spec.name, cfg, lambda: spec.build(cfg), out)
+            path = _cached_verilog(_file_stem(spec, cfg), cfg, lambda: spec.build(cfg), out)
         print(path)
         return 0
     from host.topcfg import get_spec
@@ -215,6 +229,21 @@ def cmd_verilog(args):
         spec = get_spec(name)
         print(_cached_verilog(name, spec.config(), lambda s=spec: s.build(s.config()), out))
     return 0
+
+
+def _file_stem(spec, cfg) -> str:
+    """The output file's name: the top whose default configuration ``cfg`` is, when another top is exactly that
+    (``--top fp16_add --set fmt=fp32`` writes ``fp32_add.v``: the file name follows the format); else the top's."""
+    from dataclasses import is_dataclass, asdict
+    from host.topcfg import catalogue
+    if not is_dataclass(cfg):
+        return spec.name
+    key = (type(cfg).__name__, asdict(cfg))
+    for other in catalogue().values():
+        d = other.config()
+        if is_dataclass(d) and (type(d).__name__, asdict(d)) == key:
+            return other.name
+    return spec.name
 
 
 def _configure(name, args) -> tuple:
