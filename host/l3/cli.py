@@ -168,7 +168,8 @@ def cmd_run(args):
         write_json(out / "summary.json", r.summary)
         print(f"{args.system} on {model} / {trace}: out of memory: {r.summary['oom_reason']}")
         print(f"wrote {out}/config.json, summary.json")
-        return 0
+        print(f"FAILED: {args.system} cannot serve this run (out of memory)", file=sys.stderr)
+        return 1
     r.output.write(out, extra)
     s = r.summary
     print(f"{args.system} on {model} / {trace} ({s['requests']} of {s['requests_offered']} requests "
@@ -178,6 +179,12 @@ def cmd_run(args):
             v = s[k]
             print(f"  {k:<22}{v:>14.4g}" if isinstance(v, (int, float)) else f"  {k:<22}{v!s:>14}")
     print(f"wrote {out}/ (config.json, requests.csv, iterations.csv, summary.json, trace.json)")
+    if not s["requests"] or s.get("finished", s["requests"]) < s["requests"]:
+        # nothing served (every request rejected as never fitting), or admitted requests left unfinished: the run
+        # could not serve its requests (issue 32 item 3); some rejected and the rest served is a result, exit 0
+        print(f"FAILED: {args.system} served {s.get('finished', 0)} of the {s['requests_offered']} requests offered "
+              f"({s['rejected']} rejected as never fitting)", file=sys.stderr)
+        return 1
     return 0
 
 

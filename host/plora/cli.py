@@ -172,8 +172,11 @@ def cmd_run(args):
     spec = _spec(args)
     check_run_dir(args)
     _say_inputs(spec, args)
+    from host.serving import EngineConfig
     try:
-        out = run_spec(spec, out_dir=args.out)
+        # a tqdm bar of finished requests on a terminal (shown after 2 s; issue 32 item 6)
+        out = run_spec(spec, out_dir=args.out, engine_config=EngineConfig(trace=True, record_iterations=True,
+                                                                          progress=sys.stderr.isatty()))
     except (ValueError, RuntimeError) as e:
         raise SystemExit(f"ndpim plora run: {e}") from None
     s = out.summary
@@ -198,6 +201,10 @@ def cmd_run(args):
         print(f"cost model ({what}) vs executed timeline: mean {100 * e['mean']:+.1f} %, "
               f"mean |err| {100 * e['mean_abs']:.1f} %, p99 |err| {100 * e['p99_abs']:.1f} %")
     print(f"wrote {Path(args.out)}")
+    if s.get("finished", 0) < s.get("requests", 0):
+        print(f"FAILED: {s['requests'] - s['finished']} of {s['requests']} requests were not served",
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -96,3 +96,15 @@ def test_make_figures_tbt_only(tmp_path):
     assert set(w) == {"tbt"} and (tmp_path / "tbt.csv").exists() and (tmp_path / "figures.json").exists()
     with pytest.raises(ValueError, match="unknown figure"):
         make_figures(tmp_path, only=("speedup",), jobs=1)
+
+
+def test_a_run_that_cannot_serve_exits_1(tmp_path, capsys):
+    """Issue 32 item 3: an L3 run out of memory (every request rejected: GPT-175B's LongBench KV on GPU-only at
+    half the HBM) writes its config and summary and exits 1, saying why; a run that serves exits 0."""
+    from host.cli import main
+    rc = main(["l3", "run", "--model", "gpt-175b", "--trace", "longbench", "--system", "gpu-only",
+               "--gpu-memory-utilization", "0.5", "--requests", "5", "--no-progress", "--out", str(tmp_path / "a")])
+    assert rc == 1 and "FAILED" in capsys.readouterr().err
+    assert (tmp_path / "a" / "summary.json").is_file()
+    assert main(["l3", "run", "--model", "opt-66b", "--trace", "openr1", "--system", "l3", "--requests", "5",
+                 "--no-progress", "--out", str(tmp_path / "b")]) == 0
