@@ -170,7 +170,7 @@ def cmd_run(args):
         print(f"wrote {out}/config.json, summary.json")
         print(f"FAILED: {args.system} cannot serve this run (out of memory)", file=sys.stderr)
         return 1
-    r.output.write(out, extra)
+    r.output.write(out, extra, iterations=args.iterations)
     s = r.summary
     print(f"{args.system} on {model} / {trace} ({s['requests']} of {s['requests_offered']} requests "
           f"served, {s['rejected']} rejected as never fitting; {s.get('replicas', 1)} replica(s)):")
@@ -178,7 +178,9 @@ def cmd_run(args):
         if k in s and s[k] is not None:
             v = s[k]
             print(f"  {k:<22}{v:>14.4g}" if isinstance(v, (int, float)) else f"  {k:<22}{v!s:>14}")
-    print(f"wrote {out}/ (config.json, requests.csv, iterations.csv, summary.json, trace.json)")
+    import json as _json
+    mode = _json.loads((out / "config.json").read_text()).get("iterations_csv", "all")
+    print(f"wrote {out}/ (config.json, requests.csv, iterations.csv [{mode}], summary.json, trace.json)")
     if not s["requests"] or s.get("finished", s["requests"]) < s["requests"]:
         # nothing served (every request rejected as never fitting), or admitted requests left unfinished: the run
         # could not serve its requests (issue 32 item 3); some rejected and the rest served is a result, exit 0
@@ -258,6 +260,10 @@ def add_parser(subparsers):
     _add_options(r)
     r.add_argument("--out", required=True, type=out_dir, help="run directory")
     r.add_argument("--force", action="store_true", help="write into an --out directory that already holds files")
+    r.add_argument("--iterations", choices=["auto", "all", "stretch", "none"], default="auto",
+                   help="what iterations.csv holds: every row (fused decode stretches are already one row), one "
+                        "row per stretch of equal batch composition, or no file (default auto: all up to 20,000 "
+                        "rows, else stretch)")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("sweep", help="throughput per model x trace x system (CSV + PNG)")

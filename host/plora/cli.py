@@ -71,6 +71,9 @@ def add_parser(sub) -> None:
     _run_args(r)
     r.add_argument("--out", required=True, type=out_dir, help="run directory to write")
     r.add_argument("--force", action="store_true", help="write into an --out directory that already holds files")
+    r.add_argument("--iterations", choices=["auto", "all", "stretch", "none"], default="auto",
+                   help="what iterations.csv holds: every iteration, one row per stretch of equal batch composition, "
+                        "or no file (default auto: all up to 20,000 iterations, else stretch)")
     r.set_defaults(func=cmd_run)
 
     from host.sweep import add_executor_args
@@ -175,8 +178,8 @@ def cmd_run(args):
     from host.serving import EngineConfig
     try:
         # a tqdm bar of finished requests on a terminal (shown after 2 s; issue 32 item 6)
-        out = run_spec(spec, out_dir=args.out, engine_config=EngineConfig(trace=True, record_iterations=True,
-                                                                          progress=sys.stderr.isatty()))
+        out = run_spec(spec, out_dir=args.out, iterations=args.iterations,
+                       engine_config=EngineConfig(trace=True, record_iterations=True, progress=sys.stderr.isatty()))
     except (ValueError, RuntimeError) as e:
         raise SystemExit(f"ndpim plora run: {e}") from None
     s = out.summary
@@ -200,7 +203,8 @@ def cmd_run(args):
         what = "Algorithm 1's estimate" if "ndp_model" in s else "the system's formula"
         print(f"cost model ({what}) vs executed timeline: mean {100 * e['mean']:+.1f} %, "
               f"mean |err| {100 * e['mean_abs']:.1f} %, p99 |err| {100 * e['p99_abs']:.1f} %")
-    print(f"wrote {Path(args.out)}")
+    mode = json.loads((Path(args.out) / "config.json").read_text()).get("iterations_csv", "all")
+    print(f"wrote {Path(args.out)} (iterations.csv: {mode})")
     if s.get("finished", 0) < s.get("requests", 0):
         print(f"FAILED: {s['requests'] - s['finished']} of {s['requests']} requests were not served",
               file=sys.stderr)

@@ -284,8 +284,9 @@ def _regime(out, system) -> dict:
     return r
 
 
-def run_spec(spec: RunSpec, *, out_dir=None, engine_config=None):
-    """Run ``spec``; write the run directory to ``out_dir`` if given. Returns the engine's RunOutput."""
+def run_spec(spec: RunSpec, *, out_dir=None, engine_config=None, iterations: str = "all"):
+    """Run ``spec``; write the run directory to ``out_dir`` if given (``iterations``: what its iterations.csv
+    holds, host.serving.rundir.ITERATIONS). Returns the engine's RunOutput."""
     from host.serving import Engine, EngineConfig
     w = build_workload(spec)
     system = build_system(spec, w)
@@ -306,7 +307,7 @@ def run_spec(spec: RunSpec, *, out_dir=None, engine_config=None):
         inputs = inputs_record(spec)
         if inputs:
             extra["inputs"] = inputs
-        out.write(out_dir, extra_config=extra)
+        out.write(out_dir, extra_config=extra, iterations=iterations)
     return out
 
 

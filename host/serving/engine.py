@@ -150,10 +150,11 @@ class RunOutput:
         cols.update({k: v for k, v in t.extra.items() if k not in cols})
         return cols
 
-    def write(self, out_dir, extra_config: dict | None = None) -> Path:
-        """Write config.json, requests.csv, iterations.csv, summary.json and trace.json into ``out_dir``."""
+    def write(self, out_dir, extra_config: dict | None = None, *, iterations: str = "all") -> Path:
+        """Write config.json, requests.csv, iterations.csv (``iterations``: ``all``, ``stretch``, ``none`` or
+        ``auto``; host.serving.rundir), summary.json and trace.json into ``out_dir``."""
         from host.serving.rundir import write_run_dir
-        return write_run_dir(self, out_dir, extra_config)
+        return write_run_dir(self, out_dir, extra_config, iterations=iterations)
 
 
 class Engine:

@@ -27,3 +27,28 @@ def test_list_of_one_top_shows_its_whole_configuration(capsys):
         for item in describe(spec.config(preset)).split():
             assert f"    {item}\n" in out
     assert "more)" not in out                             # nothing cut
+
+
+def test_iterations_csv_is_optional_and_per_stretch(tmp_path, capsys):
+    """--iterations all / stretch / none (issue 32 item 9): a stretch row sums its iterations' durations and counts
+    them, so the stretch file adds up to the full one; none writes no file; config.json records the mode."""
+    import json
+    import pandas as pd
+    from host.serving.rundir import stretch_rows, iterations_mode, AUTO_ALL_MAX
+    base = ["plora", "run", "--model", "llama2-7b", "--workload", "uniform", "--system", "plora", "--requests", "30"]
+    for mode in ("all", "stretch", "none"):
+        assert main(base + ["--iterations", mode, "--out", str(tmp_path / mode)]) == 0
+        assert json.loads((tmp_path / mode / "config.json").read_text())["iterations_csv"] == mode
+    full = pd.read_csv(tmp_path / "all" / "iterations.csv")
+    st = pd.read_csv(tmp_path / "stretch" / "iterations.csv")
+    assert len(st) < len(full) and st["iterations"].sum() == len(full)
+    assert st["duration_s"].sum() == __import__("pytest").approx(full["duration_s"].sum(), rel=1e-12)
+    assert not (tmp_path / "none" / "iterations.csv").exists()
+    # consecutive rows of one composition are one stretch; a change of composition starts the next
+    cols = {"start_s": [0.0, 1.0, 2.0, 3.0], "duration_s": [1.0, 1.0, 1.0, 2.0], "n_decode": [4, 4, 5, 4],
+            "kv_tokens": [10, 20, 30, 40]}
+    s = stretch_rows(cols)
+    assert list(s["iterations"]) == [2, 1, 1] and list(s["duration_s"]) == [2.0, 1.0, 2.0]
+    assert list(s["kv_tokens"]) == [15.0, 30.0, 40.0] and list(s["start_s"]) == [0.0, 2.0, 3.0]
+    assert iterations_mode("auto", AUTO_ALL_MAX) == "all" and iterations_mode("auto", AUTO_ALL_MAX + 1) == "stretch"
+    capsys.readouterr()
