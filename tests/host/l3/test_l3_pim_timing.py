@@ -83,3 +83,20 @@ def test_rankset_per_rank_command_path():
         rankset_model("per-dimm")
     with pytest.raises(ValueError, match="command_path"):
         RanksetModel(pim_timing(), "bus")
+
+
+def test_cli_pim_command_path_option():
+    """``--pim-command-path`` on ``ndpim l3 run / sweep / figures``: parsed, refused outside COMMAND_PATHS, and
+    passed on as the ``pim_command_path`` system option (absent: the default, per_rank)."""
+    import argparse
+    from host.l3.cli import add_parser, _system_kw
+    ap = argparse.ArgumentParser()
+    add_parser(ap.add_subparsers(dest="cmd"))
+    base = ["l3", "run", "--model", "opt-66b", "--trace", "dolphin", "--system", "l3", "--out", "/tmp/x"]
+    a = ap.parse_args(base + ["--pim-command-path", "shared"])
+    assert _system_kw(a)["pim_command_path"] == "shared"
+    assert "pim_command_path" not in _system_kw(ap.parse_args(base))
+    for cmd in (["l3", "sweep", "--out", "/tmp/x"], ["l3", "figures", "--out", "/tmp/x"]):
+        assert ap.parse_args(cmd + ["--pim-command-path", "per_rank"]).pim_command_path == "per_rank"
+        with pytest.raises(SystemExit):
+            ap.parse_args(cmd + ["--pim-command-path", "bus"])

@@ -95,6 +95,8 @@ def test_rankset_per_rank_rtl(measured_per_rank):
     assert all(c.rank == k for k in range(4) for c in comm[k])
     assert sum(c.kind is Cmd.WR for c in comm[3]) == r.writes
     assert not any(c.kind in (Cmd.WR, Cmd.ACT, Cmd.PRE) for k in range(3) for c in comm[k])
+    # on its own path a computing rank issues the same commands in the same cycles with and without the host
+    assert all(comm[k] == r.traces["quiet"][k] for k in range(3))
     assert all(v["cycles"] > r.window for v in r.runs.values())
 
 
