@@ -1,7 +1,8 @@
 """``ndpim l3 ...``: the L3 host's command group (host/cli.py calls :func:`add_parser`).
 
 * ``ndpim l3 run --model M --trace T --system S [--ranksets N] [--host-memory-gb G] [--seed K] [--requests N]
-  [--gpu-memory-utilization U] [--min-gpu-tokens N|knee|ridge] --out DIR [--force]``: one run; writes the run directory
+  [--gpu-memory-utilization U] [--min-gpu-tokens N|knee|ridge] [--pim-command-path per_rank|shared] --out DIR
+  [--force]``: one run; writes the run directory
   (config.json, requests.csv, iterations.csv, summary.json, trace.json) and prints the summary's main figures,
   the options included. Requests whose KV can never fit the system are rejected and counted (``rejected_frac``);
   when every request is, only config.json and summary.json are written, with ``"oom": true``. The user's own
@@ -41,6 +42,8 @@ def _system_kw(args) -> dict:
         kw["min_gpu_tokens"] = args.min_gpu_tokens
     if args.predictor_seed_batches is not None:
         kw["profile_batches"] = args.predictor_seed_batches
+    if args.pim_command_path is not None:
+        kw["pim_command_path"] = args.pim_command_path
     return kw
 
 
@@ -54,6 +57,14 @@ def _add_options(p):
     p.add_argument("--predictor-seed-batches", type=int_range(0), default=None,
                    help="L3 predictors: sub-batches of the start-up profile that seeds them (default 384); 0: they "
                         "start cold and learn from the run alone")
+    _add_command_path(p)
+
+
+def _add_command_path(p):
+    from host.l3.pim_timing import COMMAND_PATHS
+    p.add_argument("--pim-command-path", choices=COMMAND_PATHS, default=None,
+                   help="DIMM-PIM command topology (docs/pim_perf.md): per_rank (default; each rank PU drives its own "
+                        "rank, L3 4 / 5.1) or shared (every rank's commands on the channel's one command bus)")
 
 
 def _min_gpu_tokens(text):
@@ -215,7 +226,8 @@ def cmd_figures(args):
     from host.sweep import get_executor
     from host.l3.figures import FIGURES, make_figures
     with get_executor(args.cluster, args.jobs) as ex:
-        make_figures(args.out, n_requests=args.requests, seed=args.seed, only=args.only or FIGURES, executor=ex)
+        kw = {} if args.pim_command_path is None else {"pim_command_path": args.pim_command_path}
+        make_figures(args.out, n_requests=args.requests, seed=args.seed, only=args.only or FIGURES, executor=ex, **kw)
     return 0
 
 
@@ -282,6 +294,7 @@ def add_parser(subparsers):
     f.add_argument("--only", nargs="*", choices=FIGURES, help="only these figures")
     f.add_argument("--requests", type=int_range(1), default=1000)
     f.add_argument("--seed", type=int_range(0), default=0)
+    _add_command_path(f)
     add_executor_args(f)
     f.set_defaults(func=cmd_figures)
     return p

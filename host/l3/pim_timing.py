@@ -22,13 +22,21 @@ in tests (``tests/host/l3/test_l3_pim_timing.py``):
   model's own period wobbles by ~0.5 % with L in the "between" refresh regime).
 * **a rank's phase** (:meth:`PIMTiming.rank_cycles`): ``fixed_cycles`` once (pipeline fill / drain of a run of
   overlapped heads, as ``heads_period`` charges it) plus the heads' costs.
-* **ranksets** (:class:`RanksetModel`): the channel's command bus is shared by its ranks (one command per
-  cycle). A computing rank issues ``RD_ABs + 2 x rows`` commands per head; a rankset receiving host writes
-  issues a WR every ``tCCD_S`` plus its ACT / PRE. When the demand exceeds the bus the computing ranks slow down
-  (the writer first, as ``rankset_sim`` arbitrates). Within 1.5 % of ``rankset_sim``'s measured compute
-  preserved at 2, 4 and 8 ranks per channel (tested); it also covers more ranks than ``rankset_sim`` simulates
-  (the Bw-only scaling to 16 ranksets). The write bandwidth of one channel into its receiving rank is
-  ``rankset_sim``'s measured figure (24.96 GB/s, 97.5 % of the DQ peak).
+* **ranksets** (:class:`RanksetModel`), two command paths (``command_path``, docs/pim_perf.md "The command path
+  of a rank"). ``"per_rank"`` (the default, [L3] 4 and 5.1): each rank PU drives its own rank's DRAM commands and
+  refresh on its side of the DIMM buffer chip; the channel's C/A bus carries the host's PIM transactions and writes
+  only, so a computing rank keeps its whole rate whatever the other ranks of its channel do (with four ranks, one
+  receiving, the channel keeps 3/4 = 75 % of its compute: [L3] 5.1). Held to the RTL
+  (``sim.pim.rankset.rankset_rtl(command_path="per_rank")``: the computing ranks' RD_AB rate with the host
+  writing / without, 1.0000) in ``tests/sim/pim/test_pim_rankset_rtl.py``. ``"shared"`` (this project's earlier
+  model, a labelled option): the channel's command bus is shared by its ranks (one command per cycle). A
+  computing rank issues ``RD_ABs + 2 x rows`` commands per head; a rankset receiving host writes issues a WR
+  every ``tCCD_S`` plus its ACT / PRE. When the demand exceeds the bus the computing ranks slow down (the writer
+  first, as ``rankset_sim`` arbitrates). Within 1.5 % of ``rankset_sim``'s measured compute preserved at 2, 4
+  and 8 ranks per channel (tested); it also covers more ranks than ``rankset_sim`` simulates (the Bw-only
+  scaling to 16 ranksets). Either way the write bandwidth of one channel into its receiving rank is
+  ``rankset_sim``'s measured figure (24.96 GB/s, 97.5 % of the DQ peak): the host's writes use the channel's
+  C/A and DQ on both paths.
 
 Units: cycles are DDR4 command clocks (``tck_ps`` = 625 ps); seconds at the boundary (:meth:`PIMTiming.seconds`).
 """
@@ -40,11 +48,19 @@ import numpy as np
 from hdl.pim.config import PAPER
 from sim.perf.pim import PIMPerfModel, paper_model, rankset_sim
 
-__all__ = ["pim_perf_model", "PIMTiming", "RanksetModel", "pim_timing", "rankset_model", "REFRESH_GRID"]
+__all__ = ["pim_perf_model", "PIMTiming", "RanksetModel", "pim_timing", "rankset_model", "REFRESH_GRID",
+           "COMMAND_PATHS", "DEFAULT_COMMAND_PATH"]
 
 #: Lengths at which the model's refresh factor is evaluated (log-spaced, plus both sides of the PAPER overlap
 #: limit 64K / 64K + 1); both sides of the "between" / "in_head" refresh switch (~23.6K at PAPER) are added by
 #: bisection on the model's own choice.
+#: The rank PU's command path (docs/pim_perf.md "The command path of a rank"; = sim.pim.rankset.COMMAND_PATHS):
+#: ``"per_rank"`` -- each rank PU drives its own rank ([L3] 4: the rank PU on the DIMM buffer chip issues its rank's
+#: commands and takes over its refresh; 5.1: one rank of four receiving "preserves 75 %" of the compute);
+#: ``"shared"`` -- every rank's commands on the channel's one command bus (labelled option).
+COMMAND_PATHS = ("per_rank", "shared")
+DEFAULT_COMMAND_PATH = "per_rank"
+
 REFRESH_GRID = (1, 16, 64, 256, 1024, 2048, 4096, 8192, 12288, 16384, 20480, 32768, 49152, 65536, 65537, 98304,
                 131072)
 
@@ -149,16 +165,23 @@ class PIMTiming:
 
 
 class RanksetModel:
-    """Command-bus sharing of one channel's ranks (L3 5.1), from the DRAM timing of ``timing.model``, checked
-    against ``sim.perf.pim.rankset_sim``.
+    """The compute a channel's ranks keep (L3 5.1), from the DRAM timing of ``timing.model``, on one of two command
+    paths (``command_path``, :data:`COMMAND_PATHS`).
 
-    Per cycle of the channel's command bus (capacity 1): a computing rank streaming rows of 128 RD_ABs needs
-    ``(128 + 2) / row cycles`` (0.121 at DDR4-3200), a writing rank ``1 / tCCD_S`` plus one ACT and one PRE per
-    ``banks_per_group`` x ``cpr`` WRs (its ACTs of the next bank set overlap). ``compute_rate(ranks, writer)``
-    is the fraction of its stand-alone RD_AB rate each computing rank keeps."""
+    ``"per_rank"`` (default): each rank PU issues its rank's commands on its own side of the buffer chip; a
+    computing rank keeps its stand-alone rate (``compute_rate`` = 1 for any number of ranks, with or without a
+    rank receiving): measured in RTL (``sim.pim.rankset.rankset_rtl``, four TINY ranks, three computing while the
+    host writes into the fourth: 1.0000). ``"shared"``: per cycle of the channel's command bus (capacity 1), a
+    computing rank streaming rows of 128 RD_ABs needs ``(128 + 2) / row cycles`` (0.121 at DDR4-3200), a writing
+    rank ``1 / tCCD_S`` plus one ACT and one PRE per ``banks_per_group`` x ``cpr`` WRs (its ACTs of the next bank
+    set overlap); checked against ``sim.perf.pim.rankset_sim``. ``compute_rate(ranks, writer)`` is the fraction
+    of its stand-alone RD_AB rate each computing rank keeps."""
 
-    def __init__(self, timing: PIMTiming):
+    def __init__(self, timing: PIMTiming, command_path: str = DEFAULT_COMMAND_PATH):
+        if command_path not in COMMAND_PATHS:
+            raise ValueError(f"command_path = {command_path!r} must be one of {COMMAND_PATHS}")
         self.timing = timing
+        self.command_path = command_path
         cfg, tm = timing.config, timing.model.tm
         org = cfg.dram.org
         self.compute_demand = (timing._cpr + 2) / timing._full_row
@@ -176,6 +199,8 @@ class RanksetModel:
         computing = ranks - 1 if writer else ranks
         if computing <= 0:
             return 0.0
+        if self.command_path == "per_rank":
+            return 1.0          # its own command path: nothing on the channel's C/A bus slows it
         free = 1.0 - (self.write_demand if writer else 0.0)
         return min(1.0, free / (computing * self.compute_demand))
 
@@ -199,6 +224,13 @@ def pim_timing() -> PIMTiming:
     return _cached_timing(m.fixed_cycles, m.refresh, m.overlap)
 
 
-@lru_cache(maxsize=1)
-def rankset_model() -> RanksetModel:
-    return RanksetModel(pim_timing())
+def rankset_model(command_path: str = DEFAULT_COMMAND_PATH) -> RanksetModel:
+    """The process-wide :class:`RanksetModel` of :func:`pim_timing` on ``command_path`` (built once per path)."""
+    if command_path not in COMMAND_PATHS:
+        raise ValueError(f"command_path = {command_path!r} must be one of {COMMAND_PATHS}")
+    return _cached_rankset_model(command_path)
+
+
+@lru_cache(maxsize=2)
+def _cached_rankset_model(command_path: str) -> RanksetModel:
+    return RanksetModel(pim_timing(), command_path)

@@ -12,6 +12,8 @@
 (h) ``--speed``: cycles/s of the fused TINY top, 12 heads of L = 2048, inline and fast builds;
 (i) ``--paper-rtl``: the PAPER rank (128 bank PUs) at L = 1K and 4K, bit-exact, build / run seconds, model;
 (j) ``--rankset-rtl``: two rank PUs and the host controller on one channel ([L3] 5.1), next to the model;
+(k) ``--rankset-rtl``: four TINY ranks on one channel, three computing while the host writes into the fourth, on
+    both command paths (each rank PU driving its own rank, and the shared bus): the computing ranks' rate;
 
 and writes every figure to ``build/bench/pim.json`` (keys ``paper_rtl_bitexact``, ``paper_rtl_cycles``,
 ``model_rtl_max_rel_err``, ``rankset_compute_preserved_rtl``, ``sim_cycles_per_s`` {``fused_tiny``,
@@ -375,6 +377,40 @@ def rankset_rtl_table(backend="verilator", rows=32):
     return r, model
 
 
+def rankset4_rtl_table(backend="verilator", rows=32):
+    """(k) The rank PU's command path (issue 31 item 1; docs/pim_perf.md "The command path of a rank"): TINY
+    geometry with four ranks (:func:`sim.pim.rankset.with_ranks`; 128 bank PUs), ranks 0-2 computing 4 heads of
+    L = 512 each while the host writes a 128-token head into rank 3, on ``per_rank`` and ``shared`` command paths;
+    the computing ranks' RD_AB rate in the write window and cycles to their last head, with the host writing /
+    without. (The per-rank model, ``host.l3.pim_timing.RanksetModel("per_rank")``, not imported here since sim/
+    imports nothing from host/, says 1.)"""
+    from sim.pim.fused import tiny_rows
+    from sim.pim.rankset import rankset_rtl, with_ranks
+    cfg = with_ranks(tiny_rows(rows), 4)
+    out = {}
+    print(f"\n(k) the rank PU's command path ({cfg.name}: 4 ranks x {cfg.chips * cfg.banks} bank PUs; ranks 0-2 "
+          f"compute 4 heads of L = 512 while the host writes 1024 bursts into rank 3; {backend})")
+    print(f"  {'path':>9s} {'window':>7s} {'write GB/s':>10s} {'preserved':>9s} {'(R-1)/R':>8s} "
+          f"{'rank rates (RD_AB, window)':>28s} {'head rate':>9s} {'wall s':>7s}")
+    for path in ("per_rank", "shared"):
+        t0 = time.perf_counter()
+        r = rankset_rtl(cfg, backend=backend, command_path=path)
+        wall = time.perf_counter() - t0
+        rates = " ".join(f"{x:.4f}" for x in r.rank_rates)
+        print(f"  {path:>9s} {r.window:7d} {r.write_gbps:10.2f} {r.preserved:9.4f} {0.75:8.4f} {rates:>28s} "
+              f"{r.head_rate:9.4f} {wall:7.0f}")
+        print(f"  {'':>9s} cycles to the last head with the host writing {r.head_cycles_comm} / without "
+              f"{r.head_cycles_quiet}; bit-exact {r.bitexact}, violations {r.violations}, error records {r.errors}")
+        if not r.bitexact or r.violations or r.errors:
+            raise SystemExit(f"rankset RTL (4 ranks, {path}): FAILED")
+        out[path] = {"window": r.window, "writes": r.writes, "write_gbps": r.write_gbps, "preserved": r.preserved,
+                     "rank_rates": list(r.rank_rates), "compute_rate": r.compute_rate, "head_rate": r.head_rate,
+                     "head_cycles_comm": list(r.head_cycles_comm), "head_cycles_quiet": list(r.head_cycles_quiet),
+                     "rd_ab_with_comm": r.rd_ab_with_comm, "rd_ab_all_compute": r.rd_ab_all_compute,
+                     "bitexact": r.bitexact, "violations": r.violations, "wall_s": round(wall, 1), "runs": r.runs}
+    return out
+
+
 def _memory_system_rate():
     """``sim_cycles_per_s.memory_system`` of the DRAM bench (``build/bench/dram.json``, devmem's ``make
     bench-dram``) when it has been run; None otherwise."""
@@ -416,7 +452,8 @@ def main(argv=None):
     ap.add_argument("--no-accuracy", action="store_true", help="skip the accuracy table (d)")
     ap.add_argument("--rtl", action="store_true", help="(e) TINY through the RTL against both models")
     ap.add_argument("--paper-rtl", action="store_true", help="(i) the PAPER rank (128 bank PUs) through the RTL")
-    ap.add_argument("--rankset-rtl", action="store_true", help="(j) two rank PUs + the host on one channel, RTL")
+    ap.add_argument("--rankset-rtl", action="store_true", help="(j) two rank PUs + the host on one "
+                    "channel, (k) four ranks on both command paths, RTL")
     ap.add_argument("--speed", action="store_true", help="(h) cycles/s of the fused TINY top, both builds")
     ap.add_argument("--all-rtl", action="store_true", help="--rtl --paper-rtl --rankset-rtl --speed")
     ap.add_argument("--calibrate", nargs="?", const="micro,tiny,paper", default=None,
@@ -470,6 +507,7 @@ def main(argv=None):
                     "rankset_rtl": {"window": r.window, "writes": r.writes, "write_gbps": r.write_gbps,
                                     "rd_ab_with_comm": r.rd_ab_with_comm, "rd_ab_all_compute": r.rd_ab_all_compute,
                                     "rd_ab_alone": r.rd_ab_alone, "bitexact": r.bitexact, "runs": r.runs}})
+        res["rankset4_rtl"] = rankset4_rtl_table(args.backend)
     if args.speed:
         sp = fused_tiny_speed(args.backend)
         res["sim_cycles_per_s"]["fused_tiny"] = sp["fast"]["cycles_per_s"]

@@ -53,14 +53,50 @@ def test_rank_cycles_and_bounds():
 
 @pytest.mark.parametrize("ranks", [2, 4, 8])
 def test_rankset_model_against_rankset_sim(ranks):
-    rs = rankset_model()
+    rs = rankset_model("shared")
     sim = rankset_sim(PAPER, ranks)
     assert rs.preserved(ranks) == pytest.approx(sim.preserved, rel=0.015)
     assert rs.channel_write_gbps == pytest.approx(sim.write_gbps)
 
 
 def test_rankset_command_bus_saturates():
-    rs = rankset_model()
+    rs = rankset_model("shared")
     assert rs.compute_rate(4) == 1.0 and rs.compute_rate(8) == 1.0
     assert rs.compute_rate(16) < 0.6             # 16 computing ranks need ~1.9 commands per cycle
     assert rs.compute_rate(1, writer=True) == 0.0
+
+
+def test_rankset_per_rank_command_path():
+    """The default command path: each rank PU drives its own rank ([L3] 4), so a computing rank keeps its rate
+    however many ranks its channel computes or receives with; one rank of four receiving keeps 75 % of the
+    channel's compute ([L3] 5.1). The RTL measurement it is held to: tests/sim/pim/test_pim_rankset_rtl.py."""
+    rs = rankset_model()
+    assert rs.command_path == "per_rank" and rankset_model("per_rank") is rs
+    for k in (1, 2, 4, 8, 16, 32):
+        assert rs.compute_rate(k) == 1.0
+        assert rs.compute_rate(k, writer=True) == (0.0 if k == 1 else 1.0)
+    assert rs.preserved(4) == pytest.approx(0.75)
+    shared = rankset_model("shared")
+    assert shared.compute_rate(16) < 0.6 < rs.compute_rate(16)       # the shared bus saturates, per rank does not
+    assert rs.channel_write_gbps == shared.channel_write_gbps        # the host's writes use the channel either way
+    with pytest.raises(ValueError, match="command_path"):
+        rankset_model("per-dimm")
+    with pytest.raises(ValueError, match="command_path"):
+        RanksetModel(pim_timing(), "bus")
+
+
+def test_cli_pim_command_path_option():
+    """``--pim-command-path`` on ``ndpim l3 run / sweep / figures``: parsed, refused outside COMMAND_PATHS, and
+    passed on as the ``pim_command_path`` system option (absent: the default, per_rank)."""
+    import argparse
+    from host.l3.cli import add_parser, _system_kw
+    ap = argparse.ArgumentParser()
+    add_parser(ap.add_subparsers(dest="cmd"))
+    base = ["l3", "run", "--model", "opt-66b", "--trace", "dolphin", "--system", "l3", "--out", "/tmp/x"]
+    a = ap.parse_args(base + ["--pim-command-path", "shared"])
+    assert _system_kw(a)["pim_command_path"] == "shared"
+    assert "pim_command_path" not in _system_kw(ap.parse_args(base))
+    for cmd in (["l3", "sweep", "--out", "/tmp/x"], ["l3", "figures", "--out", "/tmp/x"]):
+        assert ap.parse_args(cmd + ["--pim-command-path", "per_rank"]).pim_command_path == "per_rank"
+        with pytest.raises(SystemExit):
+            ap.parse_args(cmd + ["--pim-command-path", "bus"])

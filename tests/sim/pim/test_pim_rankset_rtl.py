@@ -13,14 +13,28 @@ host writes every tCCD_L and a RD_AB needs one bus slot per tCCD_L too: nothing 
 is TINY's, ``make bench-pim`` (j), RTL 0.4988 vs model 0.4979).
 
 Cost: ~17 s CPU with a warm Verilator cache (Verilog generation ~15 s, four runs of ~2.5K cycles); the build is
-keyed by the Verilog text (the KV image is the device model's init), ~75 s CPU more when cold."""
+keyed by the Verilog text (the KV image is the device model's init), ~75 s CPU more when cold.
+
+The rank PU's own command path (issue 31 item 1; docs/pim_perf.md "The command path of a rank"):
+``RanksetSystem(micro(16, ranks=4), command_path="per_rank")`` -- four ranks, each rank PU driving its own rank
+(one device model per rank), the channel's C/A bus carrying the host's commands: ranks 0-2 compute 4 heads of
+L = 64 each while the host writes a 16-token head into rank 3, which then computes it. Checks: every head
+bit-exact, 0 violations of the JEDEC checker on each rank's own trace and of the four device models, the
+computing ranks' RD_AB rate with the host writing / without held to ``RanksetModel("per_rank")`` (1.0) and the
+compute preserved to its (R - 1) / R = 0.75 ([L3] 5.1), within 0.01. Mutants: the per-rank checker catches a
+RD_AB moved one cycle early and another rank's commands on a rank's path; the per-rank model's rate is not the
+shared model's at 16 ranks. Cost: ~80 s wall cold (build), ~20 s warm; the four-rank TINY run is
+``make bench-pim`` (j)."""
+
+from dataclasses import replace
 
 import pytest
 
-from hdl.memctl.commands import Cmd
+from hdl.memctl.commands import Cmd, Violation
 from sim.perf.pim import rankset_sim
 from sim.pim.fused import micro
-from sim.pim.rankset import rankset_rtl
+from sim.pim.rankset import (RanksetSystem, rankset_rtl, check_rank_traces, split_image, with_ranks,
+                             rank_dram_config)
 
 CFG = micro(16)
 BOUND = 0.01
@@ -48,3 +62,76 @@ def test_rankset_rtl_overlap(measured):
     assert abs(r.preserved - m.preserved) <= BOUND, (r.preserved, m.preserved)
     assert abs(r.contention_loss - m.contention_loss) <= BOUND, (r.contention_loss, m.contention_loss)
     assert all(v["cycles"] > r.window for v in r.runs.values())   # every run outlasts the window
+
+
+# ---- the rank PU's own command path (per_rank), four ranks -------------------------------------------------------
+
+CFG4 = micro(16, ranks=4)
+
+
+@pytest.fixture(scope="module")
+def measured_per_rank():
+    return rankset_rtl(CFG4, L=64, heads=4, write_L=16, backend="verilator", command_path="per_rank")
+
+
+def test_rankset_per_rank_rtl(measured_per_rank):
+    from host.l3.pim_timing import RanksetModel, pim_timing
+    r = measured_per_rank
+    model = RanksetModel(pim_timing(), "per_rank")
+    print(f"micro 4-rank per_rank: window {r.window}, {r.writes} WRs, {r.write_gbps:.2f} GB/s, preserved "
+          f"{r.preserved:.4f}, rank rates {r.rank_rates}, head cycles {r.head_cycles_comm} (host writing) / "
+          f"{r.head_cycles_quiet} (alone); RD_ABs {r.rd_ab_with_comm} / {r.rd_ab_all_compute} / {r.rd_ab_alone}; "
+          f"runs {r.runs}")
+    assert r.ranks == 4 and r.command_path == "per_rank"
+    assert r.bitexact and r.violations == 0 and r.errors == 0, r.runs
+    assert r.writes == 64 and 0 < r.write_gbps <= r.dq_peak_gbps
+    assert len(r.rank_rates) == 3 and min(r.rd_ab_rank_comm) > 0
+    # the computing ranks' rate while the host writes into rank 3, against the model
+    assert abs(r.compute_rate - model.compute_rate(4, writer=True)) <= BOUND, r.rank_rates
+    assert abs(r.head_rate - model.compute_rate(4, writer=True)) <= BOUND, (r.head_cycles_comm, r.head_cycles_quiet)
+    assert abs(r.preserved - model.preserved(4)) <= BOUND, r.preserved          # [L3] 5.1: 75 %
+    # each rank's own path carried only its rank's commands; the host's writes reached rank 3 only
+    comm = r.traces["comm"]
+    assert all(c.rank == k for k in range(4) for c in comm[k])
+    assert sum(c.kind is Cmd.WR for c in comm[3]) == r.writes
+    assert not any(c.kind in (Cmd.WR, Cmd.ACT, Cmd.PRE) for k in range(3) for c in comm[k])
+    # on its own path a computing rank issues the same commands in the same cycles with and without the host
+    assert all(comm[k] == r.traces["quiet"][k] for k in range(3))
+    assert all(v["cycles"] > r.window for v in r.runs.values())
+
+
+def test_rankset_per_rank_checker_mutants(measured_per_rank):
+    """The per-rank JEDEC check passes the measured traces and fails on two mutants: a RD_AB one cycle early
+    (tCCD_L) and rank 1's commands on rank 0's path (what one command path for two ranks without arbitration
+    would carry)."""
+    tr = [list(t) for t in measured_per_rank.traces["comm"]]
+    dram = CFG4.dram
+    assert check_rank_traces(tr, dram) == {}
+    tccd = CFG4.dram.timing.tCCD_L
+    i = next(k for k in range(1, len(tr[0])) if tr[0][k].kind is tr[0][k - 1].kind is Cmd.RD_AB
+             and tr[0][k].cycle - tr[0][k - 1].cycle == tccd)
+    early = [list(t) for t in tr]
+    early[0][i] = replace(early[0][i], cycle=early[0][i].cycle - 1)
+    bad = check_rank_traces(early, dram)
+    assert list(bad) == [0] and any(v.violation is Violation.T_CCD_L for v in bad[0])
+    mixed = [sorted(tr[0] + [replace(c, rank=0, cycle=c.cycle + 1) for c in tr[1]], key=lambda c: c.cycle)] + tr[1:]
+    assert 0 in check_rank_traces(mixed, dram)
+
+
+def test_rankset_system_options():
+    """No build: the parameters and the per-rank image split."""
+    with pytest.raises(ValueError, match="command_path"):
+        RanksetSystem(CFG, command_path="per-dimm")
+    with pytest.raises(ValueError, match="host_rank"):
+        RanksetSystem(CFG4, host_rank=4)
+    with pytest.raises(ValueError, match=">= 2 ranks"):
+        RanksetSystem(with_ranks(CFG, 1))
+    org = CFG4.dram.org
+    per = org.banks * org.rows * org.bursts_per_row
+    imgs = split_image(org, {5: 1, per + 7: 2, 3 * per: 3, 2 * per + 1: 0})
+    assert imgs == [{5: 1}, {7: 2}, None, {0: 3}]
+    with pytest.raises(ValueError, match="outside"):
+        split_image(org, {4 * per: 1})
+    one = rank_dram_config(CFG4.dram)
+    assert one.org.ranks == 1 and one.timing == CFG4.dram.timing and one.org.rows == org.rows
+    assert with_ranks(CFG4, 4) is CFG4 and with_ranks(CFG, 4).dram.org.ranks == 4
