@@ -265,9 +265,10 @@ def plot_predictor(rows, path):
 # ---- all --------------------------------------------------------------------------------------------------------
 
 def make_figures(out_dir, *, n_requests=1000, seed=0, only=FIGURES, executor=None, jobs=None,
-                 scaling_models=MODELS, scaling_trace="openr1", log=print) -> dict:
+                 scaling_models=MODELS, scaling_trace="openr1", log=print, pim_command_path=None) -> dict:
     """Run what ``only`` needs and write ``<name>.csv`` and ``<name>.png`` for each figure into ``out_dir``;
-    returns {figure: [paths]} and writes figures.json (the tables)."""
+    returns {figure: [paths]} and writes figures.json (the tables). ``pim_command_path``: the DIMM-PIM's command
+    path of every run of the throughput, ablation and scalability figures (None: the default, per_rank)."""
     from host.sweep import LocalExecutor
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -286,6 +287,10 @@ def make_figures(out_dir, *, n_requests=1000, seed=0, only=FIGURES, executor=Non
                     if not ("throughput" in only and p.system == "l3")]
         if "scalability" in only:
             pts += scalability_points(models=scaling_models, trace=scaling_trace, n_requests=n_requests, seed=seed)
+        if pim_command_path is not None:
+            from dataclasses import replace as _replace
+            pts = [_replace(p, options=tuple(sorted({**dict(p.options), "pim_command_path": pim_command_path}.items())))
+                   for p in pts]
         rows = run_points(pts, executor=ex, desc="l3 figures") if pts else []
         if "throughput" in only:
             t = throughput_table([r for r in rows if r["study"] == "throughput"])

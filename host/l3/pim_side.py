@@ -57,7 +57,7 @@ GPU (the GPU phase that generates it waits for the same transfer: :meth:`PIMSide
 
 import numpy as np
 
-from host.l3.pim_timing import pim_timing, rankset_model
+from host.l3.pim_timing import pim_timing, rankset_model, DEFAULT_COMMAND_PATH
 
 __all__ = ["RanksetPlacement", "PIMSide", "PhaseTime", "HANDOVER"]
 
@@ -144,10 +144,13 @@ class PIMSide:
     """PIM phase times of one replica of ``setup``; ``comm`` switches L3's 5.1 communication (module
     docstring)."""
 
-    def __init__(self, setup, *, comm: bool = True):
+    def __init__(self, setup, *, comm: bool = True, command_path: str = DEFAULT_COMMAND_PATH):
         m = setup.model
         self.setup, self.comm = setup, bool(comm)
-        self.timing, self.rs = pim_timing(), rankset_model()
+        #: the rank PUs' command path (host.l3.pim_timing.COMMAND_PATHS): per_rank (a computing rank keeps its
+        #: rate) or shared (the ranks' commands share the channel's bus)
+        self.command_path = command_path
+        self.timing, self.rs = pim_timing(), rankset_model(command_path)
         self.R = setup.host.ranksets
         self.C = setup.channels_per_replica
         self.hpr = setup.heads_per_rank

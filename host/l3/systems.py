@@ -46,7 +46,7 @@ import numpy as np
 from host.serving import (Batch, ContinuousBatcher, IterationResult, KVBudget, RunResult, Span, System)
 from host.l3.gpu_side import GPUSide
 from host.l3.pim_side import PIMSide, RanksetPlacement
-from host.l3.pim_timing import pim_timing, rankset_model
+from host.l3.pim_timing import pim_timing, rankset_model, COMMAND_PATHS, DEFAULT_COMMAND_PATH
 from host.l3.predictors import L3Predictors, ProfiledBatches, profiled_sub_batch
 from host.l3.scheduler import (PrefillItem, SchedState, balanced_split, efficiency_knee_tokens, ridge_tokens,
                                schedule)
@@ -171,8 +171,13 @@ class _Common(System):
     has_pim = True
 
     def __init__(self, setup, *, batcher=None, replica: int = 0, seed: int = 0, kv_policy: str = KV_POLICY,
-                 gpu_memory_utilization: float | None = None):
+                 gpu_memory_utilization: float | None = None, pim_command_path: str = DEFAULT_COMMAND_PATH):
         super().__init__(batcher)
+        if pim_command_path not in COMMAND_PATHS:
+            raise ValueError(f"pim_command_path must be one of {COMMAND_PATHS}, got {pim_command_path!r}")
+        #: the DIMM-PIM's command topology (host.l3.pim_timing: per_rank, L3 4 / 5.1; or shared); used by the
+        #: systems whose PIM is L3's (their PIMSide), recorded by every system with a DIMM-PIM
+        self.pim_command_path = pim_command_path
         if kv_policy not in ("reserve", "paged"):
             raise ValueError(f"kv_policy must be 'reserve' or 'paged', got {kv_policy!r}")
         self.kv_policy = kv_policy
@@ -246,6 +251,7 @@ class _Common(System):
     def config(self):
         return {"name": self.name, "replica": self.replica, "seed": self.seed, "kv_policy": self.kv_policy,
                 "gpu_memory_utilization": self.gpu_memory_utilization,
+                "pim_command_path": self.pim_command_path if self.has_pim else None,
                 "hbm_kv_capacity_bytes": hbm_kv_capacity_bytes(self.setup, self.gpu_memory_utilization),
                 "gpu_workspace_bytes_per_gpu": gpu_workspace_bytes(self.setup), **self.setup.describe()}
 
@@ -277,7 +283,7 @@ class L3System(_Common):
         if self.placement != own:
             self.name += f"-{self.placement}"
         self.min_gpu_tokens = resolve_min_gpu_tokens(min_gpu_tokens, self.gpu, setup)
-        self.pim = PIMSide(setup, comm=self.comm)
+        self.pim = PIMSide(setup, comm=self.comm, command_path=self.pim_command_path)
         self.predictor_kw = dict(predictor_kw or {})
         self.max_candidates = int(max_candidates)
         self.profile_batches = int(profile_batches)

@@ -63,10 +63,16 @@ def test_transfers_and_sync_offload():
 
 
 def test_command_bus_rate_counts_the_busy_ranksets():
+    """On the shared command path (the labelled option) the busy ranksets share the channel's bus; on the rank
+    PUs' own paths (the default, L3 4 / 5.1) a computing rankset keeps its rate however many compute."""
     s16 = l3_setup("gpt-175b", ranksets=16)
-    pim = PIMSide(s16)
+    pim = PIMSide(s16, command_path="shared")
     L = np.full(2, 8001)
     few = pim.phase(L, [0, 1])                                    # two busy ranksets of 16: the bus is not full
     assert few.compute.max() == pytest.approx(pim.class_cycles(L, [0, 1]).max() * pim.tck)
     many = pim.phase(np.full(16, 8001), np.arange(16))            # all 16 busy: 16 x 0.121 commands per cycle
     assert many.compute.max() > 1.9 * few.compute.max()
+    own = PIMSide(s16)
+    assert own.command_path == "per_rank"
+    assert own.phase(np.full(16, 8001), np.arange(16)).compute.max() == pytest.approx(
+        own.phase(L, [0, 1]).compute.max())
