@@ -499,7 +499,8 @@ def rankset_rtl(config, *, L=512, heads=4, write_L=128, backend="verilator", sys
     RD_ABs are counted in the write window (cycle 0 .. the host's last WR), like :func:`sim.perf.pim.rankset_sim`.
     Every head is compared with the golden kernel, every trace with the JEDEC checker (``per_rank``: each rank's
     own trace against one rank, :func:`check_rank_traces`), every run with the device models' violation reports.
-    ``config`` needs rows for two heads of ``L`` plus one of ``write_L`` per rank."""
+    ``config`` needs rows for two heads of ``L`` plus one of ``write_L`` per rank. ``command_path``: of the system
+    built here; a ``system`` passed in (built with :func:`rankset_image`'s image) brings its own."""
     from hdl.pim.mapping import head_layout, kv_store_image
     from sim.backends import get_backend, Traffic
     from sim.dram.checker import check_trace
