@@ -59,7 +59,7 @@ from sim.pim.fused import add_bank_pus, done_layout, bank_pu_verilog
 from sim.pim.spoof_system import RankBufferChip
 
 __all__ = ["RanksetSystem", "RanksetRTL", "rankset_rtl", "host_write_requests", "COMMAND_PATHS", "with_ranks",
-           "rank_dram_config", "split_image", "check_rank_traces"]
+           "rank_dram_config", "split_image", "check_rank_traces", "rankset_image"]
 
 #: The DIMM's command topology (docs/pim_perf.md, "The command path of a rank"): ``"per_rank"`` -- each rank's
 #: buffer chip (its rank PU) drives its own rank's DRAM commands and refresh, the channel's C/A bus carries the
@@ -473,6 +473,21 @@ class RanksetRTL:
         return min(q / c for q, c in zip(self.head_cycles_quiet, self.head_cycles_comm))
 
 
+def rankset_image(config, L, *, seed=7):
+    """The stored heads of :func:`rankset_rtl`: two heads of ``L`` tokens on every rank (the same K / V on each).
+    Returns ``(layouts per rank, K (2, L, d), V (2, L, d), the channel image)``: build a :class:`RanksetSystem`
+    with the image to reuse its build for other runs on these heads."""
+    from hdl.pim.mapping import head_layout, kv_store_image
+    from sim.golden.pim_attention import make_inputs
+    lay = [head_layout(config, L, 2, rank=r) for r in range(config.dram.org.ranks)]
+    KV = [make_inputs(config, L, seed=seed + h)[1:] for h in range(2)]
+    Ks, Vs = np.stack([k for k, _ in KV]), np.stack([v for _, v in KV])
+    img = {}
+    for lr in lay:
+        img.update(kv_store_image(config, Ks, Vs, lr))
+    return lay, Ks, Vs, img
+
+
 def rankset_rtl(config, *, L=512, heads=4, write_L=128, backend="verilator", system=None, seed=7,
                 command_path="shared"):
     """[L3] 5.1 in RTL on :class:`RanksetSystem` (``N`` = ``config``'s ranks, >= 2): ranks ``0 .. N - 2`` compute
@@ -484,7 +499,8 @@ def rankset_rtl(config, *, L=512, heads=4, write_L=128, backend="verilator", sys
     RD_ABs are counted in the write window (cycle 0 .. the host's last WR), like :func:`sim.perf.pim.rankset_sim`.
     Every head is compared with the golden kernel, every trace with the JEDEC checker (``per_rank``: each rank's
     own trace against one rank, :func:`check_rank_traces`), every run with the device models' violation reports.
-    ``config`` needs rows for two heads of ``L`` plus one of ``write_L`` per rank."""
+    ``config`` needs rows for two heads of ``L`` plus one of ``write_L`` per rank. ``command_path``: of the system
+    built here; a ``system`` passed in (built with :func:`rankset_image`'s image) brings its own."""
     from hdl.pim.mapping import head_layout, kv_store_image
     from sim.backends import get_backend, Traffic
     from sim.dram.checker import check_trace
@@ -496,14 +512,9 @@ def rankset_rtl(config, *, L=512, heads=4, write_L=128, backend="verilator", sys
     N = org.ranks
     w = N - 1                              # the receiving rank
     comp = list(range(N - 1))              # the computing ranks
-    lay = [head_layout(cfg, L, 2, rank=r) for r in range(N)]
+    lay, Ks, Vs, img = rankset_image(cfg, L, seed=seed)
     lay_w = head_layout(cfg, write_L, 1, rank=w, row_base=lay[w].rows_used)
-    KV = [make_inputs(cfg, L, seed=seed + h)[1:] for h in range(2)]
-    Ks, Vs = np.stack([k for k, _ in KV]), np.stack([v for _, v in KV])
     Kw, Vw = make_inputs(cfg, write_L, seed=seed + 10)[1:]
-    img = {}
-    for r in range(N):
-        img.update(kv_store_image(cfg, Ks, Vs, lay[r]))
     img_w = kv_store_image(cfg, Kw, Vw, lay_w)
     if system is None:
         system = RanksetSystem(cfg, img, command_path=command_path)

@@ -5,7 +5,8 @@ import pytest
 
 from hdl.pim.config import PAPER
 from sim.perf.pim import PIMPerfModel, rankset_sim
-from host.l3.pim_timing import PIMTiming, RanksetModel, pim_perf_model, pim_timing, rankset_model
+from host.l3.pim_timing import (COMMAND_PATHS, PIMTiming, RanksetModel, pim_perf_model, pim_timing,
+                                rankset_model)
 
 LENGTHS = [1, 2, 15, 16, 17, 63, 64, 100, 511, 512, 513, 2048, 6000, 16383, 16384, 25000, 40000, 65535, 65536,
            65537, 100000, 131071, 131072]
@@ -79,6 +80,8 @@ def test_rankset_per_rank_command_path():
     shared = rankset_model("shared")
     assert shared.compute_rate(16) < 0.6 < rs.compute_rate(16)       # the shared bus saturates, per rank does not
     assert rs.channel_write_gbps == shared.channel_write_gbps        # the host's writes use the channel either way
+    from sim.pim.rankset import COMMAND_PATHS as RTL_PATHS     # the RTL's names are the model's
+    assert set(RTL_PATHS) == set(COMMAND_PATHS)
     with pytest.raises(ValueError, match="command_path"):
         rankset_model("per-dimm")
     with pytest.raises(ValueError, match="command_path"):

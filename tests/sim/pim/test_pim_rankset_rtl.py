@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """Ranksets in RTL ([L3] 5.1; sim/pim/rankset.py, issue 14 item 2) at the smallest case that shows the overlap:
 ``RanksetSystem(micro(16))`` -- one channel, two ranks of 2 chips x 4 banks (8 bank PUs each), the host memory
 controller with the spoofed SPD timing writing through the buffer chip's re-layout unit, one command bus.
@@ -22,8 +23,9 @@ L = 64 each while the host writes a 16-token head into rank 3, which then comput
 bit-exact, 0 violations of the JEDEC checker on each rank's own trace and of the four device models, the
 computing ranks' RD_AB rate with the host writing / without held to ``RanksetModel("per_rank")`` (1.0) and the
 compute preserved to its (R - 1) / R = 0.75 ([L3] 5.1), within 0.01. Mutants: the per-rank checker catches a
-RD_AB moved one cycle early and another rank's commands on a rank's path; the per-rank model's rate is not the
-shared model's at 16 ranks. Cost: ~80 s wall cold (build), ~20 s warm; the four-rank TINY run is
+RD_AB moved one cycle early and another rank's commands on a rank's path. On the same build, refresh: each
+computing rank's PU refreshes its rank on its own path past tREFI, the host's REFs reach only the host-mode rank.
+Cost: ~80 s wall cold (build), ~20 s warm; the four-rank TINY run is
 ``make bench-pim`` (j)."""
 
 from dataclasses import replace
@@ -33,8 +35,8 @@ import pytest
 from hdl.memctl.commands import Cmd, Violation
 from sim.perf.pim import rankset_sim
 from sim.pim.fused import micro
-from sim.pim.rankset import (RanksetSystem, rankset_rtl, check_rank_traces, split_image, with_ranks,
-                             rank_dram_config)
+from sim.pim.rankset import (RanksetSystem, rankset_rtl, rankset_image, check_rank_traces, split_image,
+                             with_ranks, rank_dram_config)
 
 CFG = micro(16)
 BOUND = 0.01
@@ -70,8 +72,17 @@ CFG4 = micro(16, ranks=4)
 
 
 @pytest.fixture(scope="module")
-def measured_per_rank():
-    return rankset_rtl(CFG4, L=64, heads=4, write_L=16, backend="verilator", command_path="per_rank")
+def per_rank_system():
+    """One build for every per-rank test: the system and the backend that holds its executable."""
+    from sim.backends import get_backend
+    lay, Ks, Vs, img = rankset_image(CFG4, 64)
+    return RanksetSystem(CFG4, img, command_path="per_rank"), lay, Ks, Vs, get_backend("verilator")
+
+
+@pytest.fixture(scope="module")
+def measured_per_rank(per_rank_system):
+    system, be = per_rank_system[0], per_rank_system[-1]
+    return rankset_rtl(CFG4, L=64, heads=4, write_L=16, backend=be, system=system)
 
 
 def test_rankset_per_rank_rtl(measured_per_rank):
@@ -95,8 +106,12 @@ def test_rankset_per_rank_rtl(measured_per_rank):
     assert all(c.rank == k for k in range(4) for c in comm[k])
     assert sum(c.kind is Cmd.WR for c in comm[3]) == r.writes
     assert not any(c.kind in (Cmd.WR, Cmd.ACT, Cmd.PRE) for k in range(3) for c in comm[k])
-    # on its own path a computing rank issues the same commands in the same cycles with and without the host
+    # on its own path a computing rank issues the same commands in the same cycles with and without the host, so
+    # its heads end in the same cycles (mutation check, run once: the same run on command_path="shared" keeps the
+    # window rates 1.0 and preserved 0.75 at micro, but its head cycles differ (rate 0.9988) and no computing rank's
+    # trace is equal)
     assert all(comm[k] == r.traces["quiet"][k] for k in range(3))
+    assert r.head_cycles_comm == r.head_cycles_quiet
     assert all(v["cycles"] > r.window for v in r.runs.values())
 
 
@@ -116,6 +131,48 @@ def test_rankset_per_rank_checker_mutants(measured_per_rank):
     assert list(bad) == [0] and any(v.violation is Violation.T_CCD_L for v in bad[0])
     mixed = [sorted(tr[0] + [replace(c, rank=0, cycle=c.cycle + 1) for c in tr[1]], key=lambda c: c.cycle)] + tr[1:]
     assert 0 in check_rank_traces(mixed, dram)
+
+
+def test_rankset_per_rank_refresh(per_rank_system):
+    """Refresh on the rank's own path ([L3] 4.4): ranks 0-2 compute 40 heads each (~2 tREFI, every launch with
+    ``postpone = 0``: refresh at the next head boundary once one REF is owed) while rank 3 stays in host mode.
+    Every REF on a computing rank's path is its rank PU's (as many as the PU counts; the host's REFs to those
+    ranks are dropped), the host's REFs reach rank 3 only, every head bit-exact, 0 violations."""
+    import numpy as np
+    from sim.dram.trace import decode_trace
+    from sim.golden.pim_attention import make_inputs, pim_attention
+    from sim.pim.fused import encode_launch, decode_done
+    system, lay, Ks, Vs, be = per_rank_system
+    tm, d, H = CFG4.dram.timing, CFG4.head_dim, 40
+    qs = [make_inputs(CFG4, 4, seed=300 + i)[0] for i in range(2)]
+    gold2 = [pim_attention(CFG4, qs[j], Ks[j], Vs[j]).out for j in range(2)]
+    gold = [gold2[i % 2] for i in range(H)]
+    inputs = {f"launch{r}": [encode_launch(CFG4, 64, lay[r].k_row0[i % 2], lay[r].v_row0[i % 2], qs[i % 2],
+                                           postpone=0) for i in range(H)] for r in range(3)}
+    inputs.update({"launch3": [], "host": []})
+    exp = {"host_o": 0, "result3": 0, "done3": 0}
+    exp.update({f"result{r}": d * H for r in range(3)})
+    exp.update({f"done{r}": H for r in range(3)})
+    exp.update({s: None for s in system.trace_streams() + system.error_streams()})
+    res = be.run_streams(system, inputs, exp, max_cycles=200_000)
+    org = CFG4.dram.org
+    per = [decode_trace(res.outputs[f"trace{r}"], org) for r in range(4)]
+    # the host's REF timer of rank 3 first fires at tREFI + 3 tREFI / 4 (hdl/memctl/controller.py: staggered)
+    assert res.cycles > tm.tREFI + 3 * tm.tREFI // 4 + tm.tRFC
+    assert check_rank_traces(per, CFG4.dram, end_cycle=res.cycles) == {}
+    assert not any(res.outputs[s] for s in system.error_streams())
+    for r in range(3):
+        out = np.array(res.outputs[f"result{r}"], np.uint16).reshape(-1, d)
+        assert all(np.array_equal(o, g) for o, g in zip(out, gold)) and len(out) == H
+        dn = decode_done(res.outputs[f"done{r}"])
+        refs = [c.cycle for c in per[r] if c.kind is Cmd.REF]
+        assert len(refs) >= 1 and len(refs) == dn[-1]["refreshes"], (r, refs, dn[-1])
+        assert min(refs) >= tm.tREFI and dn[-1]["errors"] == 0 and dn[-1]["violations"] == 0
+    host3 = [c for c in per[3] if c.kind is Cmd.REF]
+    print(f"per-rank refresh: {res.cycles} cycles; REF cycles, ranks 0-2 (their PUs): "
+          f"{[[c.cycle for c in per[r] if c.kind is Cmd.REF] for r in range(3)]}; rank 3 (the host): "
+          f"{[c.cycle for c in host3]}")
+    assert len(host3) >= 1 and all(c.kind is Cmd.REF for c in per[3])     # rank 3: the host's REFs only
 
 
 def test_rankset_system_options():
