@@ -712,14 +712,18 @@ class RPIMSystem(_Common):
     def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY, **kv_kw):
         super().__init__(setup, batcher=ContinuousBatcher(policy="prefill-first", max_tokens=PREFILL_TOKENS),
                          replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
-        self.pim = PIMSide(setup, comm=True)             # transfers and placement as L3
-        rs = rankset_model()
+        # transfers and placement as L3, on the same command path
+        self.pim = PIMSide(setup, comm=True, command_path=self.pim_command_path)
+        rs = rankset_model(self.pim_command_path)
         tm = pim_timing().model.tm
         org = pim_timing().config.dram.org
         # one rank PU streams its rank at the DQ rate (measured stream efficiency of rankset_sim's writer), less
-        # refresh; the channel's command bus carries one RD per burst of every streaming rank
+        # refresh; on the shared command path the channel's command bus carries one RD per burst of every streaming
+        # rank, on the rank PUs' own paths (per_rank, the default) nothing slows a streaming rank
         demand = 1.0 / tm.tCCD_S + 2.0 / (org.banks_per_group * org.bursts_per_row)
-        self._bus = [1.0] + [min(1.0, 1.0 / (k * demand)) for k in range(1, setup.host.ranksets + 1)]
+        shared = self.pim_command_path == "shared"
+        self._bus = [1.0] + [min(1.0, 1.0 / (k * demand)) if shared else 1.0
+                             for k in range(1, setup.host.ranksets + 1)]
         self.rank_Bps = rs.channel_write_gbps * 1e9 * (1 - tm.tRFC / tm.tREFI)
         m = setup.model
         self.head_tok_bytes = 2 * m.head_dim * m.dtype_bytes          # K and V of one head, one token
