@@ -20,7 +20,7 @@ from hdl.memctl.commands import Cmd
 from sim.dram.trace import TraceCommand
 from sim.perf.dram import DRAMPerfModel
 
-__all__ = ["record_stream"]
+__all__ = ["record_stream", "record_ndp_stream"]
 
 _TARGETS = {}
 
@@ -94,3 +94,23 @@ def record_stream(model: DRAMPerfModel, addresses, writes=None, *, frontend=None
         raise RuntimeError(f"recorded {got[Cmd.ACT]} ACT / {pres} PRE / {got[Cmd.REF]} REF / {cols} column commands,"
                            f" the model counted {res.acts} / {res.pres} / {res.refs} / {len(res.col_cycles)}")
     return res, out
+
+
+def record_ndp_stream(devmem, lines, writes=None):
+    """``(StreamResult, commands)`` of one channel of ``sim.perf.devmem.DeviceMemoryPerfModel`` ``devmem`` for a
+    back-to-back stream of NDP ``lines``: the arguments its ``ndp_simulate`` builds (the channel's burst
+    addresses, the writes per burst, the device memory system's front end), recorded by :func:`record_stream`.
+    Every channel does the same (that model's premise), so the device's energy is ``devmem.channels`` times
+    this channel's."""
+    import numpy as np
+    from sim.perf.dram import EntryFrontend
+    S = devmem.bursts_per_granule
+    w = None if writes is None else np.repeat(np.broadcast_to(np.asarray(writes, dtype=bool),
+                                                              (np.asarray(lines).size,)), S)
+    fe = EntryFrontend(bursts=S, fifo_depth=devmem.fifo_depth, slots=devmem.ndp_slots)
+    res, cmds = record_stream(devmem.channel, devmem.channel_bursts(lines), w, frontend=fe)
+    ref = devmem.ndp_simulate(lines, writes)
+    if (res.cycles, res.acts, res.pres, res.refs) != (ref.cycles, ref.acts, ref.pres, ref.refs):
+        raise RuntimeError("record_ndp_stream: the recorded schedule differs from DeviceMemoryPerfModel.ndp_simulate "
+                           "(its arguments changed); update sim/energy/record.py")
+    return res, cmds
