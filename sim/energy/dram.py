@@ -23,7 +23,7 @@ from hdl.memctl.commands import Cmd
 
 from .specs import PowerSpec, power_spec
 
-__all__ = ["CommandEnergy", "DRAMEnergy", "command_energy", "trace_energy"]
+__all__ = ["CommandEnergy", "DRAMEnergy", "command_energy", "trace_energy", "owed_refresh_pj"]
 
 
 @dataclass(frozen=True)
@@ -188,3 +188,15 @@ def trace_energy(commands, config, spec: PowerSpec | None = None, *, start_cycle
         acts=acts, pres=pres, rds=rds, wrs=wrs, refs=refs, active_cycles=active, idle_cycles=idle,
         cycles=window, dq_bits=dq_bursts * org.burst_bits,
     )
+
+
+def owed_refresh_pj(energy: DRAMEnergy, config, spec: PowerSpec | None = None) -> float:
+    """Energy of the refreshes due in the window but not issued in it: the controller postpones up to
+    ``max_postponed_refresh`` REFs per rank while requests wait, so a short busy stream can end owing some.
+    ``ranks x cycles / tREFI - refs`` (at least 0) REFs, each its increment plus tRFC of active instead of
+    precharge standby; 0 when the stream issued every REF due."""
+    spec = power_spec(config) if spec is None else spec
+    e = command_energy(config, spec)
+    tm = config.timing
+    owed = max(0.0, config.org.ranks * energy.cycles / tm.tREFI - energy.refs)
+    return owed * (e.ref + tm.tRFC * (e.act_stby - e.pre_stby))

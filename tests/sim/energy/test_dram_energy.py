@@ -137,3 +137,15 @@ def test_outside_model_difference_explained(cfg, pattern):
     # the explained terms are not vacuous: a doubled IDD3N in ours alone is not explained
     bad = trace_energy(cmds, cfg, power_spec(cfg).scaled(2.0, "idd3n"), end_cycle=res.cycles)
     assert not math.isclose(bad.total_pj - outside["total_pj"], explained_difference(outside, cfg), rel_tol=1e-3)
+
+
+def test_owed_refresh():
+    """An idle channel over two refresh intervals owes ranks x 2 REFs; a trace that issued them owes none."""
+    from sim.energy.dram import owed_refresh_pj
+    cfg = DDR4_3200
+    tm = cfg.timing
+    ce = command_energy(cfg)
+    idle = trace_energy([], cfg, end_cycle=2 * tm.tREFI)
+    assert owed_refresh_pj(idle, cfg) == pytest.approx(4 * (ce.ref + tm.tRFC * (ce.act_stby - ce.pre_stby)))
+    refs = [T(k * tm.tREFI + r, Cmd.REF, r) for k in range(2) for r in range(2)]
+    assert owed_refresh_pj(trace_energy(refs, cfg, end_cycle=2 * tm.tREFI), cfg) == 0
