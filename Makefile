@@ -8,7 +8,7 @@ SYNTH_STAMP := $(VENV)/.installed-synth
 # pytest workers: the machine (and CI) has 2 cores.
 JOBS   ?= 2
 
-.PHONY: demo test verilog lint cocotb synth synth-fast synth-paper ports calibrate fp-report bench-fp bench-dram bench-ndp bench-ndp-device bench-cxl-devmem bench-pim bench-host bench-e2e fuzz clean
+.PHONY: demo test verilog lint cocotb synth synth-fast synth-paper ports calibrate fp-report bench-fp bench-dram bench-ndp bench-ndp-device bench-cxl-devmem bench-pim bench-host bench-e2e bench-energy fuzz clean
 
 # Bytecode: pip compiles every installed file on one core (43 s of the 72 s install, measured); the packages'
 # own test folders are never imported, so the rest is compiled on all cores instead (22 s less). Without it,
@@ -104,6 +104,12 @@ bench-host: $(STAMP)
 # End-to-end run: wall time per backend, model-vs-RTL error; writes build/bench/e2e.json.
 bench-e2e: $(STAMP)
 	$(NDPIM) bench e2e
+
+# DRAM energy per bit of sequential and random reads on both memories (DRAMPower method, datasheet currents),
+# the outside model (energydram) on the same streams, RTL vs fast-model energy; writes build/bench/energy.json
+# (docs/energy.md).
+bench-energy: $(STAMP)
+	$(NDPIM) bench energy
 
 # Long CXL device fuzz campaign (Verilator, both cores): ~20-50 ms per case per core, so FUZZ_CASES=1000000
 # takes hours.

@@ -487,6 +487,7 @@ BENCHES = {
     "pim": ("sim.bench.pim",),
     "host": ("host.bench",),
     "e2e": ("host.e2e.bench",),
+    "energy": ("sim.energy.bench",),
 }
 FUZZ = ("host.fuzz.cxl",)
 BENCH_DEFAULT_ARGS = {"pim": ["--all-rtl"]}
@@ -615,7 +616,7 @@ def main(argv=None):
     p.add_argument("--top", action="append", help="only this unit (repeatable)")
     p.set_defaults(func=cmd_bench_fp)
 
-    p = sub.add_parser("bench", help="benchmarks: fp, dram, devmem, ndp, pim, host, e2e (figures to build/bench/*.json)",
+    p = sub.add_parser("bench", help="benchmarks: fp, dram, devmem, ndp, pim, host, e2e, energy (figures to build/bench/*.json)",
                        description="Run a benchmark; arguments after the name go to it (e.g. `ndpim bench pim --rtl`).")
     p.add_argument("name", choices=["fp"] + sorted(BENCHES))
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the benchmark")

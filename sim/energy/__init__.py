@@ -1,0 +1,1 @@
+"""Energy models: DRAM energy from command traces (docs/energy.md)."""
