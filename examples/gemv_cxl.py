@@ -25,13 +25,8 @@ def main(argv=None):
     ap.add_argument("--waveform", metavar="FILE", default=None,
                     help="write the run's waveform (.vcd, or .fst with Verilator; 1 ns per device cycle)")
     args = ap.parse_args(argv)
-    engine = args.engine
-    if args.waveform is not None:
-        from sim.e2e.waveform import waveform_file_backend
-        try:
-            engine = waveform_file_backend(args.engine, args.waveform)
-        except ValueError as exc:
-            ap.error(f"--waveform: {exc}")
+    from sim.e2e.waveform import engine_for
+    engine = engine_for(ap, args.engine, args.waveform)
     window = DEPTH * 64 - 0x10000                   # the queue's data window (below)
     for name, v in (("--k", args.k), ("--n", args.n)):
         if v < 8 or v % 8:

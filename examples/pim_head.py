@@ -22,13 +22,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.tokens < 1 or args.tokens > 64:
         ap.error(f"--tokens must be in 1..64 (the example rank's layout holds 64 tokens per head), got {args.tokens}")
-    engine = args.engine
-    if args.waveform is not None:
-        from sim.e2e.waveform import waveform_file_backend
-        try:
-            engine = waveform_file_backend(args.engine, args.waveform)
-        except ValueError as exc:
-            ap.error(f"--waveform: {exc}")
+    from sim.e2e.waveform import engine_for
+    engine = engine_for(ap, args.engine, args.waveform)
     d = 64
     rng = np.random.default_rng(0)
     K = rng.standard_normal((args.tokens, d)).astype(np.float16).view(np.uint16)

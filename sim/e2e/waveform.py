@@ -24,7 +24,7 @@ from sim.backends.amaranth_sim import AmaranthBackend
 from sim.e2e.design_cache import CachedVerilatorBackend
 
 __all__ = ["VCDAmaranthBackend", "TracingVerilatorBackend", "waveform_backend", "waveform_file_backend",
-           "WAVEFORM_SUFFIXES", "fst_available", "escape_vcd_names"]
+           "WAVEFORM_SUFFIXES", "fst_available", "escape_vcd_names", "engine_for"]
 
 #: File suffix -> waveform format (``--waveform FILE`` of the examples and commands that drive RTL).
 WAVEFORM_SUFFIXES = {".vcd": "vcd", ".fst": "fst"}
@@ -187,3 +187,14 @@ def waveform_file_backend(engine: str, path):
         raise ValueError(f"waveform file {str(path)!r}: Amaranth's simulator writes VCD only (use a .vcd name, or "
                          f"the Verilator engine for FST)")
     return waveform_backend(engine, path, fmt)
+
+
+def engine_for(parser, engine: str, waveform):
+    """The simulator an example runs on: ``engine`` (a name), or with ``--waveform FILE`` the backend that writes
+    FILE (:func:`waveform_file_backend`); a bad file name is the parser's error (exit 2) naming ``--waveform``."""
+    if waveform is None:
+        return engine
+    try:
+        return waveform_file_backend(engine, waveform)
+    except ValueError as exc:
+        parser.error(f"--waveform: {exc}")

@@ -127,6 +127,28 @@ def _or(values):
     return acc
 
 
+
+def _host_commands(m, hc, rpus, RB):
+    """The host controller's command ``hc`` at the buffer chips: forwarded (``fwd``, ``fwd_cmd``) to a rank in host
+    mode; dropped for a rank in compute mode (a REF silently, anything else sets that rank's sticky
+    ``bad_seen`` bit). Returns ``(fwd, fwd_cmd, bad_seen)``."""
+    N = len(rpus)
+    owner = Array([rpu.owner for rpu in rpus])
+    host_valid = hc.kind != Cmd.NOP
+    to_pim = owner[hc.rank[:RB]]
+    fwd = Signal()
+    m.d.comb += fwd.eq(host_valid & ~to_pim)
+    bad = Signal()            # a host command other than REF to a compute-mode rank (dropped)
+    m.d.comb += bad.eq(host_valid & to_pim & (hc.kind != Cmd.REF))
+    bad_seen = [Signal(name=f"host_cmd_to_pim_rank{r}") for r in range(N)]
+    for r in range(N):
+        with m.If(bad & (hc.rank == r)):
+            m.d.sync += bad_seen[r].eq(1)
+    fwd_cmd = Signal.like(hc)
+    with m.If(fwd):
+        m.d.comb += fwd_cmd.eq(hc)
+    return fwd, fwd_cmd, bad_seen
+
 class RanksetSystem(wiring.Component):
     """``N`` rank PUs + the host controller on one channel (module docstring). ``config``: a :class:`PIMConfig`
     with ``N >= 2`` ranks (:func:`with_ranks`); ``init``: the device's initial contents (flat burst addresses of
@@ -224,20 +246,7 @@ class RanksetSystem(wiring.Component):
 
         # ---- the command bus: the host's command first, then rank PU 0, then rank PU 1, ... ------------------
         hc = ctl.cmd
-        owner = Array([rpu.owner for rpu in rpus])
-        host_valid = hc.kind != Cmd.NOP
-        to_pim = owner[hc.rank[:RB]]
-        fwd = Signal()
-        m.d.comb += fwd.eq(host_valid & ~to_pim)
-        bad = Signal()            # a host command other than REF to a compute-mode rank (dropped)
-        m.d.comb += bad.eq(host_valid & to_pim & (hc.kind != Cmd.REF))
-        bad_seen = [Signal(name=f"host_cmd_to_pim_rank{r}") for r in range(N)]
-        for r in range(N):
-            with m.If(bad & (hc.rank == r)):
-                m.d.sync += bad_seen[r].eq(1)
-        fwd_cmd = Signal.like(hc)
-        with m.If(fwd):
-            m.d.comb += fwd_cmd.eq(hc)
+        fwd, fwd_cmd, bad_seen = _host_commands(m, hc, rpus, RB)
         grant = ~fwd
         for r in range(N):
             m.d.comb += rpus[r].grant.eq(grant)
@@ -309,20 +318,7 @@ class RanksetSystem(wiring.Component):
 
         # ---- the channel's C/A bus (the host's commands) -> the addressed rank's buffer chip ------------------
         hc = ctl.cmd
-        owner = Array([rpu.owner for rpu in rpus])
-        host_valid = hc.kind != Cmd.NOP
-        to_pim = owner[hc.rank[:RB]]
-        fwd = Signal()
-        m.d.comb += fwd.eq(host_valid & ~to_pim)
-        bad = Signal()            # a host command other than REF to a compute-mode rank (dropped)
-        m.d.comb += bad.eq(host_valid & to_pim & (hc.kind != Cmd.REF))
-        bad_seen = [Signal(name=f"host_cmd_to_pim_rank{r}") for r in range(N)]
-        for r in range(N):
-            with m.If(bad & (hc.rank == r)):
-                m.d.sync += bad_seen[r].eq(1)
-        fwd_cmd = Signal.like(hc)
-        with m.If(fwd):
-            m.d.comb += fwd_cmd.eq(hc)
+        fwd, fwd_cmd, bad_seen = _host_commands(m, hc, rpus, RB)
         # every buffer chip sees the channel's C/A (the rank PUs snoop their rank's host commands)
         m.d.comb += [rpu.host_cmd.eq(fwd_cmd) for rpu in rpus]
         m.d.comb += [rpu.grant.eq(1) for rpu in rpus]
