@@ -74,7 +74,10 @@ def _bars(ax, groups, series, values, ylabel, title, log=False):
     w = 0.8 / max(1, len(series))
     for j, s in enumerate(series):
         v = np.array([values.get((g, s), np.nan) for g in groups], dtype=float)
-        ax.bar(x + (j - (len(series) - 1) / 2) * w, np.nan_to_num(v, nan=0.0), w, label=s)
+        from host.plot import system_style, system_order   # one style per system, the same in every figure
+        st = system_style(s) if s in system_order() else {}
+        ax.bar(x + (j - (len(series) - 1) / 2) * w, np.nan_to_num(v, nan=0.0), w, label=s,
+               **{k: st[k] for k in ("color", "hatch") if k in st})
         for xi, vi in zip(x, v):
             if not np.isfinite(vi):
                 ax.text(xi + (j - (len(series) - 1) / 2) * w, 0, "OOM", rotation=90, ha="center", va="bottom",
@@ -95,9 +98,9 @@ def plot_throughput(rows, path):
     for ax, t in zip(axes[0], traces):
         vals = {(r["model"], r["system"]): r["normalized"] for r in rows if r["trace"] == t}
         _bars(ax, models, systems, vals, "throughput (norm.)", t, log=True)
-    axes[0][0].legend(fontsize=7)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)   # outside
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -157,9 +160,9 @@ def plot_scalability(rows, path):
                               fontsize=7)
         ax.set_ylabel("L3 throughput / base")
         ax.set_title(f"{m}, {rows[0]['trace']}", fontsize=9)
-        ax.legend(fontsize=7)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -209,9 +212,9 @@ def plot_tbt(rows, path):
     ax.set_xlabel("batch size (requests of 6K tokens)")
     ax.set_ylabel("TBT (ms)")
     ax.set_title(f"{rows[0]['model']}: decode-only TBT", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -256,9 +259,9 @@ def plot_predictor(rows, path):
     models = [r["model"] for r in rows]
     vals = {(r["model"], lab): 100 * (r.get(k) or np.nan) for r in rows for k, lab in keys}
     _bars(ax, models, [lab for _, lab in keys], vals, "relative error (%)", f"predictors ({rows[0]['trace']})")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
 
 
