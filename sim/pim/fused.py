@@ -278,7 +278,20 @@ def _bank_pu_verilog(n, out_depth, config):
                           flags=re.M)
         if n != 1:
             raise RuntimeError(f"bank PU Verilog: input {port!r} not found once ({n})")
-    return text[:j] + "\n  /*verilator no_inline_module*/" + body + text[end:]
+    return _sorted_port_lists(text[:j] + "\n  /*verilator no_inline_module*/" + body + text[end:])
+
+
+def _sorted_port_lists(text: str) -> str:
+    """Every module header's port list in sorted order. Amaranth lists a module's clock-domain ports in an order
+    that changes from one Python process to the next (string hashing), which changed the Verilog -- and so the
+    Verilator build's cache key -- on every run; the instances connect by name (Yosys' ``.port(net)``), so the
+    order of the header's list carries no meaning."""
+    def fix(mo):
+        # (an escaped identifier ends at whitespace: keep each name's own trailing space)
+        names = [n.lstrip() for n in mo.group(2).split(",")]
+        names = [n if n.startswith("\\") else n.rstrip() for n in names]
+        return f"{mo.group(1)}({', '.join(sorted(names, key=str.strip))});"
+    return re.sub(r"^(module [^\n(]+?\s?)\(([^;]*?)\);", fix, text, flags=re.M)
 
 
 def bank_pu_verilog(config):
