@@ -44,11 +44,15 @@ def _pressure(table, shape, ranks, adm, hbm_bytes, weight_bytes, kv_bytes_per_to
     if not ok.any() or room <= 0:
         return out
     kv = (np.asarray(table.prompt_tokens, float) + np.asarray(table.output_tokens, float))[ok] * kv_bytes_per_token
-    end = np.where(np.isfinite(fin[ok]), fin[ok], np.nanmax(np.where(np.isfinite(fin), fin, adm)))
     start = adm[ok]
-    # sweep the admission (+) and finish (-) events in time order; finishes first at equal times
+    done = np.isfinite(fin[ok])
+    # a request admitted but not finished (a run stopped early) holds its memory to the run's last event
+    last = float(max(np.nanmax(np.where(np.isfinite(fin), fin, -np.inf)), np.nanmax(start)))
+    end = np.where(done, fin[ok], last)
+    # sweep the admission (+) and finish (-) events in time order; at equal times finishes first, then
+    # admissions, then the ends of the unfinished requests (never before their own admission)
     times = np.concatenate([end, start])
-    kind = np.concatenate([np.zeros(len(end), np.int8), np.ones(len(start), np.int8)])
+    kind = np.concatenate([np.where(done, 0, 2).astype(np.int8), np.ones(len(start), np.int8)])
     which = np.concatenate([np.arange(len(end)), np.arange(len(start))])
     order = np.lexsort((kind, times))
     count = {}
@@ -63,7 +67,7 @@ def _pressure(table, shape, ranks, adm, hbm_bytes, weight_bytes, kv_bytes_per_to
         i = int(which[j])
         a = int(ids[i])
         ab = a_bytes[int(ranks[a])]
-        if kind[j]:
+        if kind[j] == 1:
             kv_sum += kv[i]
             c = count.get(a, 0)
             if c == 0:

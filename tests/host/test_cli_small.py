@@ -52,3 +52,21 @@ def test_iterations_csv_is_optional_and_per_stretch(tmp_path, capsys):
     assert list(s["kv_tokens"]) == [15.0, 30.0, 40.0] and list(s["start_s"]) == [0.0, 2.0, 3.0]
     assert iterations_mode("auto", AUTO_ALL_MAX) == "all" and iterations_mode("auto", AUTO_ALL_MAX + 1) == "stretch"
     capsys.readouterr()
+
+
+def test_a_plora_run_that_leaves_requests_unserved_exits_1(tmp_path, capsys, monkeypatch):
+    """Issue 32 item 3: `ndpim plora run` exits 1 when requests are left unserved (here the engine stops after 5
+    iterations); the run directory is still written, and its regime figures cope with the unfinished requests."""
+    import host.plora.run as R
+    from host.serving import EngineConfig
+    real = R.run_spec
+
+    def stopped_early(spec, **kw):
+        kw["engine_config"] = EngineConfig(max_iterations=5, trace=True, record_iterations=True)
+        return real(spec, **kw)
+    monkeypatch.setattr(R, "run_spec", stopped_early)
+    base = ["plora", "run", "--model", "llama2-7b", "--workload", "uniform", "--system", "plora", "--requests", "6"]
+    assert main(base + ["--out", str(tmp_path / "a")]) == 1
+    assert "FAILED" in capsys.readouterr().err and (tmp_path / "a" / "summary.json").is_file()
+    monkeypatch.setattr(R, "run_spec", real)
+    assert main(base + ["--out", str(tmp_path / "b")]) == 0
