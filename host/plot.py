@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 __all__ = ["Run", "load_run", "metric_value", "available_metrics", "compare_rows", "plot_runs", "system_style",
-           "system_order", "DEFAULT_TABLE_METRICS", "format_table"]
+           "system_order", "DEFAULT_TABLE_METRICS", "format_table", "line_style"]
 
 #: Every system either host runs, in a fixed order (PLoRA's, then L3's, then the end-to-end hybrid): a system's
 #: style is its position here, so a system looks the same in every figure whatever else the figure shows.
@@ -52,6 +52,12 @@ def system_style(name: str) -> dict:
     return {"color": _COLORS[i % len(_COLORS)], "marker": _MARKERS[i % len(_MARKERS)],
             "linestyle": _LINES[(i // len(_COLORS)) % len(_LINES)],
             "hatch": _HATCHES[(i // len(_COLORS)) % len(_HATCHES)]}
+
+
+def line_style(name: str) -> dict:
+    """The keyword arguments of ``Axes.plot`` for system ``name``'s line (colour, marker, line style)."""
+    st = system_style(name)
+    return {"color": st["color"], "marker": st["marker"], "linestyle": st["linestyle"]}
 
 
 class Run:

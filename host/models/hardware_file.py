@@ -135,15 +135,22 @@ def _check(section, name, value, raw, sections, where):
         raise ValueError(f"{where}: {section}.{name} {exc}") from None
 
 
+def read_file(path, loads, kind: str, parse_error):
+    """``loads`` of the text of the user's file ``path`` (a ``kind`` file: TOML, JSON); a missing, unreadable or
+    malformed file is a ValueError naming the file (the input loaders' common first step)."""
+    path = Path(path)
+    try:
+        return loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, parse_error) as exc:
+        raise ValueError(f"{path}: not a readable {kind} file ({exc})") from None
+
+
 def load_hardware(path, sections) -> dict:
     """``{section: {field: value}}`` of the TOML file ``path``, every value checked (module docstring)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable TOML file ({exc})") from None
+    data = read_file(path, tomllib.loads, "TOML", tomllib.TOMLDecodeError)
     out = {}
     for section, table in data.items():
         if section not in FIELDS:

@@ -30,6 +30,7 @@ naming the file, the key and the allowed range.
 import json
 from pathlib import Path
 
+from host.models.hardware_file import read_file
 from host.models.llm import LLMConfig
 
 __all__ = ["load_hf_config", "HF_MODEL_TYPES", "HF_RANGES"]
@@ -57,12 +58,7 @@ def load_hf_config(path, *, name: str | None = None, tp: int = 1, dp: int = 1) -
     model's name in runs (default: the last part of ``_name_or_path``, else the file's directory name, lower
     case)."""
     path = Path(path)
-    try:
-        d = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable JSON file ({exc})") from None
+    d = read_file(path, json.loads, "JSON", json.JSONDecodeError)
     if not isinstance(d, dict):
         raise ValueError(f"{path}: expected a JSON object (a Hugging Face config.json), got {type(d).__name__}")
     mt = d.get("model_type")

@@ -292,11 +292,8 @@ def _lines(df, x, out, name, xlabel, hue="system", logx=True, logy=True, title=N
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for h, g in df.groupby(hue):
         g = g.sort_values(x)
-        st = {}
-        if hue == "system":
-            from host.plot import system_style
-            sty = system_style(str(h))
-            st = {"color": sty["color"], "marker": sty["marker"], "linestyle": sty["linestyle"]}
+        from host.plot import line_style
+        st = line_style(str(h)) if hue == "system" else {}
         ax.plot(g[x], g["tpot_ms_mean"], **({"marker": "o", "linestyle": "-"} | st), label=str(h), ms=3)
     if logx:
         ax.set_xscale("log")
@@ -328,9 +325,8 @@ def fig_rate_sweep(df, out):
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
     for s, g in df.groupby("system"):
         g = g.sort_values("rate_per_s")
-        from host.plot import system_style
-        sty = system_style(str(s))
-        st = {"color": sty["color"], "marker": sty["marker"], "linestyle": sty["linestyle"]}
+        from host.plot import line_style
+        st = line_style(str(s))
         a.plot(g["throughput_tok_s"], g["tpot_ms_mean"], ms=3, label=s, **st)
         b.plot(g["rate_per_s"], g["hbm_pressure_offered"], ms=3, label=s, **st)
     a.axhline(TPOT_SLO_MS, color="k", lw=0.6, ls="--")
