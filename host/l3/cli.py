@@ -82,13 +82,16 @@ def _inputs(args):
     """The run's setup, workload (a trace file's, or None) and the record of the user's files, every input checked
     before any work (a bad one is a UsageError naming its flag)."""
     from host.l3.config import l3_setup
-    from host.l3.traces import MAX_TOTAL_TOKENS
+    from host.l3.traces import MAX_TOTAL_TOKENS, TABLE4, generate
     from host.models.hardware_file import SECTIONS
     from host.workloads.trace_file import TraceFileError, file_digest, load_trace_file
     if (args.model is None) == (args.model_config is None):
         raise UsageError("argument --model: give --model or --model-config (one of them)")
     if (args.trace is None) == (args.trace_file is None):
         raise UsageError("argument --trace: give --trace or --trace-file (one of them)")
+    if args.max_total_tokens is not None and args.trace not in TABLE4:
+        raise UsageError(f"argument --max-total-tokens: bounds a generated trace ({', '.join(TABLE4)}), not "
+                         f"{'--trace-file' if args.trace_file else args.trace!r}")
     if args.rate is not None and args.trace_file is None:
         raise UsageError("argument --rate: rescales the arrivals of a --trace-file (the generated traces arrive at "
                          "t = 0)")
@@ -122,6 +125,9 @@ def _inputs(args):
         record["hardware"] = {"path": args.hardware, "sha256": args.hardware and file_digest(args.hardware),
                               "values": hw}
     workload = None
+    if args.max_total_tokens is not None:
+        workload = generate(args.trace, args.requests or 1000, args.seed, max_total=args.max_total_tokens)
+        record["max_total_tokens"] = args.max_total_tokens
     if args.trace_file is not None:
         m = setup.model
         # the L3 Table 3 models run as the paper runs them, without their context limit (host/models/llm.py), up to
@@ -157,7 +163,11 @@ def cmd_run(args):
                                        for k, v in as_pairs(record["hardware"]["values"]))
               + "".join(f" (from {args.hardware}" + (" and --set)" if args.set else ")") if args.hardware else
                         " (from --set)"))
-    if workload is not None:
+    if args.max_total_tokens is not None:
+        print(f"trace {args.trace}: prompt + output <= {args.max_total_tokens} tokens (--max-total-tokens)")
+        for note in workload.notes[1:]:
+            print(f"note: {note}")
+    elif workload is not None:
         if args.rate is None:
             print(f"trace file {args.trace_file}: {len(workload)} requests, arrivals as given in the file")
         else:
@@ -268,6 +278,10 @@ def add_parser(subparsers):
     r.add_argument("--seed", type=int_range(0), default=0)
     r.add_argument("--requests", type=int_range(1), default=None,
                    help="requests of the trace (default 1000; --trace-file: all of the file's, else its first N)")
+    r.add_argument("--max-total-tokens", type=int_range(2, 128 * 1024), default=None, metavar="N",
+                   help="with a generated --trace: prompt + output of every request <= N (redrawn above it), e.g. a "
+                        "dataset's documented maximum; default 131072, the rank PU buffer (L3 4.4). Says so when "
+                        "Table 4's moments cannot hold under N")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_options(r)
     r.add_argument("--out", required=True, type=out_dir, help="run directory")

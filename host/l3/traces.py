@@ -13,6 +13,14 @@ whose prompt + output exceeds :data:`MAX_TOTAL_TOKENS` (128K: the rank PU buffer
 token, L3 4.4; longer heads need repeated fetching the PIM model does not cover) is redrawn; this is rare
 (< 1e-4 of draws for every trace) and the achieved moments are reported by :func:`trace_stats`.
 
+**Per-dataset bounds.** ``max_total`` (``ndpim l3 run --max-total-tokens``) bounds prompt + output lower, for a
+user who has a dataset's documented maximum. None is applied by default: no dataset's documented maximum is
+available offline; the one third-party figure (a 16K-token generation budget for OpenR1-Math) cannot bound the trace
+Table 4 describes, since a sample within 16K tokens with mean 12,684 has a standard deviation of at most ~6,850,
+not 8,465 (Bhatia-Davis, :func:`moments_bound`); and the L3 models run without their context limits, as in the
+paper (host/models/llm.py). A bound under which Table 4's moments cannot hold is stated in the workload's notes and
+``params["table4_moments_reachable"]``.
+
 **Arrivals**: all 1,000 requests arrive at t = 0 (design choice): the study measures throughput = total output
 tokens / total execution time over 1,000 requests drawn at random (6.1 set-up facts), i.e. an offline batch.
 
@@ -31,7 +39,7 @@ import numpy as np
 from host.workloads import Workload, trace_workload
 
 __all__ = ["TraceStats", "TABLE4", "TRACES", "MAX_TOTAL_TOKENS", "lognormal_params", "generate", "real_trace",
-           "load_trace", "trace_stats", "REAL_TRACE"]
+           "load_trace", "trace_stats", "REAL_TRACE", "moments_bound"]
 
 #: The rank PU buffer's token capacity at the PAPER geometry (256 KB / 2 B; L3 4.4, hdl.pim.config.max_tokens).
 MAX_TOTAL_TOKENS = 128 * 1024
@@ -72,6 +80,25 @@ def lognormal_params(mean: float, std: float) -> tuple:
     return float(np.log(mean) - s2 / 2), float(np.sqrt(s2))
 
 
+def moments_bound(st: TraceStats, max_total: int) -> list:
+    """Why Table 4's moments cannot hold with every prompt + output <= ``max_total`` (an empty list when they can).
+
+    Bhatia-Davis: a sample in [lo, hi] with mean m has variance <= (hi - m)(m - lo). The prompt is in
+    [1, max_total - 1] and so is the output; a published (mean, std) over that bound cannot come from lengths
+    within it, so a trace generated under it has a smaller spread (and mean) than Table 4's."""
+    out = []
+    hi = max_total - 1
+    for what, m, s in (("prompt", st.in_mean, st.in_std), ("output", st.out_mean, st.out_std)):
+        if m > hi:
+            out.append(f"{st.name}'s mean {what} of {m:g} tokens is over {hi}")
+            continue
+        smax = float(np.sqrt(max(0.0, (hi - m) * (m - 1))))
+        if s > smax:
+            out.append(f"{st.name}'s {what} std {s:g} is over the {smax:.0f} any lengths within {hi} tokens with mean "
+                       f"{m:g} can have (Bhatia-Davis)")
+    return out
+
+
 def _draw(rng, mean, std, n):
     mu, sigma = lognormal_params(mean, std)
     return np.maximum(1, np.rint(rng.lognormal(mu, sigma, n))).astype(np.int64)
@@ -83,7 +110,11 @@ def generate(name: str, n: int = 1000, seed: int = 0, *, max_total: int = MAX_TO
         raise ValueError(f"unknown generated trace {name!r}; allowed: {sorted(TABLE4)}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
+    if not 2 <= max_total <= MAX_TOTAL_TOKENS:
+        raise ValueError(f"max_total must be in 2 .. {MAX_TOTAL_TOKENS} (prompt and output >= 1 each; the rank PU "
+                         f"buffer's tokens, L3 4.4), got {max_total}")
     st = TABLE4[name]
+    short = moments_bound(st, max_total)
     rng = np.random.default_rng(seed)
     pin, pout = _draw(rng, st.in_mean, st.in_std, n), _draw(rng, st.out_mean, st.out_std, n)
     redrawn = 0
@@ -100,9 +131,11 @@ def generate(name: str, n: int = 1000, seed: int = 0, *, max_total: int = MAX_TO
     mu_o, s_o = lognormal_params(st.out_mean, st.out_std)
     params = dict(generator="host.l3.traces.generate", name=name, n_requests=n, seed=seed, max_total=max_total,
                   distribution="lognormal", arrivals="all at t = 0", table4=vars(st),
-                  prompt_mu=mu_i, prompt_sigma=s_i, output_mu=mu_o, output_sigma=s_o, redrawn=redrawn)
+                  prompt_mu=mu_i, prompt_sigma=s_i, output_mu=mu_o, output_sigma=s_o, redrawn=redrawn,
+                  table4_moments_reachable=not short)
     notes = [f"{st.name}: lengths generated from {st.source} (lognormal with its mean and std, rounded, >= 1; "
              f"prompt + output <= {max_total}, {redrawn} redrawn); the trace itself is not available offline"]
+    notes += [f"under the bound of {max_total} tokens Table 4's moments cannot hold: {why}" for why in short]
     return Workload(name, np.zeros(n), pin, pout, np.zeros(n, np.int64), params=params, notes=notes)
 
 
@@ -116,13 +149,13 @@ def real_trace(n: int = 1000, seed: int = 0, *, max_total: int = MAX_TOTAL_TOKEN
     return w
 
 
-def load_trace(name: str, n: int = 1000, seed: int = 0) -> Workload:
-    """A trace by CLI name (:data:`TRACES`)."""
+def load_trace(name: str, n: int = 1000, seed: int = 0, *, max_total: int = MAX_TOTAL_TOKENS) -> Workload:
+    """A trace by CLI name (:data:`TRACES`), every request's prompt + output <= ``max_total``."""
     if name == "trace":
-        return real_trace(n, seed)
+        return real_trace(n, seed, max_total=max_total)
     if name not in TABLE4:
         raise ValueError(f"unknown trace {name!r}; allowed: {list(TRACES)}")
-    return generate(name, n, seed)
+    return generate(name, n, seed, max_total=max_total)
 
 
 def trace_stats(table) -> dict:

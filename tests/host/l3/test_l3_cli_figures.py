@@ -108,3 +108,15 @@ def test_a_run_that_cannot_serve_exits_1(tmp_path, capsys):
     assert (tmp_path / "a" / "summary.json").is_file()
     assert main(["l3", "run", "--model", "opt-66b", "--trace", "openr1", "--system", "l3", "--requests", "5",
                  "--no-progress", "--out", str(tmp_path / "b")]) == 0
+
+
+def test_cli_run_max_total_tokens(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["l3", "run", "--model", "gpt-175b", "--trace", "openr1", "--system", "l3", "--requests", "4",
+                 "--max-total-tokens", "2048", "--out", str(out)]) in (0, None)
+    text = capsys.readouterr().out
+    assert "<= 2048 tokens" in text and "cannot hold" in text
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["inputs"]["max_total_tokens"] == 2048 and cfg["workload"]["params"]["max_total"] == 2048
+    req = (out / "requests.csv").read_text().splitlines()
+    assert len(req) == 5

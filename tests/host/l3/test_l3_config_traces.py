@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from host.l3.config import DEPLOYMENTS, GIB, L3_HOST_MEMORY, SCALING_BASE, HostMemoryConfig, l3_setup
-from host.l3.traces import MAX_TOTAL_TOKENS, TABLE4, generate, load_trace, lognormal_params, trace_stats
+from host.l3.traces import (MAX_TOTAL_TOKENS, TABLE4, generate, load_trace, lognormal_params, moments_bound,
+                             trace_stats)
 from host.workloads import L3_TABLE4
 
 
@@ -73,3 +74,25 @@ def test_real_trace():
     t = w.to_table()
     assert t.n == 100 and t.arrival_s[0] == 0 and np.all(np.diff(t.arrival_s) >= 0)
     assert w.name == "trace" and "splitwise" in str(w.params)
+
+
+def test_moments_bound_is_bhatia_davis():
+    # OpenR1's outputs (mean 12,684, std 8,465) cannot all lie within a 16K-token budget: at most
+    # sqrt((16383 - 12684.1) * (12684.1 - 1)) = 6,849
+    why = moments_bound(TABLE4["openr1"], 16 * 1024)
+    assert len(why) == 1 and "output" in why[0] and "6849" in why[0]
+    assert moments_bound(TABLE4["openr1"], MAX_TOTAL_TOKENS) == []
+    # a mutant bound that ignores the mean would pass a spread no sample can have
+    assert moments_bound(TABLE4["longbench"], 7000)   # its mean prompt is over the bound
+
+
+def test_a_lower_bound_is_applied_and_stated():
+    w = generate("openr1", 4000, seed=2, max_total=16 * 1024)
+    t = w.to_table()
+    assert (t.prompt_tokens + t.output_tokens).max() <= 16 * 1024
+    assert w.params["table4_moments_reachable"] is False and any("Bhatia-Davis" in n for n in w.notes)
+    assert trace_stats(t)["out_std"] < 6850
+    assert generate("dolphin", 50, seed=1).params["table4_moments_reachable"] is True
+    for bad in (1, MAX_TOTAL_TOKENS + 1):
+        with pytest.raises(ValueError, match="max_total must be in 2 .. 131072"):
+            generate("dolphin", 5, max_total=bad)
