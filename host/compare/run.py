@@ -187,7 +187,8 @@ def _num(v):
 def run_point(grid: Grid, wname, w, system, model, model_path, trace_path, setup, out_dir=None) -> dict:
     host, paper, role, about = SYSTEMS[system]
     row = {"workload": wname, "system": system, "paper": paper, "role": role, "host": host or "-",
-           "model": model.name, "gpu": f"{N_GPUS} x {GPU}", "requests": len(w)}
+           "model": model.name, "gpu": f"{N_GPUS} x {GPU}", "requests": len(w),
+           "adapters": int(w.stats()["adapters_used"])}
     if host is None:
         row.update(status="absent", reason=HYBRID_ABSENT)
         return row
