@@ -11,7 +11,6 @@ Exit status 0 when at least one point served (failed and absent points are rows 
 """
 
 import csv
-import json
 import sys
 import time
 from pathlib import Path
@@ -80,7 +79,7 @@ def write_outputs(result: dict, out) -> dict:
                     f"matched run: {r['matched_status']}" if r.get("matched_status", "served") != "served" else "")
         if x) for r in rows]
     s = result["setup"]
-    head = [f"# ndpim compare: table", "", f"GPU budget: {s['gpu_budget']}. Model: {s['model']}. "
+    head = ["# ndpim compare: table", "", f"GPU budget: {s['gpu_budget']}. Model: {s['model']}. "
             f"{s['requests_per_workload']} requests per workload, matched batch {s['matched_batch']}. "
             f"Energy: {s['sources']['energy']}. Cost: GPU ${s['gpu_usd_per_hour']:g}/h ({s['sources']['gpu_price']}); "
             f"added memory at {s['sources']['dram_price']}, {s['sources']['amortisation']}; NDP / PIM logic unpriced "

@@ -7,8 +7,8 @@ it as posed, adapters included: the PLoRA host's. The L3 host has no adapter pat
 requests *without* their LoRA work; they get their own claim ("without adapters"), never the win. On the
 single-model workload every system competes (the PLoRA host's rows carry one rank-8 adapter, a small handicap).
 Two values within :data:`TIE_REL` of each other are a tie (design choice: the grid's numbers come from one seed;
-closer than 1 % is not a difference this table can show). :func:`check` re-derives every claim from a table, so a claim that a table does not
-support is found (tests/host/test_compare.py mutates the table and sees the claim flip).
+closer than 1 % is not a difference this table can show). :func:`check` re-derives every claim from a table, so a
+claim that a table does not support is found (tests/host/test_compare.py mutates the table and sees the claim flip).
 
 The mechanism behind each result is explained by hand in docs/compare.md; here only what the numbers say.
 """
@@ -107,8 +107,8 @@ def _winner_claim(rows, w, metric, label, better, kind, hosts, what):
         cited = winners + rest[:1]
         text += " [mean batch reached: " + ", ".join(
             f"{r['system']} {r['batch_matched']:.3g}" for r in cited if numeric(r.get("batch_matched"))) \
-            + f" of {cited[0].get('matched_batch_target', '?')} clients; mean batches that differ mean the TPOTs are not at one batch" \
-                "]"
+            + f" of {cited[0].get('matched_batch_target', '?')} clients; mean batches that differ mean the TPOTs " \
+                "are not at one batch]"
     c["text"] = text
     return c
 
