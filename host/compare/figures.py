@@ -37,7 +37,6 @@ def plot_metric(rows, metric, out) -> Path:
     ax.set_ylabel(label, fontsize=8)
     ax.set_title(f"{label} ({'lower' if better == 'low' else 'higher'} is better)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110, bbox_inches="tight")

@@ -117,3 +117,21 @@ def test_workloads_are_the_stated_ones():
     assert build("lora-long", n_requests=10).prompt_tokens.min() >= 1024
     with pytest.raises(ValueError, match="allowed"):
         build("nope", n_requests=1)
+
+
+def test_a_point_that_cannot_serve_is_a_failed_row(tmp_path, monkeypatch):
+    import host.compare.run as R
+    real = R._plora_run
+
+    def broken(system, *a, **kw):
+        if system == "s-lora":
+            raise RuntimeError("pool too small")
+        return real(system, *a, **kw)
+    monkeypatch.setattr(R, "_plora_run", broken)
+    rc = main(["compare", "--out", str(tmp_path), "--small", "--workloads", "lora-short", "--systems",
+               "plora,s-lora"])
+    assert rc == 0                       # another point served
+    rows = {r["system"]: r for r in csv.DictReader(open(tmp_path / "table.csv"))}
+    assert rows["s-lora"]["status"] == "failed" and "pool too small" in rows["s-lora"]["reason"]
+    assert rows["s-lora"]["goodput_tok_s"] == "" and rows["plora"]["status"] == "served"
+    assert "R02 lora-short / s-lora: failed" in (tmp_path / "verdict.md").read_text()
