@@ -519,7 +519,7 @@ def cmd_fuzz(args):
 
 # Modules that may add a command group: each defines add_parser(subparsers).
 BUILTIN_GROUPS = ("host.gpu.cli", "host.e2e.cli")
-PLUGINS = ("host.plora.cli", "host.l3.cli")
+PLUGINS = ("host.plora.cli", "host.l3.cli", "host.compare.cli")
 
 
 def _plugin_modules():
