@@ -17,7 +17,7 @@ from pathlib import Path
 
 from host.cli import add_name_list, float_range, int_range, out_dir
 
-__all__ = ["add_parser", "cmd_compare", "write_outputs", "TABLE_COLUMNS"]
+__all__ = ["add_parser", "cmd_compare", "cmd_sensitivity", "write_outputs", "TABLE_COLUMNS"]
 
 #: table.md's columns (table.csv has every column)
 TABLE_COLUMNS = ("row", "workload", "system", "paper", "role", "status", "tpot_ms_matched", "batch_matched",
@@ -49,6 +49,39 @@ def add_parser(sub) -> None:
     p.add_argument("--gpu-usd-per-hour", type=float_range(0.0, lo_open=True), default=M.GPU_USD_PER_HOUR,
                    help=f"GPU price, US$/h (default {M.GPU_USD_PER_HOUR:g}: H100 SXM on demand, early 2026)")
     p.set_defaults(func=cmd_compare)
+
+    from .sensitivity import FULL as SFULL
+    q = sub.add_parser("sensitivity", help="PLoRA vs L3 over CXL link bandwidth x ranksets x context length: where "
+                                           "each overtakes the other (docs/compare.md)")
+    q.add_argument("--out", required=True, type=out_dir, help="directory for the grid, crossover table and figures")
+    q.add_argument("--small", action="store_true", help="the small grid (the tests')")
+    q.add_argument("--links", type=_num_list(float, 1.0, 10_000.0), default=None,
+                   help="PLoRA link rungs, GB/s per direction (default PLoRA's nine, 8 .. 1800)")
+    q.add_argument("--ranksets", type=_num_list(int, 1, 32), default=None, help="L3 ranksets (default 1,2,4,8)")
+    q.add_argument("--contexts", type=_num_list(int, 16, 131_072 - 128), default=None,
+                   help="context lengths, increasing (default 1024,4096,16384,65536)")
+    q.add_argument("--requests", type=int_range(1, 10_000), default=None,
+                   help=f"requests per context (default {SFULL['requests']})")
+    q.add_argument("--seed", type=int_range(0), default=0)
+    q.set_defaults(func=cmd_sensitivity)
+
+
+def _num_list(kind, lo, hi):
+    """argparse type: a comma-separated list of numbers in [lo, hi]."""
+    import argparse
+
+    def parse(text):
+        try:
+            vals = tuple(kind(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a comma-separated list of {kind.__name__} values, got {text!r}")
+        if not vals:
+            raise argparse.ArgumentTypeError("give one or more values")
+        bad = [v for v in vals if not lo <= v <= hi]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{bad} outside the allowed range {lo:g} .. {hi:g}")
+        return vals
+    return parse
 
 
 def _cell(v):
@@ -114,5 +147,35 @@ def cmd_compare(args):
           f"{len(served)} served) in {time.perf_counter() - t0:.1f} s")
     if not served:
         print("FAILED: no point could serve", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_sensitivity(args):
+    from .sensitivity import FULL, SMALL, SensitivityGrid, run_sensitivity, write_sensitivity
+    size = SMALL if args.small else FULL
+    try:
+        grid = SensitivityGrid(links=args.links or size["links"], ranksets=args.ranksets or size["ranksets"],
+                               contexts=args.contexts or size["contexts"], requests=args.requests or size["requests"],
+                               seed=args.seed)
+    except ValueError as e:
+        from host.cli import UsageError
+        raise UsageError(f"argument --contexts: {e}" if "contexts" in str(e) else str(e)) from None
+    t0 = time.perf_counter()
+
+    def say(p):
+        axis = f"link {p['link_gbps']:g} GB/s" if "link_gbps" in p else f"{p['ranksets']} ranksets"
+        print(f"{p['system']:<6}{axis:<18}ctx {p['context']:<7}{p['status']:<7}"
+              + (f"{p['throughput_tok_s']:.4g} tok/s" if p["status"] == "served" else p["reason"]), flush=True)
+    result = run_sensitivity(grid, args.out, progress=say)
+    write_sensitivity(result, args.out)
+    for c in result["crossover"]:
+        print(f"{c['l3_variant']}: link {c['link_gbps']:g} GB/s, {c['ranksets']} ranksets: {c['verdict']}")
+    failed = [p for p in result["points"] if p["status"] != "served"]
+    print(f"wrote {args.out}/ (points.csv, grid.csv, crossover.csv, crossover.md, crossover.png, throughput.png, "
+          f"sensitivity.json): {len(result['points'])} runs in {time.perf_counter() - t0:.1f} s")
+    if failed:
+        print(f"FAILED: {len(failed)} of {len(result['points'])} runs could not serve: "
+              + "; ".join(f"{p['system']} ctx {p['context']}: {p['reason']}" for p in failed[:4]), file=sys.stderr)
         return 1
     return 0
