@@ -58,6 +58,9 @@ SYSTEMS = {
     "cpu-lora-offload": ("plora", "PLoRA", "baseline", "CPU-LoRA-Offload: adapters staged through host memory per "
                                                        "layer, KV in HBM"),
     "l3": ("l3", "L3", "proposed", "L3: decode attention on 2 TiB DIMM-PIM (L3 Table 2), two interleaved sub-batches"),
+    "l3-knee": ("l3", "L3", "extension", "L3 with the labelled token-floor extension (--min-gpu-tokens knee, "
+                                         "docs/l3_host.md): the scheduler as written admits one 16-token prefill "
+                                         "chunk per sub-batch while few decodes run"),
     "gpu-only": ("l3", "L3", "baseline", "vLLM-style GPU-only, KV in HBM"),
     "hbm-pim": ("l3", "L3", "baseline", "NeuPIMs/AttAcc-style HBM-PIM attention, KV in HBM"),
     "cpu-offload": ("l3", "L3", "baseline", "NEO: KV and attention split between GPU and host CPU/DRAM"),
@@ -150,7 +153,10 @@ def _l3_run(system, model, setup, w, seed, batch):
     from host.l3.run import run_l3
     from host.l3.systems import HBM_KV_SYSTEMS, gpu_workspace_bytes
     from host.serving import EngineConfig
-    r = run_l3(model.name, w.name, system, setup=setup, workload=w, seed=seed,
+    kw = None
+    if system == "l3-knee":     # the L3 system with its labelled extension (SYSTEMS)
+        system, kw = "l3", {"min_gpu_tokens": "knee"}
+    r = run_l3(model.name, w.name, system, setup=setup, workload=w, seed=seed, system_kw=kw,
                engine=EngineConfig(trace=False, record_iterations=False, concurrency=batch))
     s = dict(r.summary)
     s["_offered"] = int(s.get("requests_offered", len(w)))
