@@ -9,7 +9,7 @@ import numpy as np
 from .decisions import DEFAULT_PIM_MIN_CONTEXT, DEFAULT_BORDERLINE, check_placement_args
 
 __all__ = ["HybridSpec", "MODELS", "WORKLOADS", "L3_TRACES", "SINGLE_MODEL_RANK", "build_workload", "build_system",
-           "run_spec", "SUMMARY_KEYS"]
+           "run_spec", "run_workload", "SUMMARY_KEYS"]
 
 #: Dense models with 128-wide heads (the DIMM-PIM's PAPER geometry, host.l3.config.L3Setup) that PLoRA's study runs.
 MODELS = ("llama2-7b", "llama2-13b", "llama3-8b")
@@ -115,8 +115,15 @@ def build_system(spec: HybridSpec):
 def run_spec(spec: HybridSpec, *, out_dir=None, engine_config=None, iterations: str = "auto"):
     """Run ``spec``; write the run directory to ``out_dir`` if given. Returns the engine's RunOutput (its
     ``summary`` has ``rejected_frac``: the fraction of requests not served, 0 for a run that served all)."""
+    return run_workload(build_workload(spec), spec, out_dir=out_dir, engine_config=engine_config,
+                        iterations=iterations)
+
+
+def run_workload(w, spec: HybridSpec, *, out_dir=None, engine_config=None, iterations: str = "auto"):
+    """Run the hybrid of ``spec`` on the given :class:`host.workloads.Workload` ``w`` (``spec``'s workload fields
+    are not used: e.g. a caller's own workload built in memory, with no context limit applied); as
+    :func:`run_spec` otherwise."""
     from host.serving import Engine, EngineConfig
-    w = build_workload(spec)
     system = build_system(spec)
     cfg = engine_config or EngineConfig(trace=out_dir is not None, record_iterations=True)
     system.emit_spans = bool(cfg.trace)
@@ -128,6 +135,8 @@ def run_spec(spec: HybridSpec, *, out_dir=None, engine_config=None, iterations: 
     s["devices"] = int(system.n_dev)
     if out_dir is not None:
         extra = {"spec": asdict(spec), "workload": w.describe(), "command": "ndpim hybrid run"}
+        if w.name != spec.workload and spec.trace_file is None:
+            extra["spec"]["workload"] = f"(given: {w.name})"
         if spec.trace_file is not None:
             from host.workloads.trace_file import file_digest
             extra["inputs"] = {"trace_file": {"path": spec.trace_file, "sha256": file_digest(spec.trace_file)}}
