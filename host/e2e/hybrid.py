@@ -231,9 +231,9 @@ class HybridSystem(System):
     # ---- the batch (L3) ----------------------------------------------------------------------------------------
     def form_batch(self, view, now):
         # L3's scheduler over the residence classes: the shared code (host.hybrid.decisions.form_sub_batches)
-        return hd.form_sub_batches(self.table, view, self.pred, offered=list(view.waiting),
-                                decode_class=lambda dec: hd.sched_classes([self.reqs[i].place for i in dec.tolist()]),
-                                min_gpu_tokens=self.min_gpu_tokens)
+        return hd.form_sub_batches(
+            self.table, view, self.pred, offered=list(view.waiting), min_gpu_tokens=self.min_gpu_tokens,
+            decode_class=lambda dec: hd.sched_classes([self.reqs[i].place for i in dec.tolist()]))
 
     # ---- the price: the functional iteration and its time ------------------------------------------------
     def price(self, batch, now):

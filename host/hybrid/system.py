@@ -189,8 +189,8 @@ class HybridScaleSystem(System):
         cxl = int(self.mem.kv.need_tokens(i)) > self.mem.kv.capacity_tokens
         pim = int(self.pkv.need_tokens(i)) > self.pkv.capacity_tokens or self.final[i] > self.pim_max_tokens
         if cxl and pim:
-            return (f"its final KV ({int(self.final[i])} tokens, {self.final[i] * self.setup.kv_bytes_per_token / 1e9:.2f}"
-                    f" GB) fits neither the CXL pool's KV room ({self.mem.kv.capacity_bytes / 1e9:.1f} GB) nor the "
+            gb = self.final[i] * self.setup.kv_bytes_per_token / 1e9
+            return (f"its final KV ({int(self.final[i])} tokens, {gb:.2f} GB) fits neither the CXL pool's KV room ({self.mem.kv.capacity_bytes / 1e9:.1f} GB) nor the "
                     f"host's DIMM-PIM memory ({self.pkv.capacity_bytes / 1e9:.1f} GB, heads of at most "
                     f"{self.pim_max_tokens} tokens: the rank PU buffer)")
         return None
@@ -257,7 +257,7 @@ class HybridScaleSystem(System):
     # ---- the price --------------------------------------------------------------------------------------------
     def _gpu_side(self, sub, load_bytes):
         """Sub-batch ``sub``'s GPU + CXL work: PLoRA's estimate and its execution on PLoRA's timeline."""
-        m, cost, t = self.mem, self.cost, self.table
+        m, cost = self.mem, self.cost
         p = m._price_parts(sub)
         pre = sub.prefill
         on_cxl = self.residence[sub.req] == NDP
@@ -272,7 +272,6 @@ class HybridScaleSystem(System):
         return p, est, ex, dec[nd], kv_after
 
     def price(self, batch, now):
-        t = self.table
         sb = batch.sub_batch if batch.sub_batch is not None else np.zeros(len(batch), np.int8)
         subs = [batch.select(sb == i) for i in (0, 1)]
         load = self.mem.pending_load
