@@ -18,10 +18,12 @@ The iteration's estimate is L3's composition of the two sides, ``max(G_0, P_1) +
 ``G_i`` PLoRA's estimate of sub-batch ``i`` and ``P_i`` these terms times the layers. The run's time does not come
 from it (the executed timeline: :mod:`host.hybrid.timeline`); ``cost_model_err`` says how far it was.
 
-**Loads** (:meth:`PIMCost.load_s`, :func:`cxl_load_s`): the all-layer decode-attention seconds per iteration of a
-side's residents at their final contexts, all decoding at once -- the CXL devices' by PLoRA's attention term
-(:meth:`host.plora.cost.CostModel.attention`, nothing duplicated), the ranksets' by the PIM terms above (Q/K/V in,
-the busiest rankset's compute, outputs back).
+**Attention terms of the placement rule** (:meth:`PIMCost.load_s`, :func:`cxl_load_s`): the all-layer
+decode-attention seconds per iteration of a set of requests at their final contexts, all decoding at once -- on
+the CXL devices by PLoRA's attention term (:meth:`host.plora.cost.CostModel.attention`, nothing duplicated), on the
+ranksets by the PIM terms above (Q/K/V in, the busiest rankset's compute, outputs back). The rule adds the
+differences they make (a request's, the requests placed since the last iteration) to what the last iteration
+executed on each side (:meth:`host.hybrid.system.HybridScaleSystem._side_load`).
 """
 
 import numpy as np

@@ -25,9 +25,11 @@ tiny run: the device backends; the LLaMA-scale run: the NDP kernel table, the ra
    (or, if it could never fit, the run fails saying so);
 3. *load*: a *borderline* request -- final context within a factor ``borderline`` of ``pim_min_context`` either
    side -- whose preferred side is the busier one goes to the other side when that gives the lower bottleneck,
-   ``max(CXL load, PIM load)`` with the request counted where it goes (loads: seconds per iteration of the
-   residents' decode attention, each side by the cost model's terms: :mod:`host.hybrid.cost`). On an idle system
-   (equal loads) the context decides. ``borderline = 1`` turns this off. Default 2 (design choice: one doubling
+   ``max(CXL load, PIM load)`` with the request counted where it goes. Loads are seconds per iteration, L3's two
+   sides: the GPU + CXL side (the GPU's work and the CXL devices' decode attention, which the GPU waits for) and
+   the PIM side (the ranksets' phase); what the last iteration executed there plus the cost model's terms of the
+   requests placed there since; a request's cost on a side is its own term there (:mod:`host.hybrid.cost`).
+   On an idle system (equal loads) the context decides. ``borderline = 1`` turns this off. Default 2 (design choice: one doubling
    either side of the line; stated in config.json).
 """
 
@@ -50,9 +52,9 @@ DEFAULT_BORDERLINE = 2.0
 
 @dataclass(frozen=True)
 class SideLoad:
-    """What :func:`place_kv` knows of the two sides when it places one request: each side's current attention load
-    (``*_load_s``: seconds per iteration of its residents' decode attention), what the request would add there
-    (``*_cost_s``) and whether its final KV fits there (``*_fits``)."""
+    """What :func:`place_kv` knows of the two sides when it places one request: each side's load (``*_load_s``:
+    seconds per iteration the side is busy; the CXL side is the GPU's with the devices' attention), what the
+    request would add there (``*_cost_s``) and whether its final KV fits there (``*_fits``)."""
 
     cxl_load_s: float = 0.0
     pim_load_s: float = 0.0

@@ -133,6 +133,8 @@ class HybridScaleSystem(System):
         self.active = np.zeros(n, bool)
         self.why = np.full(n, "", object)              # "context", "capacity" or "load"
         self._tent = {}
+        self._last_side = (0.0, 0.0)       # the last iteration's executed GPU + CXL side and PIM side (seconds)
+        self._since = {PIM: [], NDP: []}   # requests placed since it
         self.pred = L3Predictors(seed=self.seed, cold=self.profile_batches == 0)
         if self.profile_batches:
             self.pred.seed(self._startup_profile())
@@ -144,33 +146,45 @@ class HybridScaleSystem(System):
 
     # ---- placement and admission ----------------------------------------------------------------------------
     def _side_load(self, i, extra=None) -> SideLoad:
-        """What the placement rule knows when it places request ``i``: the residents' loads (plus the requests
-        ``extra`` placed tentatively this iteration: ``{side: [indices]}``), its cost on each side and whether
-        its final KV fits each side."""
+        """What the placement rule knows when it places request ``i`` (``extra``: the requests placed tentatively
+        this iteration, ``{side: [indices]}``). A side's load: what the last iteration executed there -- the GPU +
+        CXL side ``T_GPU_0 + T_GPU_1`` (the GPU's work and the CXL devices' attention it waits for), the PIM side
+        ``T_PIM_0 + T_PIM_1`` -- plus the cost model's terms of the requests placed there since (their decode
+        attention at their final contexts beside the side's residents: :mod:`host.hybrid.cost`); the request's
+        cost on each side is its own term there; and whether its final KV fits each side."""
         extra = extra or {PIM: [], NDP: []}
         L = int(self.final[i])
-        ndp = np.concatenate([np.flatnonzero(self.active & (self.residence == NDP)), np.asarray(extra[NDP], int)])
-        pim = np.flatnonzero(self.active & (self.residence == PIM))
-        pim_x = np.asarray(extra[PIM], int)
-        cxl_now = cxl_load_s(self.cost, self.nl, self.final[ndp])
-        cxl_with = cxl_load_s(self.cost, self.nl, np.append(self.final[ndp], L))
-        # the PIM residents' classes; the tentative ones and this one where the balanced placement would put them
+        g_last, p_last = self._last_side
+        # CXL: PLoRA's attention term of the residents before, with the newly placed, and with this one
+        new_c = [int(j) for j in self._since[NDP]] + [int(j) for j in extra[NDP]]
+        old_c = np.setdiff1d(np.flatnonzero(self.active & (self.residence == NDP)), new_c)
+        Lc = list(self.final[old_c])
+        c_old = cxl_load_s(self.cost, self.nl, Lc)
+        Lc += [int(self.final[j]) for j in new_c]
+        c_now = cxl_load_s(self.cost, self.nl, Lc)
+        c_with = cxl_load_s(self.cost, self.nl, Lc + [L])
+        # PIM: the PIM terms likewise (the tentative ones and this one where the balanced placement puts them)
+        new_p = [int(j) for j in self._since[PIM]]
+        old_p = np.setdiff1d(np.flatnonzero(self.active & (self.residence == PIM)), new_p)
+        Lp, cp = list(self.final[old_p]), list(self.place.cls[old_p])
+        p_old = self.pcost.load_s(np.array(Lp, np.int64), np.array(cp, np.int64))
+        Lp += [int(self.final[j]) for j in new_p]
+        cp += [int(self.place.cls[j]) for j in new_p]
         load_tok = self.place.load.copy()
-        Lp, cp = list(self.final[pim]), list(self.place.cls[pim])
-        for j in pim_x.tolist():
+        for j in extra[PIM]:
             c = int(np.argmin(load_tok))
             load_tok[c] += int(self.final[j])
             Lp.append(int(self.final[j]))
             cp.append(c)
-        pim_now = self.pcost.load_s(np.array(Lp, np.int64), np.array(cp, np.int64))
+        p_now = self.pcost.load_s(np.array(Lp, np.int64), np.array(cp, np.int64))
         c = int(np.argmin(load_tok))
-        pim_with = self.pcost.load_s(np.array(Lp + [L], np.int64), np.array(cp + [c], np.int64)) \
+        p_with = self.pcost.load_s(np.array(Lp + [L], np.int64), np.array(cp + [c], np.int64)) \
             if L <= self.pim_max_tokens else float("inf")
         kx = {s: (int(self.mem.kv.need_tokens(np.array(extra[s], int)).sum()) if s == NDP else
                   int(self.pkv.need_tokens(np.array(extra[s], int)).sum())) if len(extra[s]) else 0
               for s in (PIM, NDP)}
-        return SideLoad(cxl_load_s=cxl_now, pim_load_s=pim_now, cxl_cost_s=cxl_with - cxl_now,
-                        pim_cost_s=pim_with - pim_now,
+        return SideLoad(cxl_load_s=g_last + c_now - c_old, pim_load_s=p_last + p_now - p_old,
+                        cxl_cost_s=c_with - c_now, pim_cost_s=p_with - p_now,
                         cxl_fits=int(self.mem.kv.need_tokens(i)) <= self.mem.kv.free_tokens - kx[NDP],
                         pim_fits=L <= self.pim_max_tokens
                         and int(self.pkv.need_tokens(i)) <= self.pkv.free_tokens - kx[PIM])
@@ -208,6 +222,7 @@ class HybridScaleSystem(System):
                 and (self.mem.kv.can_admit(i) if pref == NDP else self.pkv.can_admit(i)) else "capacity")
             self.residence[i] = side
             self.active[i] = True
+            self._since[side].append(i)
             if side == PIM:
                 self.pkv.admit(np.array([i]))
                 self.place.place(i, int(self.pkv.held_tokens[i]))
@@ -303,6 +318,8 @@ class HybridScaleSystem(System):
             pcie[1] += self.nl * int(d.sum()) * self.pim.out_bytes
         ex = compose(gpu_ex, pim_ph, self.nl, self.R, spans=self.emit_spans)
         dur = max(ex.duration_s, 1e-12)
+        self._last_side = (float(sum(ex.t_gpu)), float(sum(ex.t_pim)))      # the placement rule's loads
+        self._since = {PIM: [], NDP: []}
         est = max(gpu_est[0], pim_est[1]) + max(gpu_est[1], pim_est[0])
         self._est_err.append(est / dur - 1.0)
         G = [e.duration_s for e in gpu_ex if e is not None]
