@@ -112,6 +112,19 @@ def test_device_load_moves_a_borderline_request():
     assert s.summary()["placement_reason"]["cxl_load"] == 1
 
 
+def test_the_loads_are_the_last_iterations_sides():
+    """After an iteration the rule weighs what it executed on each side: a borderline short request (final 800
+    tokens) goes to the ranksets when the GPU + CXL side was the busy one, stays on CXL when the PIM side was."""
+    s, t = _bound([700], [100])
+    s._last_side = (0.020, 0.001)            # (GPU + CXL, PIM) seconds of the last iteration
+    _admit(s, t, 0)
+    assert s.residence[0] == PIM and s.why[0] == "load"
+    s, t = _bound([700], [100])
+    s._last_side = (0.001, 0.020)
+    _admit(s, t, 0)
+    assert s.residence[0] == NDP and s.why[0] == "context"
+
+
 def test_capacity_moves_a_long_request_to_cxl():
     from host.l3.config import L3_HOST_MEMORY
     from dataclasses import replace
