@@ -522,6 +522,10 @@ BUILTIN_GROUPS = ("host.gpu.cli", "host.e2e.cli")
 PLUGINS = ("host.plora.cli", "host.l3.cli", "host.compare.cli")
 
 
+# the LLaMA-scale hybrid's group (ndpim hybrid ...; issue 34 item 2)
+PLUGINS += ("host.hybrid.cli",)
+
+
 def _plugin_modules():
     mods = [importlib.import_module(name) for name in BUILTIN_GROUPS]
     for name in PLUGINS:

@@ -8,6 +8,8 @@ and the KV of the *short* requests, token-interleaved (token ``t`` on device ``t
 holds the KV of the *long* requests (final context >= ``pim_min_context``), whose decode attention it computes.
 
 **Decisions: the Llama-scale code, called, not copied** (issue 32; tests/host/e2e/test_e2e_hybrid_shared_code.py).
+The hybrid's own decisions (KV placement, Algorithm 1 every step, the sub-batches) are
+:mod:`host.hybrid.decisions`, which the LLaMA-scale hybrid (:mod:`host.hybrid.system`) calls too (issue 34).
 
 * PLoRA's memory manager is the PLoRA system itself (:class:`host.plora.system.PLoRASystem`, variant ``plora``,
   as ``self.mem``) on the tiny model, the e2e device's calibrated NDP model (:class:`host.e2e.perf.NDPTiming`), the
@@ -55,9 +57,10 @@ from host.serving.request import RUNNING
 from sim.golden.attention import merge_partials, prepare_query, to_fp16_bits
 from host.plora.lora import E1, E2, E3, E4, STRATEGIES
 from host.plora.system import PLoRASystem
-from host.l3.scheduler import PrefillItem, SchedState, schedule, ridge_tokens
+from host.l3.scheduler import ridge_tokens
 from host.l3.predictors import L3Predictors, ProfiledBatches, profiled_sub_batch
-from host.l3.systems import plan_batch
+from host.hybrid import decisions as hd
+from host.hybrid.decisions import PIM, NDP
 
 from . import ops
 from .model import llm_config
@@ -68,7 +71,7 @@ __all__ = ["HybridSystem", "STAGES", "StepRecord"]
 
 STAGES = ("qkv", "attn", "o", "ffn_in", "down")
 _STAGE_MATS = {"qkv": ("q", "k", "v"), "o": ("o",), "ffn_in": ("gate", "up"), "down": ("down",)}
-PIM, NDP = 0, 1          # residence classes (the L3 scheduler's decode_class)
+# PIM, NDP: the residence classes (the L3 scheduler's decode_class), host.hybrid.decisions'
 
 
 class _Req:
@@ -168,7 +171,9 @@ class HybridSystem(System):
             if not 0 <= a < len(self.adapters):
                 raise ValueError(f"request {rid}: adapter {a} outside the {len(self.adapters)} adapters")
             final = len(prompt) + int(table.output_tokens[i])
-            place = PIM if final >= self.pim_min_context else NDP
+            # the shared placement rule (host.hybrid.decisions.place_kv) by context length: every request is
+            # placed up front, before any load exists
+            place = hd.place_kv(final, pim_min_context=self.pim_min_context)
             r = _Req(i, rid, a, prompt, int(table.output_tokens[i]), cfg, place)
             if place == PIM:
                 r.slot0 = pim_slots
@@ -213,8 +218,7 @@ class HybridSystem(System):
     def before_batch(self, view, now):
         self.mem.before_batch(view, now)
         if self.select_every_step:              # Algorithm 1 again for every serving adapter, at its batch
-            for a in np.flatnonzero(self.mem.count).tolist():
-                self.mem.decide(int(a), int(self.mem.count[a]), self._remaining(a))
+            hd.reselect_serving(self.mem, self._remaining)
 
     def _strategy(self, a, prefill_tokens=0):
         """Decode strategy of adapter ``a`` (the manager's; E3 while it has none), or for ``prefill_tokens``
@@ -226,20 +230,10 @@ class HybridSystem(System):
 
     # ---- the batch (L3) ----------------------------------------------------------------------------------------
     def form_batch(self, view, now):
-        t = self.table
-        run = view.running
-        in_pre = t.in_prefill(run)
-        dec = run[~in_pre]
-        items, waiting_pos = [], {}
-        for i in run[in_pre].tolist():
-            items.append(PrefillItem(int(i), int(t.prefill_len[i] - t.prefilled[i]), int(t.prefilled[i])))
-        for i in list(view.waiting):
-            waiting_pos[i] = len(items)
-            items.append(PrefillItem(int(i), int(t.prefill_len[i] - t.prefilled[i]), int(t.prefilled[i])))
-        state = SchedState(decode_rids=tuple(dec.tolist()), decode_context=tuple(t.context(dec).tolist()),
-                           prefills=tuple(items), decode_class=tuple(self.reqs[i].place for i in dec.tolist()))
-        plan = schedule(state, self.pred, min_gpu_tokens=self.min_gpu_tokens)
-        return plan_batch(plan, t, view, waiting_pos)
+        # L3's scheduler over the residence classes: the shared code (host.hybrid.decisions.form_sub_batches)
+        return hd.form_sub_batches(
+            self.table, view, self.pred, offered=list(view.waiting), min_gpu_tokens=self.min_gpu_tokens,
+            decode_class=lambda dec: hd.sched_classes([self.reqs[i].place for i in dec.tolist()]))
 
     # ---- the price: the functional iteration and its time ------------------------------------------------
     def price(self, batch, now):

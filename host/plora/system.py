@@ -221,7 +221,8 @@ class PLoRASystem(System):
     def on_admit(self, idx, now):
         t, st, cost = self.table, self.state, self.cost
         for i in np.atleast_1d(idx).tolist():
-            self.kv.admit(np.array([i]))
+            if self.kv_on_devices[i]:          # (a hybrid's PIM request holds no KV in the pool: keep_kv_elsewhere)
+                self.kv.admit(np.array([i]))
             a = int(t.adapter_id[i])
             self.count[a] += 1
             self.temp.on_requests([a])
