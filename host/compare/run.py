@@ -16,9 +16,12 @@ H100 SXM's host interface, in place of the DGX-A100's PCIe 4.0); S-LoRA and CPU-
 **Systems** (:data:`SYSTEMS`): each paper's design and its baselines on that budget. The *strongest baseline of
 each paper* is chosen per workload from the numbers (the paper's baseline with the highest throughput at the SLO,
 then throughput as served; host.compare.verdict). Multi-GPU baselines (S-LoRA on 2 or 4 GPUs) are left out: they
-break the one-GPU budget. The hybrid of issue 34 item 2 (PLoRA's pool and L3's DIMM-PIM together) does not exist
-at LLaMA scale -- only host/e2e/hybrid.py's tiny end-to-end model through the RTL -- so its rows say *absent* with
-that reason, with no number.
+break the one-GPU budget. **The hybrid** (issue 34 item 2, host/hybrid: PLoRA's CXL pool for the adapters and the short
+requests' KV, L3's DIMM-PIM for the long requests' KV, L3's two sub-batches) runs as ``hybrid`` through
+:func:`host.hybrid.run.run_workload` on the same requests; its model is the hybrid host's ``llama3-8b``
+(host.models), Llama-3.1-8B's architecture (32 layers, hidden 4,096, 32 query / 8 KV heads of 128, FFN 14,336,
+vocabulary 128,256: the same weights and KV bytes; only the context limit differs, which an in-memory workload does
+not apply), on the same H100 and PLoRA's 4 devices on CXL 3.1, the DIMM-PIM behind the H100's PCIe 5.0.
 
 **Two runs per point**: *as served* (the workload's own arrivals, open loop) and *at matched batch* (a closed loop
 of ``matched_batch`` clients, the same for every system: PLoRA host ``fixed_batch``, L3 host the engine's
@@ -65,10 +68,11 @@ SYSTEMS = {
     "hbm-pim": ("l3", "L3", "baseline", "NeuPIMs/AttAcc-style HBM-PIM attention, KV in HBM"),
     "cpu-offload": ("l3", "L3", "baseline", "NEO: KV and attention split between GPU and host CPU/DRAM"),
     "r-pim": ("l3", "L3", "baseline", "Hermes-style rank-level DIMM-PIM"),
-    "hybrid": (None, "issue 34 item 2", "absent", "PLoRA pool + L3 DIMM-PIM in one system"),
+    "hybrid": ("hybrid", "hybrid", "proposed", "PLoRA's CXL NDP pool + L3's DIMM-PIM in one system (host/hybrid, "
+                                              "issue 34 item 2)"),
 }
-HYBRID_ABSENT = ("absent: no LLaMA-scale hybrid exists (issue 34 item 2 is not built; host/e2e/hybrid.py is the "
-                 "tiny end-to-end model through the RTL only)")
+#: The hybrid host's model with Llama-3.1-8B's architecture (module docstring).
+HYBRID_MODEL = "llama3-8b"
 
 #: Grid sizes: requests per workload, matched batch. FULL: 200 requests per workload (design choice: enough for
 #: p99 over requests within minutes on 2 cores), matched batch 32 (design choice: inside every system's HBM at the
@@ -149,6 +153,25 @@ def _plora_run(system, model_path, trace_path, seed, batch):
     return s, out.table
 
 
+def _hybrid_run(w, seed, batch):
+    from host.hybrid.run import HybridSpec, run_workload
+    from host.plora.ndp_model import PLORA_DEVICE
+    from host.serving import EngineConfig
+    out = run_workload(w, HybridSpec(model=HYBRID_MODEL, seed=seed),
+                       engine_config=EngineConfig(trace=False, record_iterations=True, concurrency=batch))
+    s = dict(out.summary)
+    mem, peak = s.get("gpu_mem_gb", {}), s.get("gpu_mem_gb_peak", {})
+    s["_gpu_mem_gb"] = float(sum(v for k, v in mem.items() if k not in peak) + sum(peak.values()))
+    lb, link = s.get("link_bytes", {}), s.get("link", {})
+    s["_links"] = {name: {"gb": (lb.get(f"{k}_out", 0.0) + lb.get(f"{k}_in", 0.0)) / 1e9}
+                   for k, name in (("cxl", "cxl3.1"), ("pcie", "pcie5-x16"))}
+    from host.l3.config import L3_HOST_MEMORY
+    s["_added_memory_gb"] = float(s.get("devices", 4) * PLORA_DEVICE.capacity_gb
+                                  + L3_HOST_MEMORY.capacity_gib * 2 ** 30 / 1e9)
+    s["_offered"] = int(s.get("requests", len(w)))
+    return s, out.table
+
+
 def _l3_run(system, model, setup, w, seed, batch):
     from host.l3.run import run_l3
     from host.l3.systems import HBM_KV_SYSTEMS, gpu_workspace_bytes
@@ -195,9 +218,6 @@ def run_point(grid: Grid, wname, w, system, model, model_path, trace_path, setup
     row = {"workload": wname, "system": system, "paper": paper, "role": role, "host": host or "-",
            "model": model.name, "gpu": f"{N_GPUS} x {GPU}", "requests": len(w),
            "adapters": int(w.stats()["adapters_used"])}
-    if host is None:
-        row.update(status="absent", reason=HYBRID_ABSENT)
-        return row
     t0 = time.perf_counter()
     runs = {}
     for kind, batch in (("served", None), ("matched", grid.matched_batch)):
@@ -205,6 +225,8 @@ def run_point(grid: Grid, wname, w, system, model, model_path, trace_path, setup
         try:
             if host == "plora":
                 s, table = _plora_run(system, model_path, trace_path, grid.seed, batch)
+            elif host == "hybrid":
+                s, table = _hybrid_run(w, grid.seed, batch)
             else:
                 s, table = _l3_run(system, model, setup, w, grid.seed, batch)
         except (ValueError, RuntimeError) as e:
@@ -245,9 +267,10 @@ def run_point(grid: Grid, wname, w, system, model, model_path, trace_path, setup
             row["link_traffic"] = "no link column in this run's iterations"
             row["link_gb_max"] = float("nan")
         else:
-            row["link_traffic"] = "; ".join(f"{k}: busy {v['busy_s']:.4g} s, <= {v['gb_max']:.4g} GB"
+            row["link_traffic"] = "; ".join(f"{k}: {v['gb']:.4g} GB moved" if "gb" in v else
+                                            f"{k}: busy {v['busy_s']:.4g} s, <= {v['gb_max']:.4g} GB"
                                             for k, v in links.items())
-            row["link_gb_max"] = float(sum(v["gb_max"] for v in links.values()))
+            row["link_gb_max"] = float(sum(v.get("gb", v.get("gb_max", 0.0)) for v in links.values()))
         e = s.get("energy_per_token_mj")
         row["energy_per_token_mj"] = _num(e) if e is not None else M.NOT_REPORTED
     if mstatus != "failed":

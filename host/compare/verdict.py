@@ -3,7 +3,7 @@ and the one after it, each claim citing the rows that show it (``R07``), PLoRA a
 paper's strongest baseline.
 
 **Who competes.** On a multi-LoRA workload (more than one adapter) the winner is found among the systems that serve
-it as posed, adapters included: the PLoRA host's. The L3 host has no adapter path, so its rows there are the same
+it as posed, adapters included: the PLoRA host's and the hybrid's. The L3 host has no adapter path, so its rows there are the same
 requests *without* their LoRA work; they get their own claim ("without adapters"), never the win. On the
 single-model workload every system competes (the PLoRA host's rows carry one rank-8 adapter, a small handicap).
 Two values within :data:`TIE_REL` of each other are a tie (design choice: the grid's numbers come from one seed;
@@ -118,7 +118,7 @@ def claims(rows) -> list:
     out = []
     for w in _workloads(rows):
         multi = _multi_lora(rows, w)
-        groups = [("winner", ("plora",) if multi else None, "")]
+        groups = [("winner", ("plora", "hybrid") if multi else None, "")]
         if multi:
             groups.append(("winner-no-lora", ("l3",), " without adapters (L3 host, no LoRA path; not the workload "
                                                        "as posed)"))

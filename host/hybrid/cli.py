@@ -26,6 +26,8 @@ def add_parser(sub) -> None:
     r.add_argument("--burst", action="store_true", help="every request arrives at t = 0")
     r.add_argument("--seed", type=int_range(0), default=0)
     r.add_argument("--devices", type=int_range(1, 4096), default=None, help="CXL NDP devices (default 4)")
+    r.add_argument("--link-gbps", type=float_range(0.0, 100_000.0, lo_open=True), default=None,
+                   help="the CXL devices' link, GB/s per direction (default CXL 3.1's 128)")
     r.add_argument("--ranksets", type=int_range(1, 32), default=None, help="DIMM-PIM ranksets (default 4)")
     r.add_argument("--host-memory-gb", type=float_range(1.0, 1 << 20), default=None,
                    help="DIMM-PIM host memory in GiB (default 2048)")
@@ -51,7 +53,7 @@ def cmd_run(args):
                           trace_file=args.trace_file,
                           n_requests=args.requests if (args.requests or args.trace_file) else 100,
                           rate_per_s=args.rate if (args.rate or args.trace_file) else 10.0,
-                          arrival="burst" if args.burst else "gamma", seed=args.seed, devices=args.devices,
+                          arrival="burst" if args.burst else "gamma", seed=args.seed, devices=args.devices, link_gbps=args.link_gbps,
                           ranksets=args.ranksets, host_memory_gb=args.host_memory_gb, ndp=args.ndp_model,
                           pim_min_context=args.pim_min_context, borderline=args.borderline,
                           max_batch=args.max_batch)

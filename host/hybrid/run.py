@@ -27,7 +27,8 @@ SUMMARY_KEYS = ("throughput_tok_s", "tpot_ms_mean", "tbt_ms_mean", "tbt_ms_p99",
 class HybridSpec:
     """Everything a hybrid run depends on (config.json's ``spec``). ``workload``: one of :data:`WORKLOADS`, or
     ``"file"`` with ``trace_file`` (host.workloads.trace_file: CSV / JSONL; ``n_requests`` None takes every
-    request, ``rate_per_s`` None keeps its arrivals); ``devices``: CXL devices (None: PLoRA's four);
+    request, ``rate_per_s`` None keeps its arrivals); ``devices``: CXL devices (None: PLoRA's four); ``link_gbps``:
+    their CXL link per direction (None: CXL 3.1's 128 GB/s);
     ``ranksets`` / ``host_memory_gb``: the DIMM-PIM host memory (None: L3 Table 2's); ``arrival``: ``gamma`` at
     ``rate_per_s`` (PLoRA's workloads) or ``burst`` (all at t = 0; L3's traces always are)."""
 
@@ -39,6 +40,7 @@ class HybridSpec:
     arrival: str = "gamma"
     seed: int = 0
     devices: int | None = None
+    link_gbps: float | None = None
     ranksets: int | None = None
     host_memory_gb: float | None = None
     ndp: str = "auto"
@@ -63,6 +65,8 @@ class HybridSpec:
             raise ValueError(f"rate_per_s must be > 0, got {self.rate_per_s!r}")
         if self.arrival not in ("gamma", "burst"):
             raise ValueError(f"arrival must be 'gamma' or 'burst', got {self.arrival!r}")
+        if self.link_gbps is not None and not (np.isfinite(self.link_gbps) and 0 < self.link_gbps <= 100_000):
+            raise ValueError(f"link_gbps must be in (0, 100000] GB/s per direction, got {self.link_gbps!r}")
         if self.devices is not None and not 1 <= self.devices <= 4096:
             raise ValueError(f"devices must be in 1..4096, got {self.devices}")
         if self.ndp not in ("auto", "calibrated", "standin"):
@@ -107,7 +111,12 @@ def build_system(spec: HybridSpec):
         from host.l3.config import L3_HOST_MEMORY
         host = replace(L3_HOST_MEMORY, ranksets=spec.ranksets or L3_HOST_MEMORY.ranksets,
                        capacity_gib=spec.host_memory_gb or L3_HOST_MEMORY.capacity_gib)
-    return HybridScaleSystem(get_model(spec.model), n_dev=spec.devices, host=host, ndp=spec.ndp, seed=spec.seed,
+    link = None
+    if spec.link_gbps is not None:      # the CXL devices' link, as the PLoRA host's --link-gbps
+        from host.link import get_link
+        link = get_link("cxl3.1").with_(bw_gbps=spec.link_gbps)
+    return HybridScaleSystem(get_model(spec.model), n_dev=spec.devices, host=host, link=link, ndp=spec.ndp,
+                             seed=spec.seed,
                              pim_min_context=spec.pim_min_context, borderline=spec.borderline,
                              max_batch=spec.max_batch, profile_batches=spec.profile_batches)
 
