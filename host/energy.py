@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = ["GPUPower", "GPU_POWER", "LINK_PJ_PER_BIT", "DDR4_CHANNEL_PJ_PER_BIT", "gpu_power", "link_pj_per_bit",
-           "gpu_energy_j", "EnergyLedger", "ndp_device_power", "ndp_idle_dram_w", "pim_head_increment_pj", "dram_rank_idle_w",
+           "gpu_energy_j", "EnergyLedger", "ndp_device_power", "ndp_idle_dram_w", "ddr4_read_pj_per_bit", "pim_head_increment_pj", "dram_rank_idle_w",
            "ENERGY_KEYS"]
 
 #: the keys of ``energy_j``
@@ -196,6 +196,16 @@ def dram_rank_idle_w(config) -> float:
     from sim.energy.dram import command_energy
     e = command_energy(config)
     return e.pre_stby * 1e-12 / (config.timing.tck_ps * 1e-12)
+
+
+def ddr4_read_pj_per_bit() -> float:
+    """DDR4-3200 DIMM energy per bit of a sequential read (sim.energy.dram.command_energy of DDR4_3200: a RD
+    burst, and one ACT + PRE per row of ``row_bytes`` per rank), without standby (the host charges it)."""
+    from hdl.memctl.timing import DDR4_3200
+    from sim.energy.dram import command_energy
+    e, org = command_energy(DDR4_3200), DDR4_3200.org
+    bursts_per_row = org.row_bytes // org.burst_bytes
+    return (e.rd + (e.act + e.pre) / bursts_per_row) / org.burst_bits
 
 
 def ndp_idle_dram_w() -> float:
