@@ -34,6 +34,7 @@ from .ops import op_pj, sram_read_pj
 from .specs import power_spec
 
 __all__ = ["EXP_OPS", "PIMHeadEnergy", "head_ops", "head_commands", "head_energy", "trace_head_energy",
+           "launch_energy", "trace_launch_energy",
            "pim_power_spec"]
 
 #: One FP16 exponential, charged as the operations of the project's exp unit (docs/fp_exp.md, hdl/fp/exp.py:
@@ -56,13 +57,13 @@ def head_ops(config, L: int) -> dict:
     _check_L(config, L)
     d, chips = config.head_dim, config.chips
     ctx_add = "fp32_add" if getattr(config, "context_acc", "fp16") == "fp32" else "fp16_add"
-    ops = {"fp16_mul": 2 * L * d + d, "fp16_add": L * d, ctx_add: 0}
+    ops = {"fp16_mul": 2 * L * d + d, "fp16_add": L * d, "fp32_add": 0}
     ops[ctx_add] += L * d
     # rank PU: every score summed over the chips; every context element over the chips
     ops["fp16_add"] += (chips - 1) * (L + d)
     # softmax per token: max compare + subtract (FP16), sum (FP32), one exponential
     ops["fp16_add"] += 2 * L
-    ops["fp32_add"] = ops.get("fp32_add", 0) + L
+    ops["fp32_add"] += L
     for k, n in EXP_OPS.items():
         ops[k] = ops.get(k, 0) + n * L
     return {"ops": ops, "sram_bits": 2 * L * 16, "flops": 4 * d * L}
@@ -185,3 +186,50 @@ def head_energy(model, L: int) -> PIMHeadEnergy:
         e.dram_command_pj += h.refs * ce.ref
         e.dram_background_pj += h.refs * tm.tRFC * (ce.act_stby - ce.pre_stby)
     return e
+
+
+def _ops_pj(config, Ls):
+    dp = sram = 0.0
+    for L in Ls:
+        _, d, s = _work_pj(config, int(L))
+        dp, sram = dp + d, sram + s
+    return dp, sram
+
+
+def launch_energy(model, Ls, cycles: int) -> dict:
+    """A launch batch of heads of lengths ``Ls`` run back to back on rank 0 of ``model``'s configuration over
+    ``cycles`` command clocks (the batch's modelled window), every rank of the channel charged background: per
+    head its modelled command stream's commands (:func:`head_commands`) and the cycles its rows are open (active
+    standby), the rest of every rank's window in precharge standby; plus the heads' datapath and buffer work.
+    Returns pJ by term: ``dram_command``, ``dram_background``, ``datapath``, ``sram``, ``total``."""
+    cfg = model.config
+    if isinstance(cycles, bool) or int(cycles) != cycles or cycles < 0:
+        raise ValueError(f"cycles must be an int >= 0, got {cycles!r}")
+    spec = pim_power_spec(cfg)
+    ce = command_energy(cfg.dram, spec)
+    cmd = active = 0.0
+    for L in Ls:
+        cmds = head_commands(model, int(L))
+        e = trace_energy(cmds, _one_rank(cfg), spec, end_cycle=cmds[-1].cycle + 1)
+        cmd += e.command_pj
+        active += e.active_cycles
+    R = cfg.dram.org.ranks
+    window = max(int(cycles), int(active))
+    bg = active * ce.act_stby + (R * window - active) * ce.pre_stby
+    dp, sram = _ops_pj(cfg, Ls)
+    return {"dram_command": cmd, "dram_background": bg, "datapath": dp, "sram": sram,
+            "total": cmd + bg + dp + sram}
+
+
+def trace_launch_energy(config, trace, Ls, cycles: int) -> dict:
+    """:func:`launch_energy` of an RTL run: its command trace (every rank) from its first command over ``cycles``
+    command clocks, and the same heads' datapath and buffer work."""
+    trace = list(trace)
+    if not trace:
+        raise ValueError("empty command trace")
+    t0 = trace[0].cycle
+    cmds = [TraceCommand(c.cycle - t0, c.kind, c.rank, c.bg, c.bank, c.row, c.col) for c in trace]
+    e = trace_energy(cmds, config.dram, pim_power_spec(config), end_cycle=max(int(cycles), cmds[-1].cycle + 1))
+    dp, sram = _ops_pj(config, Ls)
+    return {"dram_command": e.command_pj, "dram_background": e.background_pj, "datapath": dp, "sram": sram,
+            "total": e.total_pj + dp + sram}
