@@ -51,12 +51,19 @@ def _lines(descs, line_bytes):
 
 
 def ndp_run_energy(config, descs, window: int, *, channels: int, depth: int, traces=None, first_issue: int = 0,
-                   dram_config=None) -> dict:
+                   dram_config=None, link=(0, 0), refreshes=None) -> dict:
     """pJ of one NDP run (module docstring): ``logic`` (datapath + SRAM) and ``dram`` (every channel), with
     ``source`` (``rtl-trace`` or ``fast-model``). ``window``: memory clocks from the first issue; ``traces``:
-    {channel: [TraceCommand]} of an RTL run (cycles since reset; ``first_issue`` the run's first issue)."""
+    {channel: [TraceCommand]} of an RTL run (cycles since reset; ``first_issue`` the run's first issue).
+    ``link``: (bytes the host sends, bytes it reads back) -- on the CXL device both pass through the device memory
+    (the host writes descriptors and inputs to the submission ring, the core reads them; the core writes results
+    and completion records, the host reads them), so the fast model streams them too: the host's lines written
+    then read, the operand lines, the results written then read; and it charges the refreshes due in the window
+    that its short stream does not issue: ``refreshes`` ([(rank, cycle in the window)], every channel alike) where
+    the caller knows the controller's refresh schedule (host.e2e.perf.RankRefresh: the LPDDR5X calibration), each a
+    PREA of the rank and its REF, else the steady-state share (sim.energy.dram.owed_refresh_pj)."""
     from sim.energy.ndp import program_counts, work_pj
-    from sim.energy.dram import trace_energy
+    from sim.energy.dram import trace_energy, owed_refresh_pj, command_energy
     from sim.energy.record import record_ndp_stream
     if window < 0:
         raise ValueError(f"window must be >= 0, got {window}")
@@ -73,6 +80,13 @@ def ndp_run_energy(config, descs, window: int, *, channels: int, depth: int, tra
         src = "rtl-trace"
     else:
         lines, writes = _lines(descs, line)
+        top = int(lines.max()) + 1 if lines.size else 0
+        n_out, n_in = -(-int(link[0]) // line), -(-int(link[1]) // line)
+        lo = np.arange(top, top + n_out, dtype=np.int64)
+        li = np.arange(top + n_out, top + n_out + n_in, dtype=np.int64)
+        lines = np.concatenate([lo, lo, lines, li, li])
+        writes = np.concatenate([np.ones(n_out, bool), np.zeros(n_out, bool), writes, np.ones(n_in, bool),
+                                 np.zeros(n_in, bool)])
         dm = _devmem1(cfg_dram)
         for c in range(channels):
             sel = lines % channels == c
@@ -82,6 +96,18 @@ def ndp_run_energy(config, descs, window: int, *, channels: int, depth: int, tra
                 end = max(int(res.cycles), int(window), 1)
             else:
                 cmds, end = [], max(int(window), 1)
-            dram += trace_energy(cmds, cfg_dram, end_cycle=end).total_pj
+            if refreshes is None:
+                e = trace_energy(cmds, cfg_dram, end_cycle=end)
+                dram += e.total_pj + owed_refresh_pj(e, cfg_dram)
+            else:
+                # the controller's refreshes at their cycles: PREA (closing the rank's open rows), REF tRPab later
+                from hdl.memctl.commands import Cmd
+                from sim.dram.trace import TraceCommand
+                tm = cfg_dram.timing
+                extra = []
+                for r, t in refreshes:
+                    extra += [TraceCommand(int(t), Cmd.PREA, r), TraceCommand(int(t) + tm.tRPab, Cmd.REF, r)]
+                allc = sorted(list(cmds) + extra, key=lambda x: x.cycle)
+                dram += trace_energy(allc, cfg_dram, end_cycle=max(end, allc[-1].cycle + 1) if allc else end).total_pj
         src = "fast-model"
     return {"logic": dp + sram, "dram": dram, "source": src}

@@ -410,8 +410,22 @@ class NDPDevices:
         descs = [d for _, d, _ in script.items]
         traces = getattr(script, "channel_traces", None)
         dram_config = self.system().inner.dram_config if traces is not None else None
+        refreshes = None
+        ref = getattr(self.perf, "refresh", None) if traces is None else None
+        pre = getattr(script, "pre_lines", None)
+        if ref is not None and pre is not None:
+            # the controller's refresh schedule (host.e2e.perf.RankRefresh): REFs due per channel in the window
+            a = float(self.perf.first_issue(pre))
+            refreshes = []
+            for r in range(int(ref["ranks"])):
+                t0 = ref["owed"] + r * ref["stagger"]
+                lo = max(0, int(np.ceil((a - t0) / ref["interval"])))
+                hi = int(np.ceil((a + window - t0) / ref["interval"]))
+                refreshes += [(r, t0 + k * ref["interval"] - a) for k in range(lo, hi)]
         return ndp_run_energy(self.config, descs, window, channels=self.channels, depth=self.depth, traces=traces,
-                              first_issue=getattr(script, "first_issue", 0), dram_config=dram_config)
+                              first_issue=getattr(script, "first_issue", 0), dram_config=dram_config,
+                              link=(sum(o for o, _ in script.job_link), sum(i for _, i in script.job_link)),
+                              refreshes=refreshes)
 
     def _check_channels(self, inner, outputs, cycles):
         """The DRAM timing check of one run's channel traces: here, or beside the run (:attr:`check_beside`)."""
