@@ -612,7 +612,9 @@ class PLoRASystem(System):
         sh = self.shape
         p = ndp_device_power(int(sh.hidden), int(sh.head_dim), int(sh.q_heads), int(sh.kv_heads))
         dev = sum(b.get(f"device {d}", 0.0) for d in range(self.n_dev))
-        led.add("ndp", p["logic"] * dev)
+        # a variant without NDP (pure CXL memory, Grace memory) only moves data: its devices' memory is charged
+        # as the paper device's LPDDR5X (standby, and its streaming power while busy), no NDP logic
+        led.add("ndp", p["logic"] * dev if self.variant.uses_ndp else 0.0)
         led.add("dram", self.n_dev * p["idle_dram"] * T + max(0.0, p["dram"] - p["idle_dram"]) * dev)
         return led.as_summary(float(np.sum(self.table.generated)) if self.table is not None else 0.0)
 

@@ -107,3 +107,21 @@ def test_bad_input_names_the_range():
     with pytest.raises(ValueError, match="head_dim 128"):
         pim_head_increment_pj(64, 1, 10)
     assert np.isfinite(pim_head_increment_pj(128, 1, 1024)[0])
+
+
+@pytest.mark.parametrize("system", ["s-lora-2gpu", "cpu-lora-offload", "pure-cxl"])
+def test_every_plora_system_reports_energy(system):
+    """The baselines (S-LoRA, CPU-LoRA-Offload) and the variants without NDP carry the keys too; S-LoRA's two
+    boards draw at least twice one board's idle power over the run."""
+    from host.plora.run import RunSpec, run_spec
+    from host.serving import EngineConfig
+    s = run_spec(RunSpec(system=system, workload="skewed", n_requests=20, seed=3),
+                 engine_config=EngineConfig(trace=False, record_iterations=False)).summary
+    e = s["energy_j"]
+    assert set(e) == set(ENERGY_KEYS) and all(v >= 0 for v in e.values())
+    assert e["total"] == pytest.approx(sum(v for k, v in e.items() if k != "total"))
+    assert s["energy_per_token_mj"] == pytest.approx(e["total"] / s["output_tokens"] * 1e3)
+    if system == "s-lora-2gpu":
+        assert e["gpu"] >= 2 * GPU_POWER["h100"].idle_w * s["makespan_s"] * (1 - 1e-9)
+    if system == "pure-cxl":
+        assert e["ndp"] == 0.0 and e["dram"] > 0
