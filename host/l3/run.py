@@ -202,6 +202,9 @@ def run_l3(model: str, trace: str, system: str, *, ranksets: int | None = None, 
         s = {"system": system, "oom": True, "oom_reason": reason, "requests": 0, "finished": 0,
              "throughput_tok_s": float("nan"), "tbt_ms_mean": float("nan"), "mean_batch": float("nan"),
              "gpu_bubble_frac": float("nan"), "pim_bubble_frac": float("nan"), **options,
+             # nothing ran: no energy (null in summary.json, the keys present as in every run)
+             "energy_j": {k: float("nan") for k in ("gpu", "links", "ndp", "pim", "dram", "total")},
+             "energy_per_token_mj": float("nan"),
              "wall_s": time.perf_counter() - wall0}
         return L3Run(None, s, config, [])
     served = take_rows(table, np.flatnonzero(~big)) if big.any() else table
