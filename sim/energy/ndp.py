@@ -241,7 +241,8 @@ BENCH_SHAPES = {"gemv": ("e3", 4096, 16, 1), "gemm": ("e3", 4096, 16, 8),
 def bench_figures(ndp_model=None, pim_model=None) -> dict:
     """Flat dict of per-kernel figures: for the NDP kernels of :data:`BENCH_SHAPES` (``ndp_<kernel>_``) and one PIM
     decode-attention head (``pim_head_``): ``pj_per_bit`` (per bit read from DRAM), ``pj_per_flop``, ``total_pj``,
-    ``dram_pj``, ``datapath_pj``, ``sram_pj``, ``seconds``. Defaults: ``NDPPerfModel.paper()``,
+    ``dram_pj``, ``datapath_pj``, ``sram_pj``, ``seconds`` (every value a number; the shapes are
+    :data:`BENCH_SHAPES`). Defaults: ``NDPPerfModel.paper()``,
     ``sim.perf.pim.paper_model()``."""
     if ndp_model is None:
         from sim.perf.ndp import NDPPerfModel
@@ -258,7 +259,6 @@ def bench_figures(ndp_model=None, pim_model=None) -> dict:
         for k in ("pj_per_bit", "pj_per_flop", "total_pj", "dram_pj", "datapath_pj", "sram_pj", "seconds"):
             v = e.as_dict()[k]
             out[f"ndp_{key}_{k}"] = float(v)
-        out[f"ndp_{key}_shape"] = " ".join(map(str, shape))
     h = head_energy(pim_model, BENCH_SHAPES["pim_head_tokens"])
     hd = h.as_dict()
     for k in ("pj_per_bit", "pj_per_flop", "total_pj", "dram_pj", "datapath_pj", "sram_pj"):

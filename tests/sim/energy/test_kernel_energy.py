@@ -128,6 +128,7 @@ def test_exp_is_charged_as_its_units_operations():
 
 def test_bench_figures():
     f = bench_figures()
+    assert all(isinstance(v, (int, float)) and np.isfinite(v) for v in f.values())
     for k in ("gemv", "gemm", "attention"):
         assert f[f"ndp_{k}_pj_per_bit"] > 0 and f[f"ndp_{k}_pj_per_flop"] > 0
         assert f[f"ndp_{k}_total_pj"] == pytest.approx(f[f"ndp_{k}_dram_pj"] + f[f"ndp_{k}_datapath_pj"]
