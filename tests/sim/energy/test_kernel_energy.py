@@ -54,11 +54,18 @@ def test_pim_head_hand_computed():
     B = cfg.banks
     assert rds == m.head(L).rd_ab and rows == m.head(L).rows
     assert e.dram_command_pj == pytest.approx(rows * B * (ce.act + ce.pre) + rds * B * ce.rd)
-    # a doubled IDD3N (the mutant of the existing DRAM tests) moves the head's background, and is caught
+    hand_cmd = rows * B * (ce.act + ce.pre) + rds * B * ce.rd
+    # mutants: a doubled IDD0 or IDD4R in the rank's spec is caught by the hand figure
+    import sim.energy.pim as P
     spec = pim_power_spec(cfg)
-    rails = tuple(replace(r, idd3n=2 * r.idd3n) for r in spec.rails)
-    ce2 = command_energy(replace(cfg.dram, org=replace(cfg.dram.org, ranks=1)), replace(spec, rails=rails))
-    assert ce2.act_stby != pytest.approx(ce.act_stby) and ce2.rd != pytest.approx(ce.rd)
+    for field in ("idd0", "idd4r"):
+        rails = tuple(replace(r, **{field: 2 * getattr(r, field)}) for r in spec.rails)
+        orig = P.pim_power_spec
+        P.pim_power_spec = lambda c, _s=replace(spec, rails=rails): _s
+        try:
+            assert head_energy(m, L).dram_command_pj != pytest.approx(hand_cmd), field
+        finally:
+            P.pim_power_spec = orig
 
 
 @pytest.fixture(scope="module")
