@@ -192,6 +192,10 @@ class HybridSystem(System):
         self._it = 0
         self.captured = None           # (iteration, layer, stage, jobs per device) of the waveform's wave
         self.busy = {"gpu": 0.0, "ndp": np.zeros(self.n_dev), "pim": 0.0, "time": 0.0}
+        #: the run's device energy (pJ, host.e2e.energy) and link bytes, for summary.json's energy_j
+        self.energy_pj = {"ndp": 0.0, "ndp_dram": 0.0, "pim": 0.0, "pim_dram": 0.0}
+        self.energy_src = {"ndp": None, "pim": None}
+        self.link_bytes = {"cxl": 0.0, "pcie": 0.0}
 
     # ---- memory and strategies (PLoRA): the PLoRA system's own code (module docstring) ------------------------
     def can_admit(self, idx, now):
@@ -396,7 +400,28 @@ class HybridSystem(System):
                                     "evictions": dict(m.evictions), "precached": m.precached},
                 "gpu_busy_frac": b["gpu"] / T, "pim_busy_frac": b["pim"] / T,
                 "ndp_busy_frac": (b["ndp"] / T).tolist(),
-                "residence": {str(r.rid): ("pim" if r.place == PIM else "ndp") for r in self.reqs}}
+                "residence": {str(r.rid): ("pim" if r.place == PIM else "ndp") for r in self.reqs},
+                **self.energy()}
+
+    def energy(self) -> dict:
+        """``energy_j`` / ``energy_per_token_mj`` (host/energy.py; docs/energy.md "Energy in runs"): the GPU board
+        over the run with its busy seconds; the CXL links' and the PCIe link's bytes (the PIM's also over a DDR4
+        channel); the NDP devices' and the PIM rank's energy of the work they ran (host.e2e.energy: from the RTL's
+        traces on ``rtl``, from the fast models on ``perf``), their logic to ``ndp`` / ``pim`` and their memories
+        to ``dram``. ``energy_sources`` says which."""
+        from host.energy import EnergyLedger
+        b, e = self.busy, self.energy_pj
+        led = EnergyLedger()
+        led.add_gpu(self.gpu_cfg.name, 1, b["time"], b["gpu"])
+        led.add_link(self.link.name, 8.0 * self.link_bytes["cxl"])
+        led.add_link(self.host_link.name, 8.0 * self.link_bytes["pcie"])
+        led.add_link("ddr4", 8.0 * self.link_bytes["pcie"])
+        led.add("ndp", e["ndp"] * 1e-12)
+        led.add("pim", e["pim"] * 1e-12)
+        led.add("dram", (e["ndp_dram"] + e["pim_dram"]) * 1e-12)
+        out = led.as_summary(float(np.sum(self.table.generated)) if self.table is not None else 0.0)
+        out["energy_sources"] = dict(self.energy_src)
+        return out
 
 
 class _Iteration:
@@ -444,6 +469,10 @@ class _Iteration:
         for d, w in zip(devs, res):
             out.update(w.outputs)
             s.wave_log.append((s._it, layer, stage, d, w.cycles, w.pred_cycles))
+            if w.energy:
+                s.energy_pj["ndp"] += w.energy["logic"]
+                s.energy_pj["ndp_dram"] += w.energy["dram"]
+                s.energy_src["ndp"] = w.energy["source"]
             for st in w.stamps:
                 s.descriptor_log.append((s._it, layer, stage, d, st.job, st.op, st.issue, st.start, st.done))
             for key in w.job_cycles:
@@ -638,6 +667,10 @@ class _Iteration:
                 self.pim_cyc[sub, layer] += cyc
                 self.pim_pred[sub, layer] += pred
                 s.pim_log.append((s._it, layer, sub, cyc, pred, len(pim_jobs[sub])))
+                if pr.energy:
+                    s.energy_pj["pim"] += pr.energy["datapath"] + pr.energy["sram"]
+                    s.energy_pj["pim_dram"] += pr.energy["dram_command"] + pr.energy["dram_background"]
+                    s.energy_src["pim"] = "rtl-trace" if s.pim.backend == "rtl" else "perf-model"
                 for j in pim_jobs[sub]:
                     _, rid, h, _ = j.key
                     e = next(x for x in self.entries if x["r"].rid == rid and not x["pre"])
@@ -738,6 +771,8 @@ class _Iteration:
         s.busy["ndp"] += ndp_busy
         s.busy["pim"] += pim_busy
         s.busy["time"] += dur
+        s.link_bytes["cxl"] += float(self.cxl_out.sum() + self.cxl_in.sum())
+        s.link_bytes["pcie"] += float(self.pcie.sum())
         strategies = {}
         for (a, strat, _), ents in self.groups.items():
             for e in ents:

@@ -156,6 +156,8 @@ class WaveResult:
     runs: int
     descriptors: int
     wall_s: float = 0.0
+    #: pJ of the wave's runs (host.e2e.energy.ndp_run_energy): ``logic``, ``dram``; ``source`` of the DRAM term
+    energy: dict = field(default_factory=dict)
 
     @property
     def link_out(self) -> int:
@@ -369,6 +371,7 @@ class NDPDevices:
         t0 = time.perf_counter()
         outputs, stamps, cycles, pred, ndesc = {}, [], 0, 0, 0
         job_cycles, job_pred, job_link = {}, {}, {}
+        energy = {"logic": 0.0, "dram": 0.0, "source": None}
         plans = plan_runs(jobs, self.config, self.depth) if jobs else []
         for run_jobs in plans:
             script = WaveScript(run_jobs, self.config, self.depth, drive=self.backend == "rtl")
@@ -382,6 +385,10 @@ class NDPDevices:
                 out, st = {}, pst
             outputs.update(out)
             stamps += st
+            e = self._run_energy(script, st)
+            energy["logic"] += e["logic"]
+            energy["dram"] += e["dram"]
+            energy["source"] = e["source"]
             cycles += max(x.done for x in st) + 1
             for key, occ in zip((script.jobs[j].key for j, _, _ in script.items), _occupancy(st)):
                 job_cycles[key] = job_cycles.get(key, 0) + occ
@@ -392,7 +399,33 @@ class NDPDevices:
             for job, (o, i) in zip(script.jobs, script.job_link):
                 job_link[job.key] = (o, i)
         return WaveResult(device, outputs, cycles, pred if self.perf is not None else cycles, stamps, job_cycles,
-                          job_pred or dict(job_cycles), job_link, len(plans), ndesc, time.perf_counter() - t0)
+                          job_pred or dict(job_cycles), job_link, len(plans), ndesc, time.perf_counter() - t0,
+                          energy)
+
+    def _run_energy(self, script, stamps) -> dict:
+        """pJ of one run of ``script`` whose stamps are ``stamps`` (host.e2e.energy.ndp_run_energy): from the
+        channels' RTL traces on ``rtl`` with the LPDDR5X memory, else from the device memory's fast model."""
+        from .energy import ndp_run_energy
+        window = max(x.done for x in stamps) + 1 if stamps else 0
+        descs = [d for _, d, _ in script.items]
+        traces = getattr(script, "channel_traces", None)
+        dram_config = self.system().inner.dram_config if traces is not None else None
+        refreshes = None
+        ref = getattr(self.perf, "refresh", None) if traces is None else None
+        pre = getattr(script, "pre_lines", None)
+        if ref is not None and pre is not None:
+            # the controller's refresh schedule (host.e2e.perf.RankRefresh): REFs due per channel in the window
+            a = float(self.perf.first_issue(pre))
+            refreshes = []
+            for r in range(int(ref["ranks"])):
+                t0 = ref["owed"] + r * ref["stagger"]
+                lo = max(0, int(np.ceil((a - t0) / ref["interval"])))
+                hi = int(np.ceil((a + window - t0) / ref["interval"]))
+                refreshes += [(r, t0 + k * ref["interval"] - a) for k in range(lo, hi)]
+        return ndp_run_energy(self.config, descs, window, channels=self.channels, depth=self.depth, traces=traces,
+                              first_issue=getattr(script, "first_issue", 0), dram_config=dram_config,
+                              link=(sum(o for o, _ in script.job_link), sum(i for _, i in script.job_link)),
+                              refreshes=refreshes)
 
     def _check_channels(self, inner, outputs, cycles):
         """The DRAM timing check of one run's channel traces: here, or beside the run (:attr:`check_beside`)."""
@@ -471,6 +504,10 @@ class NDPDevices:
                              traffic=Traffic(), max_cycles=d.max_cycles())
         if channels:
             self._check_channels(sysm.inner, {k: run.outputs.get(k) for k in channels}, run.cycles)
+            from sim.dram.trace import decode_trace
+            org = sysm.inner.dram_config.org
+            script.channel_traces = {c: decode_trace(run.outputs.get(f"trace{c}") or [], org)
+                                     for c in range(sysm.inner.channels)}
         hf, ef = fields["hmem_rsp"], fields["events"]
         lines = [hf.unpack(w)[0].to_bytes(64, "little") for w in run.outputs["hmem_rsp"]]
         from sim.golden.cxl_device import Event

@@ -90,6 +90,8 @@ class PIMRun:
     head_done: list
     tck_ps: int
     wall_s: float = 0.0
+    #: pJ by term (sim.energy.pim.launch_energy on the model, trace_launch_energy on the rtl)
+    energy: dict = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -209,6 +211,9 @@ class PIMDevice:
             outputs = self._golden(jobs) if self.backend == "golden" else {}
             cycles = run_cycles_model(self.perf, [j.L for j in jobs])
             r = PIMRun(outputs, cycles, [], tck)
+            if self.perf is not None:
+                from sim.energy.pim import launch_energy
+                r.energy = launch_energy(self.perf, [j.L for j in jobs], int(cycles))
         r.wall_s = time.perf_counter() - t0
         return r
 
@@ -243,5 +248,7 @@ class PIMDevice:
                                f"violations")
         first = fr.trace[0].cycle if fr.trace else 0
         done = [rec["cycle"] - first + 1 for rec in fr.done]
+        from sim.energy.pim import trace_launch_energy
+        energy = trace_launch_energy(self.config, fr.trace, [j.L for j in jobs], int(done[-1])) if fr.trace else {}
         return PIMRun({j.key: fr.out[i] for i, j in enumerate(jobs)}, done[-1], done,
-                      self.config.dram.timing.tck_ps)
+                      self.config.dram.timing.tck_ps, energy=energy)

@@ -34,7 +34,7 @@ from host.l3.systems import (SYSTEMS, make_system, hbm_kv_capacity_bytes, reques
                              HBM_KV_SYSTEMS)
 from host.l3.traces import load_trace
 
-__all__ = ["run_l3", "split_replicas", "merge_outputs", "oom_reason", "never_fits", "take_rows", "RUN_KEYS",
+__all__ = ["run_l3", "run_energy", "split_replicas", "merge_outputs", "oom_reason", "never_fits", "take_rows", "RUN_KEYS",
            "FAST_ENGINE"]
 
 #: Keys every summary.json of an L3 run carries (issue 13, item 7).
@@ -156,6 +156,19 @@ def merge_outputs(outs: list, name: str) -> RunOutput:
                      wall_s=sum(o.wall_s for o in outs))
 
 
+def run_energy(systems: list, output_tokens) -> dict:
+    """``energy_j`` and ``energy_per_token_mj`` of the node (host/energy.py): every replica's ledger over the
+    node's window (the earliest iteration start to the latest iteration end of any replica; a replica that is done
+    idles until the others are)."""
+    from host.energy import EnergyLedger
+    spans = [s.ework["span"] for s in systems if np.isfinite(s.ework["span"][0])]
+    window = max(x[1] for x in spans) - min(x[0] for x in spans) if spans else 0.0
+    led = EnergyLedger()
+    for s in systems:
+        led.merge(s.energy(window))
+    return led.as_summary(output_tokens)
+
+
 @dataclass
 class L3Run:
     output: RunOutput | None
@@ -189,6 +202,9 @@ def run_l3(model: str, trace: str, system: str, *, ranksets: int | None = None, 
         s = {"system": system, "oom": True, "oom_reason": reason, "requests": 0, "finished": 0,
              "throughput_tok_s": float("nan"), "tbt_ms_mean": float("nan"), "mean_batch": float("nan"),
              "gpu_bubble_frac": float("nan"), "pim_bubble_frac": float("nan"), **options,
+             # nothing ran: no energy (null in summary.json, the keys present as in every run)
+             "energy_j": {k: float("nan") for k in ("gpu", "links", "ndp", "pim", "dram", "total")},
+             "energy_per_token_mj": float("nan"),
              "wall_s": time.perf_counter() - wall0}
         return L3Run(None, s, config, [])
     served = take_rows(table, np.flatnonzero(~big)) if big.any() else table
@@ -199,6 +215,7 @@ def run_l3(model: str, trace: str, system: str, *, ranksets: int | None = None, 
         outs.append(Engine(sysobj, engine).run(sub))
         systems.append(sysobj)
     out = merge_outputs(outs, system)
+    out.summary.update(run_energy(systems, out.summary.get("output_tokens", 0)))
     out.summary["oom"] = False
     out.summary.update(options)
     out.summary["wall_s"] = time.perf_counter() - wall0

@@ -169,6 +169,10 @@ class _Common(System):
 
     name = "l3-common"
     has_pim = True
+    #: where decode attention runs, for the energy (host/energy.py): "dimm-pim" (its heads on the DIMM-PIM, the
+    #: KV and the queries over PCIe and the DDR4 channels), "gpu", "hbm-pim" (in the HBM stacks: the GPU board's
+    #: power) or "cpu" (the host CPU reading the KV from the DIMMs)
+    decode_attention = "dimm-pim"
 
     def __init__(self, setup, *, batcher=None, replica: int = 0, seed: int = 0, kv_policy: str = KV_POLICY,
                  gpu_memory_utilization: float | None = None, pim_command_path: str = DEFAULT_COMMAND_PATH):
@@ -204,6 +208,9 @@ class _Common(System):
         self.kv = self._budget(table)
         self.busy = {"gpu": 0.0, "pim": 0.0, "time": 0.0}
         self._view = None
+        self._pending = None
+        self.ework = {"gpu_s": 0.0, "pim_s": 0.0, "cpu_s": 0.0, "span": [float("inf"), float("-inf")], "heads": 0.0,
+                      "head_tokens": 0.0, "kv_written_tokens": 0.0, "decode_tokens": 0.0}
 
     def can_admit(self, idx, now):
         return self.kv.can_admit(idx)
@@ -233,6 +240,67 @@ class _Common(System):
         self.busy["time"] += float(np.sum(dur))
         self.busy["gpu"] += float(np.sum(gpu))
         self.busy["pim"] += float(np.sum(pim))
+        d = np.atleast_1d(np.asarray(dur, float))
+        self._pending = (d, np.broadcast_to(np.asarray(gpu, float), d.shape),
+                         np.broadcast_to(np.asarray(pim, float), d.shape), self.busy.get("cpu", 0.0))
+
+    # energy (host/energy.py) -------------------------------------------------------------------------------
+    def on_iteration_end(self, batch, result, now):
+        """The energy's accounting of the iterations the engine kept (it may cut a priced decode stretch at the
+        next arrival): busy seconds, the time span, and the decode attention's and the KV transfers' work."""
+        dur = [result.duration_s] if isinstance(result, IterationResult) else np.asarray(result.durations_s)
+        n = len(dur)
+        e = self.ework
+        if self._pending is not None:
+            d, g, p, cpu0 = self._pending
+            e["gpu_s"] += float(np.sum(g[:n]))
+            e["pim_s"] += float(np.sum(p[:n]))
+            if "cpu" in self.busy:      # the CPU's busy seconds of the priced iterations, the kept share of them
+                e["cpu_s"] += (self.busy["cpu"] - cpu0) * (n / len(d))
+            self._pending = None
+        tot = float(np.sum(dur))
+        e["span"][0] = min(e["span"][0], float(now) - tot)       # on_iteration_end comes at the end
+        e["span"][1] = max(e["span"][1], float(now))
+        m = self.setup.model
+        dec = ~batch.prefill
+        nd = int(dec.sum())
+        kv = batch.kv_after[dec].astype(float)
+        e["heads"] += nd * n * m.n_layers * m.n_kv_heads
+        e["head_tokens"] += m.n_layers * m.n_kv_heads * (n * kv.sum() + nd * n * (n - 1) / 2)
+        e["kv_written_tokens"] += float(batch.new_tokens[batch.prefill].sum()) + nd * n
+        e["decode_tokens"] += nd * n
+
+    def energy(self, window_s: float):
+        """This replica's :class:`host.energy.EnergyLedger` over ``window_s`` seconds (the node's run, from the
+        first iteration's start to the last one's end over every replica): its ``tp`` GPU boards with their
+        busy seconds (``hbm-pim``: the HBM-PIM's busy seconds too, clipped at the window: an upper bound); its share
+        of the DDR4 DIMMs (``ranks / dp`` ranks) in precharge standby; with the KV in the DIMMs
+        (``dimm-pim``, ``cpu``), every token's KV written over PCIe and a DDR4 channel, and with ``dimm-pim`` every
+        decode head (sim.energy.pim, beyond standby: its DRAM part to ``dram``, its PUs to ``pim``) and its query
+        and output over both; ``cpu``: the KV the CPU reads (its busy seconds x the host memory bandwidth) at the
+        DDR4 read and channel energy (the CPU's own power is not charged)."""
+        from hdl.memctl.timing import DDR4_3200
+        from sim.perf.pim import L3_CPU_BANDWIDTH_GBPS
+        from host.energy import EnergyLedger, dram_rank_idle_w, pim_head_increment_pj, ddr4_read_pj_per_bit
+        s, e, m = self.setup, self.ework, self.setup.model
+        led = EnergyLedger()
+        busy = e["gpu_s"] + (e["pim_s"] if self.decode_attention == "hbm-pim" else 0.0)
+        led.add_gpu(s.node.gpu.name, s.tp, window_s, min(busy, window_s))
+        led.add("dram", s.host.ranks / s.dp * dram_rank_idle_w(DDR4_3200) * window_s)
+        if self.decode_attention in ("dimm-pim", "cpu"):
+            bits = 8.0 * e["kv_written_tokens"] * s.kv_bytes_per_token
+            if self.decode_attention == "dimm-pim":
+                bits += 8.0 * e["decode_tokens"] * m.n_layers * 2 * m.d_model * m.dtype_bytes   # q in, output out
+                d_pj, pu_pj = pim_head_increment_pj(m.head_dim, e["heads"], e["head_tokens"])
+                led.add("dram", d_pj * 1e-12)
+                led.add("pim", pu_pj * 1e-12)
+            else:
+                rbits = 8.0 * e["cpu_s"] * L3_CPU_BANDWIDTH_GBPS * 1e9
+                led.add("dram", rbits * ddr4_read_pj_per_bit() * 1e-12)
+                led.add_link("ddr4", rbits)
+            led.add_link(s.host_link.name, bits)
+            led.add_link("ddr4", bits)
+        return led
 
     def _gpu_spans(self, name, start, dur, args=None):
         if not self.emit_spans or not dur > 0:
@@ -547,6 +615,7 @@ class L3System(_Common):
         return RunResult(d, breakdown={"gpu_s": gpu_b, "pim_s": pim_b}, spans=sp)
 
     def on_iteration_end(self, batch, result, now):
+        super().on_iteration_end(batch, result, now)
         k = len(result.durations_s) if isinstance(result, RunResult) else 1
         self.place.grow(batch.req, batch.kv_after + (k - 1))
 
@@ -584,6 +653,7 @@ class GPUOnlySystem(_HBMKV):
     """vLLM-style GPU-only serving (module docstring)."""
 
     name = "gpu-only"
+    decode_attention = "gpu"
     has_pim = False
 
     def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY, **kv_kw):
@@ -619,6 +689,7 @@ class HBMPIMSystem(_HBMKV):
     """NeuPIMs / AttAcc-style GPU + HBM-PIM (module docstring)."""
 
     name = "hbm-pim"
+    decode_attention = "hbm-pim"
     #: decode modes -> system names: L3 6.1's sub-batches (default), one batch in series, the faster of the two
     MODES = {"sub-batches": "hbm-pim", "serial": "hbm-pim-serial", "best": "hbm-pim-best"}
 
@@ -800,6 +871,7 @@ class RPIMSystem(_Common):
         return RunResult(d, breakdown={"gpu_s": g * np.ones(k), "pim_s": pim}, spans=sp)
 
     def on_iteration_end(self, batch, result, now):
+        super().on_iteration_end(batch, result, now)
         k = len(result.durations_s) if isinstance(result, RunResult) else 1
         self.place.grow(batch.req, batch.kv_after + (k - 1))
 
@@ -809,6 +881,7 @@ class CPUOffloadSystem(_Common):
     prefills, host-resident decodes in sub-batch 1 with their attention on the CPU."""
 
     name = "cpu-offload"
+    decode_attention = "cpu"
     has_pim = False
 
     def __init__(self, setup, *, replica=0, seed=0, kv_policy=KV_POLICY, **kv_kw):

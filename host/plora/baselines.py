@@ -133,6 +133,8 @@ class HostMemorySystem(System):
         self.fetches = 0
         self._est_err = []                  # per stretch: estimate / executed - 1 of each iteration (an array)
         self.acc = {"t": 0.0, "adapters": 0.0, "kv": 0.0}
+        self.lane_busy, self._pending_busy = {}, None
+        self.span_s = [float("inf"), float("-inf")]
         self.peak = {"adapters": 0.0, "kv": 0.0}
         self.adapter_iters = 0.0
         self.clock = 0.0
@@ -317,6 +319,42 @@ class HostMemorySystem(System):
 
     def on_iteration_end(self, batch, result, now):
         self.clock = now
+        # the energy's accounting of the iterations the engine kept (it cuts a stretch at the next arrival)
+        durs = [result.duration_s] if isinstance(result, IterationResult) else result.durations_s
+        n = len(durs)
+        for lane, b in (self._pending_busy or {}).items():
+            self.lane_busy[lane] = self.lane_busy.get(lane, 0.0) + float(np.sum(b[:n]))
+        self._pending_busy = None
+        self.span_s[0] = min(self.span_s[0], float(now) - float(np.sum(durs)))
+        self.span_s[1] = max(self.span_s[1], float(now))
+
+    def _pend(self, ex, ex0, k):
+        """Per iteration and timeline lane, the busy seconds executed (a stretch: ``ex`` over its ``k`` iterations,
+        ``ex0`` its first when it was executed apart)."""
+        out = {}
+        for lane, v in ex.busy_s.items():
+            a = np.array(np.broadcast_to(np.asarray(v, float).ravel() if np.ndim(v) else float(v), (k,)), float)
+            if ex0 is not None and ex0 is not ex:
+                a[0] = float(np.asarray(ex0.busy_s[lane], float).ravel()[0])
+            out[lane] = a
+        self._pending_busy = out
+
+    def energy(self) -> dict:
+        """``energy_j`` / ``energy_per_token_mj`` (host/energy.py; docs/energy.md "Energy in runs"): the ``n_gpus``
+        boards over the run's window with the timeline's ``GPU 0`` busy seconds (every GPU runs its shard alike);
+        the adapter copies over each GPU's PCIe link (its ``PCIe 0`` busy seconds x the link's bandwidth, per GPU)
+        and, read from the host's DDR4, over a DDR4 channel and at the DDR4 read energy (``dram``). The host CPU's
+        power (CPU-LoRA-Offload's kernel) is not charged."""
+        from host.energy import EnergyLedger, ddr4_read_pj_per_bit
+        b = self.lane_busy
+        T = max(0.0, self.span_s[1] - self.span_s[0]) if np.isfinite(self.span_s[0]) else 0.0
+        led = EnergyLedger()
+        led.add_gpu(self.gpu.name, self.n_gpus, T, b.get("GPU 0", 0.0))
+        bits = 8.0 * self.link.bw_gbps * 1e9 * b.get("PCIe 0", 0.0) * self.n_gpus
+        led.add_link(self.link.name, bits)
+        led.add_link("ddr4", bits)
+        led.add("dram", bits * ddr4_read_pj_per_bit() * 1e-12)
+        return led.as_summary(float(np.sum(self.table.generated)) if self.table is not None else 0.0)
 
     def config(self):
         return {**super().config(), "model": self.model.name, "gpu": self.gpu.name, "n_gpus": self.n_gpus,
@@ -334,7 +372,7 @@ class HostMemorySystem(System):
                 "strategy_counts": {"decisions": {"E1": int(self.table.n)}, "fetches": self.fetches,
                                     "adapter_iterations": {"E1": float(self.adapter_iters)}},
                 "host_store_gb": gb(float(self.a_bytes[np.unique(self.table.adapter_id)].sum()) * self.n_gpus),
-                "cost_model_err": self.cost_model_err()}
+                "cost_model_err": self.cost_model_err(), **self.energy()}
 
     def _stretch_spans(self, ex, durs, k):
         """The trace of a stretch: the first iteration's lanes as executed, one span per lane (and GPU) for the
@@ -423,6 +461,7 @@ class SLoRASystem(HostMemorySystem):
         ex = self._execute(StagedWork(base_s=float(it.total_s) / L, lora_s=lora_l, comm_s=comm_l, **copies))
         dur = ex.duration_s
         self._note_estimate(est, dur)
+        self._pend(ex, None, 1)
         self._account(dur, 1, len(uniq))
         return IterationResult(dur, breakdown=self._breakdown(it, ex, lora_l, comm_l, L,
                                                               fetch_s=self._fetch_executed_s(copies)),
@@ -446,6 +485,7 @@ class SLoRASystem(HostMemorySystem):
         else:
             ex0 = ex
         self._note_estimates(est, durs)
+        self._pend(ex, ex0, k)
         self._account(float(durs.sum()), k, len(uniq))
         parts = self._stretch_parts(self._breakdown(it, ex, lora_l, comm_l, L, fetch_s=0.0), k)
         if copies:
@@ -505,6 +545,7 @@ class CPULoRAOffloadSystem(HostMemorySystem):
                                       **self._staged(nbytes, miss)))
         dur = ex.duration_s
         self._note_estimate(est, dur)
+        self._pend(ex, None, 1)
         self._account(dur, 1, len(uniq))
         return IterationResult(dur, breakdown=self._breakdown(it, ex, lora_l, comm_l, L, staging_s=stage),
                                spans=ex.spans, record={"estimate_s": est})
@@ -533,6 +574,7 @@ class CPULoRAOffloadSystem(HostMemorySystem):
             durs = np.array(ex.duration_s, float)
         est = total + L * (lora_l + comm_l) + staging
         self._note_estimates(est, durs)
+        self._pend(ex, ex0, k)
         self._account(float(durs.sum()), k, len(uniq))
         parts = self._stretch_parts(self._breakdown(it, ex, lora_l, comm_l, L, staging_s=staging), k)
         if ex0 is not ex:

@@ -191,6 +191,9 @@ class PLoRASystem(System):
         self.precached = 0
         self.adapter_iters = np.zeros(4)
         self.acc = {"t": 0.0, "dup_w": 0.0, "adapters": 0.0, "kv_dup": 0.0}
+        self.lane_busy = {}             # executed busy seconds per timeline lane (the energy's utilization)
+        self._pending_busy = None
+        self.span_s = [float("inf"), float("-inf")]     # first iteration's start, last one's end
         self.peak = {"adapters": 0.0, "kv_dup": 0.0}
         self._precache_level = {}
         self._hot_dirty = True
@@ -583,6 +586,39 @@ class PLoRASystem(System):
         self.peak["kv_dup"] = max(self.peak["kv_dup"], kvd)
         self.adapter_iters += n_strat * k
 
+    def _account_busy(self, durations, now):
+        """The executed iterations' lane busy seconds and the span of time they cover (for the energy)."""
+        n = len(durations)
+        for lane, b in (self._pending_busy or {}).items():
+            self.lane_busy[lane] = self.lane_busy.get(lane, 0.0) + float(np.sum(b[:n]))
+        self._pending_busy = None
+        # the engine calls on_iteration_end at the (last) iteration's end
+        self.span_s[0] = min(self.span_s[0], float(now) - float(np.sum(durations)))
+        self.span_s[1] = max(self.span_s[1], float(now))
+
+    def energy(self) -> dict:
+        """``energy_j`` and ``energy_per_token_mj`` of the run so far (host/energy.py, docs/energy.md "Energy in
+        runs"): the GPU board over the run's time (first iteration's start to the last one's end, idle gaps
+        included) with its timeline lane's busy seconds; the GPU-device link's
+        bits (each direction's busy seconds x its bandwidth); each NDP device's busy seconds at the busy power of
+        the paper device's kernels at this model's shape (logic to ``ndp``, its LPDDR5X to ``dram``), every
+        device's memory in precharge standby for the whole run."""
+        from host.energy import EnergyLedger, ndp_device_power
+        b = self.lane_busy
+        T = max(0.0, self.span_s[1] - self.span_s[0]) if np.isfinite(self.span_s[0]) else 0.0
+        led = EnergyLedger()
+        led.add_gpu(self.gpu.name, 1, T, b.get("GPU 0", 0.0))
+        bits = 8.0 * self.cost.link.W * (b.get("link out", 0.0) + b.get("link in", 0.0))
+        led.add_link(self.link.name, bits)
+        sh = self.shape
+        p = ndp_device_power(int(sh.hidden), int(sh.head_dim), int(sh.q_heads), int(sh.kv_heads))
+        dev = sum(b.get(f"device {d}", 0.0) for d in range(self.n_dev))
+        # a variant without NDP (pure CXL memory, Grace memory) only moves data: its devices' memory is charged
+        # as the paper device's LPDDR5X (standby, and its streaming power while busy), no NDP logic
+        led.add("ndp", p["logic"] * dev if self.variant.uses_ndp else 0.0)
+        led.add("dram", self.n_dev * p["idle_dram"] * T + max(0.0, p["dram"] - p["idle_dram"]) * dev)
+        return led.as_summary(float(np.sum(self.table.generated)) if self.table is not None else 0.0)
+
     def _executed_parts(self, p, ex):
         """The per-iteration breakdown of what the timeline executed (seconds, all layers)."""
         base = p["base"]
@@ -608,6 +644,7 @@ class PLoRASystem(System):
         rec, dupf, cached, kvd = self._record(r, kv_after, p["dec_req"])
         rec["estimate_s"] = r.duration_s
         self._account(dur, dupf, cached, kvd, r.strategy_n)
+        self._pending_busy = {lane: np.array([b], float) for lane, b in ex.busy_s.items()}
         return IterationResult(dur, breakdown=self._executed_parts(p, ex), spans=ex.spans, record=rec)
 
     def price_decode_run(self, batch, max_iters, now):
@@ -647,6 +684,9 @@ class PLoRASystem(System):
         self.prefetch_budget = float(idle[-1]) * self.cost.link.W
         rec, dupf, cached, kvd = self._record(r0, kv_after, dec)
         self._account(float(durs.sum()), dupf, cached, kvd, r0.strategy_n, k)
+        # per iteration and lane, the busy seconds executed (accounted in on_iteration_end for the iterations the
+        # engine kept: it cuts a stretch at the next arrival)
+        self._pending_busy = {lane: np.interp(it, pts, [e.busy_s[lane] for e in exs]) for lane in exs[0].busy_s}
         pe = [self._executed_parts(p, e) for e in exs]
         parts = {n: np.interp(it, pts, [x[n] for x in pe]) for n in pe[0]}
         records = {n: np.full(k, v) for n, v in rec.items()}
@@ -664,6 +704,8 @@ class PLoRASystem(System):
 
     def on_iteration_end(self, batch, result, now):
         k = 1 if isinstance(result, IterationResult) else len(result.durations_s)
+        self._account_busy([result.duration_s] if k == 1 and isinstance(result, IterationResult)
+                            else result.durations_s, now)
         self.temp.step(k)
         if k > 1 and self._end_dup is not None:
             dec, dup = self._end_dup
@@ -700,6 +742,7 @@ class PLoRASystem(System):
             "ndp_model": getattr(self.ndp, "kind", type(self.ndp).__name__),
             "ndp_geometry": getattr(self.ndp, "geometry", ""),
             "cost_model_err": self.cost_model_err(),
+            **self.energy(),
         }
 
     def cost_model_err(self) -> dict:

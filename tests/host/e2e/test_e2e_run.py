@@ -107,6 +107,33 @@ def test_run_directory(runs, tmp_path):
     trace = json.loads((out / "trace.json").read_text())
     lanes = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
     assert {"GPU 0", "NDP 0", "NDP 1", "PIM rank 0"} <= lanes, lanes
+    s = json.loads((out / "summary.json").read_text())
+    assert set(s["energy_j"]) == {"gpu", "links", "ndp", "pim", "dram", "total"}
+    assert s["energy_per_token_mj"] > 0 and s["energy_sources"] == {"ndp": "fast-model", "pim": "rtl-trace"}
+
+
+def _device_j(summary):
+    e = summary["energy_j"]
+    return e["ndp"] + e["pim"] + e["dram"]
+
+
+def test_energy_from_the_rtl_traces_and_the_perf_backend_within_5_percent(runs):
+    """Issue 33 item 3: the run's energy from its RTL traces (the PIM rank's command trace; the NDP devices' burst
+    memory has none, so their DRAM is the fast model over the RTL's cycles) and from its perf backend agree within
+    5 %, on the devices' energy and on the total; every term is charged and the total is their sum."""
+    _, rtl, perf = runs
+    a, b = rtl.output.summary, perf.output.summary
+    for s in (a, b):
+        e = s["energy_j"]
+        assert all(e[k] > 0 for k in ("gpu", "links", "ndp", "pim", "dram"))
+        assert e["total"] == pytest.approx(sum(v for k, v in e.items() if k != "total"))
+        assert s["energy_per_token_mj"] == pytest.approx(e["total"] / s["output_tokens"] * 1e3)
+    assert b["energy_sources"] == {"ndp": "fast-model", "pim": "perf-model"}
+    dev = (_device_j(b) - _device_j(a)) / _device_j(a)
+    tot = (b["energy_j"]["total"] - a["energy_j"]["total"]) / a["energy_j"]["total"]
+    print(f"\ndevice energy: rtl {_device_j(a) * 1e6:.3f} uJ, perf {_device_j(b) * 1e6:.3f} uJ ({100 * dev:+.3f} %); "
+          f"total {100 * tot:+.4f} %")
+    assert abs(dev) <= 0.05 and abs(tot) <= 0.05
 
 
 def test_demo_command_on_the_perf_backend(tmp_path, capsys):
@@ -136,6 +163,14 @@ def test_the_run_on_the_lpddr5x_device_memory(runs):
     assert cyc != [sum(s.ndp_cycles[d] for s in rtl_burst.system.steps) for d in range(rtl.system.n_dev)]
     pe = perf_error(rtl)
     assert abs(pe["ndp"]["total_rel_err"]) < 0.05, pe
+    # energy from the LPDDR5X channels' RTL command traces against the perf backend's fast models: within 5 %
+    perf = run_e2e(cfg, "perf")
+    a, b = rtl.output.summary, perf.output.summary
+    assert a["energy_sources"] == {"ndp": "rtl-trace", "pim": "rtl-trace"}
+    dev = (_device_j(b) - _device_j(a)) / _device_j(a)
+    print(f"\nLPDDR5X device energy: rtl {_device_j(a) * 1e6:.3f} uJ, perf {_device_j(b) * 1e6:.3f} uJ "
+          f"({100 * dev:+.3f} %)")
+    assert abs(dev) <= 0.05
     with pytest.raises(ValueError, match="ndp_memory must be 'burst' or 'lpddr5x'"):
         dataclasses.replace(CFG, ndp_memory="hbm")
 

@@ -29,12 +29,15 @@ def test_cli_run_oom_and_bad_input(tmp_path, capsys):
     s = json.loads((out / "summary.json").read_text())
     assert s["oom"] is False and s["rejected"] > 0 and s["finished"] == 24 - s["rejected"]
     assert s["rejected_frac"] == s["rejected"] / 24 and s["gpu_memory_utilization"] == 1.0
+    assert s["energy_j"]["total"] > 0 and s["energy_per_token_mj"] > 0
     text = capsys.readouterr().out
     assert "rejected_frac" in text and "gpu_memory_utilization" in text
     out = tmp_path / "oom"                              # 0.9 headroom: every long request rejected, the run OOMs
     main(["l3", "run", "--model", "opt-66b", "--trace", "openr1", "--system", "gpu-only",
           "--requests", "2", "--gpu-memory-utilization", "0.5", "--out", str(out)])
-    assert json.loads((out / "summary.json").read_text())["oom"] is True
+    oom = json.loads((out / "summary.json").read_text())
+    assert oom["oom"] is True
+    assert oom["energy_per_token_mj"] is None and set(oom["energy_j"]) >= {"gpu", "total"}   # nothing ran
     assert "out of memory" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["l3", "run", "--model", "opt-66b", "--trace", "openr1", "--system", "gpu-only", "--min-gpu-tokens",

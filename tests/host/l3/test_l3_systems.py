@@ -140,6 +140,11 @@ def test_replicas_and_reproducibility():
     assert a.summary["throughput_tok_s"] == b.summary["throughput_tok_s"]
     np.testing.assert_array_equal(a.output.table.finish_s, b.output.table.finish_s)
     assert a.summary["output_tokens"] == 12 * 30
+    # the node's energy is every replica's: 4 replicas of TP 2 -> 8 GPU boards at least idle over the window
+    from host.energy import GPU_POWER
+    T = max(x.ework["span"][1] for x in a.systems) - min(x.ework["span"][0] for x in a.systems)
+    assert a.summary["energy_j"]["gpu"] >= 8 * GPU_POWER["a100"].idle_w * T * (1 - 1e-9)
+    assert a.summary["energy_j"] == b.summary["energy_j"]
 
 
 def test_run_directory(tmp_path):
@@ -150,6 +155,12 @@ def test_run_directory(tmp_path):
     s = json.loads((d / "summary.json").read_text())
     for k in RUN_KEYS:
         assert k in s
+    # energy (issue 33 item 3): every term, the DIMM-PIM's heads and links charged, the total their sum
+    e = s["energy_j"]
+    assert set(e) == {"gpu", "links", "ndp", "pim", "dram", "total"}
+    assert e["gpu"] > 0 and e["pim"] > 0 and e["links"] > 0 and e["dram"] > 0 and e["ndp"] == 0
+    assert e["total"] == pytest.approx(sum(v for k, v in e.items() if k != "total"))
+    assert s["energy_per_token_mj"] == pytest.approx(e["total"] / s["output_tokens"] * 1e3)
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["model"] == "gpt-89b" and cfg["setup"]["tp"] == 4 and cfg["setup"]["dp"] == 2
     tr = json.loads((d / "trace.json").read_text())

@@ -28,6 +28,13 @@ def test_run_writes_the_run_directory(tmp_path):
     assert s["finished"] == 20 and s["devices"] == 2
     assert s["link"] == {"gbps": 64.0, "rtt_ns": 800.0}            # one-way 400 ns -> round trip 800 ns
     assert sum(s["strategy_counts"]["decisions"].values()) == 20
+    # energy (issue 33 item 3): every term present and >= 0, the total their sum, per token = total / tokens
+    e = s["energy_j"]
+    assert set(e) == {"gpu", "links", "ndp", "pim", "dram", "total"}
+    assert all(v >= 0 for v in e.values()) and e["gpu"] > 0 and e["ndp"] > 0 and e["links"] > 0
+    assert e["total"] == pytest.approx(sum(v for k, v in e.items() if k != "total"))
+    tokens = pd.read_csv(out / "requests.csv")["output_tokens"].sum()
+    assert s["energy_per_token_mj"] == pytest.approx(e["total"] / tokens * 1e3)
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["spec"]["seed"] == 3 and cfg["system"]["n_dev"] == 2 and cfg["workload"]["name"] == "skewed"
     trace = json.loads((out / "trace.json").read_text())
