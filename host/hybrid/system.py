@@ -142,7 +142,8 @@ class HybridScaleSystem(System):
         self._since_learn = 0
         self._est_err, self._est_err_gpu = [], []
         self.acc = {"time": 0.0, "gpu": 0.0, "ndp": 0.0, "pim": 0.0, "cxl_out": 0.0, "cxl_in": 0.0,
-                    "pcie_out": 0.0, "pcie_in": 0.0}
+                    "pcie_out": 0.0, "pcie_in": 0.0, "heads": 0.0, "head_tokens": 0.0,
+                    "span": [float("inf"), float("-inf")]}
 
     # ---- placement and admission ----------------------------------------------------------------------------
     def _side_load(self, i, extra=None) -> SideLoad:
@@ -348,6 +349,9 @@ class HybridScaleSystem(System):
         a["pcie_out"] += pcie[0]
         a["pcie_in"] += pcie[1]
         pim_dec = ~batch.prefill & (self.residence[batch.req] == PIM)
+        m = self.setup.model            # the DIMM-PIM heads of the energy (as the L3 systems count them)
+        a["heads"] += float(pim_dec.sum()) * m.n_layers * m.n_kv_heads
+        a["head_tokens"] += float(batch.kv_after[pim_dec].sum()) * m.n_layers * m.n_kv_heads
         rec.update({"estimate_s": est, "t_gpu0_s": ex.t_gpu[0], "t_gpu1_s": ex.t_gpu[1], "t_pim0_s": ex.t_pim[0],
                     "t_pim1_s": ex.t_pim[1], "phase_a_s": ex.phase_a_s, "phase_b_s": ex.phase_b_s,
                     "n_pim_decode": int(pim_dec.sum()), "n_cxl_decode": int((~batch.prefill).sum() - pim_dec.sum()),
@@ -365,6 +369,35 @@ class HybridScaleSystem(System):
 
     def on_iteration_end(self, batch, result, now):
         self.mem.on_iteration_end(batch, result, now)
+        sp = self.acc["span"]           # the engine calls this at the iteration's end
+        sp[0] = min(sp[0], float(now) - float(result.duration_s))
+        sp[1] = max(sp[1], float(now))
+
+    def energy(self) -> dict:
+        """``energy_j`` and ``energy_per_token_mj`` of the run (host/energy.py; docs/energy.md "Energy in runs"),
+        PLoRA's accounting for the GPU and the CXL side and L3's for the DIMM-PIM side, from the executed timeline's
+        busy seconds and the bytes it moved: the GPU board over the run's span with its busy seconds; the CXL link's
+        and the PCIe link's bits (the PCIe bits also cross a DDR4 channel); each NDP device's busy seconds at the
+        paper device's busy power at this model's shape, every device's LPDDR5X in standby for the span; the
+        DIMM-PIM heads (sim.energy.pim, beyond standby) and every rank of the host memory in precharge standby."""
+        from hdl.memctl.timing import DDR4_3200
+        from host.energy import EnergyLedger, dram_rank_idle_w, ndp_device_power, pim_head_increment_pj
+        a, m = self.acc, self.setup.model
+        T = max(0.0, a["span"][1] - a["span"][0]) if np.isfinite(a["span"][0]) else 0.0
+        led = EnergyLedger()
+        led.add_gpu(self.gpu_cfg.name, 1, T, min(a["gpu"], T))
+        led.add_link(self.link.name, 8.0 * (a["cxl_out"] + a["cxl_in"]))
+        pcie_bits = 8.0 * (a["pcie_out"] + a["pcie_in"])
+        led.add_link(self.setup.host_link.name, pcie_bits)
+        led.add_link("ddr4", pcie_bits)
+        sh = self.mem.shape
+        p = ndp_device_power(int(sh.hidden), int(sh.head_dim), int(sh.q_heads), int(sh.kv_heads))
+        led.add("ndp", p["logic"] * a["ndp"])
+        led.add("dram", self.n_dev * p["idle_dram"] * T + max(0.0, p["dram"] - p["idle_dram"]) * a["ndp"])
+        d_pj, pu_pj = pim_head_increment_pj(m.head_dim, a["heads"], a["head_tokens"])
+        led.add("dram", d_pj * 1e-12 + self.setup.host.ranks * dram_rank_idle_w(DDR4_3200) * T)
+        led.add("pim", pu_pj * 1e-12)
+        return led.as_summary(float(np.sum(self.table.generated)) if self.table is not None else 0.0)
 
     # ---- predictors (L3's) --------------------------------------------------------------------------------
     def _startup_profile(self):
@@ -459,4 +492,5 @@ class HybridScaleSystem(System):
         out["gpu_mem_gb"] = {**out["gpu_mem_gb"], "kv": 0.0}
         out["host_kv_gb_peak"] = self.pkv.peak_tokens * self.pkv.bytes_per_token / 1e9
         out["predictors"] = self.pred.state() if hasattr(self.pred, "state") else {}
+        out.update(self.energy())
         return out

@@ -189,6 +189,13 @@ def test_small_run_serves_every_request(workload, tmp_path):
         assert s["residence"]["pim"] > 0
     if workload == "mix":
         assert s["residence"]["pim"] >= 1 and s["residence"]["cxl"] >= 1
+    # energy (issue 33 item 3): every part, the total their sum, the DIMM-PIM charged iff it held decodes' KV
+    e = s["energy_j"]
+    parts = ("gpu", "links", "ndp", "pim", "dram")
+    assert set(e) == {*parts, "total"} and e["gpu"] > 0 and e["dram"] > 0 and e["links"] > 0
+    assert e["total"] == pytest.approx(sum(e[k] for k in parts))
+    assert (e["pim"] > 0) == (s["residence"]["pim"] > 0)
+    assert s["energy_per_token_mj"] == pytest.approx(e["total"] / s["output_tokens"] * 1e3)
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
     assert cfg["command"] == "ndpim hybrid run" and cfg["system"]["pim_min_context"] == 1024
     it = out.iterations
@@ -250,3 +257,21 @@ def test_e2e_and_llama_scale_hybrids_call_the_same_decision_functions(monkeypatc
     assert set(e2e.system.summary()["residence"].values()) == {"ndp"}
     out = run_spec(HybridSpec(workload="skewed-long", n_requests=3, profile_batches=8))
     assert out.summary["residence"] == {"pim": 0, "cxl": 3}
+
+
+def test_hybrid_energy_mutant_without_the_gpu_is_caught():
+    """A ledger that drops the GPU term (the largest) gives a different total: the test above would see it."""
+    spec = HybridSpec(workload="skewed", n_requests=4, profile_batches=8, seed=2)
+    from host.hybrid.run import build_system, build_workload
+    from host.serving import Engine
+    sysobj = build_system(spec)
+    Engine(sysobj, EngineConfig(trace=False)).run(build_workload(spec))
+    e = sysobj.energy()["energy_j"]
+    import host.energy as H
+    orig = H.EnergyLedger.add_gpu
+    try:
+        H.EnergyLedger.add_gpu = lambda self, *a, **k: None
+        e2 = sysobj.energy()["energy_j"]
+    finally:
+        H.EnergyLedger.add_gpu = orig
+    assert e2["gpu"] == 0 and e2["total"] < e["total"] - 0.5 * e["gpu"]
