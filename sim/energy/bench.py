@@ -86,7 +86,8 @@ def main(argv=None) -> int:
     from sim.energy.reference import explained_difference
     from sim.energy.specs import power_spec
     t0 = time.time()
-    out = {"scope": "DRAM energy (issue 33 items 1 and 4, DRAM part); NDP/PIM kernel energy and area: not yet"}
+    out = {"scope": "DRAM energy (issue 33 item 1), NDP / PIM kernel energy (item 3), datapath area and power "
+                    "(item 2)"}
     for mem, name in MEMORIES:
         cfg = getattr(timing, name)
         spec = power_spec(cfg)
@@ -125,6 +126,14 @@ def main(argv=None) -> int:
                   f"{out[key + '_ref_pj_per_bit']:.2f}, background {out[key + '_background_pj_per_bit']:.2f}) at "
                   f"{gbps:.2f} GB/s, {out[key + '_power_mw']:.0f} mW; energydram {ref['total_pj'] / bits:.2f} pJ/bit "
                   f"({out[key + '_vs_energydram_pct']:+.3f} %, unexplained {out[key + '_unexplained_pj']:.2g} pJ)")
+    from sim.energy.ndp import bench_figures
+    kern = bench_figures()
+    out.update(kern)
+    print("NDP kernels (paper device) and a DIMM-PIM head (sim/energy/ndp.py, sim/energy/pim.py):")
+    for key in sorted({k.rsplit("_pj_per_bit", 1)[0] for k in kern if k.endswith("_pj_per_bit")}):
+        print(f"  {key:<28} {kern[key + '_pj_per_bit']:7.2f} pJ/bit {kern[key + '_pj_per_flop']:7.2f} pJ/FLOP "
+              f"(DRAM {kern[key + '_dram_pj']:.3g}, datapath {kern[key + '_datapath_pj']:.3g}, SRAM "
+              f"{kern[key + '_sram_pj']:.3g} pJ)")
     if not args.no_rtl:
         print("RTL (Verilator) vs the fast model's recorded stream, random reads:")
         for cfg in (timing.DDR4_3200_TINY, timing.LPDDR5X_8533_TINY):
