@@ -238,6 +238,9 @@ def module_areas(name, component, *, units=None, counts_only=(), liberty=LIBERTY
     t0 = time.perf_counter()
     say = progress or (lambda s: None)
     lib = read_liberty(liberty)
+    if not any(seq for _a, _l, seq in lib.cells.values()):
+        raise ValueError(f"liberty {Path(liberty).name} has no flip-flop cell (an ff group, e.g. DFF_X1); dfflibmap "
+                         f"needs one to map the design's registers (cells: {sorted(lib.cells)})")
     units = (_NoUnit,) if units is not None and not units else units
     texts, modules, stubs = elaborate_distinct(name, component, units=units, progress=say,
                                                counts_only=tuple(counts_only))
