@@ -68,10 +68,12 @@ SRAM_SOURCE = ("FreePDK45 fakeram45_2048x39 (OpenROAD-flow-scripts 8c009b0b, bsg
 #: withheld from the copy; L3 section 4.4 gives unit counts and the buffer size only).
 PAPER_BUDGETS = {
     "plora_ndp": {
-        "source": "PLoRA IV-B / VII-A: 'We follow Samsung's HPCA'24 CXL-PNM device [60], with 1.1 TB/s bandwidth, "
-                  "512 GB capacity, and 4.9 TFLOPS, while our NDP cores use 2 TFLOPS'; 'Device configurations "
-                  "appear in Table VI and never exceed the values Samsung reports [60]'; '3 MB of SRAM (input, "
-                  "DRAM and output buffers)'; Table VI body and the area/power figures (section VIII) withheld",
+        "source": "PLoRA IV-B: 'We follow Samsung's HPCA'24 CXL-PNM device [60], with 1.1 TB/s bandwidth, "
+                  "512 GB capacity, and 4.9 TFLOPS, while our NDP cores use 2 TFLOPS'; VII-A: 'Device "
+                  "configurations appear in Table VI and never exceed the values Samsung reports [60]'; set-up "
+                  "facts: 'NDP core synthesized in Verilog: 3 MB of SRAM (input, DRAM and output buffers) and 1024 "
+                  "FP16 multiply-add units delivering 2048 GFLOPS at 1 GHz'; Table VI's rows and the area/power "
+                  "figures (sections VII-B to VIII) are not in the copy",
         "tflops": 2.0, "samsung_device_tflops": 4.9, "sram_bytes": 3 * 2 ** 20, "bandwidth_tbps": 1.1,
         "area_mm2": None, "power_w": None,
     },
