@@ -485,9 +485,11 @@ def paper_figures(progress=None, *, ndp=None, pim=None) -> dict:
     pim = pim or pim_paper_area(progress=progress)
     pim_p = pim_power(pim)
     fp16_add = ndp.get("_fp16_add_um2") or mapped_area("fp16_add", _fp16_add())["logic_um2"]
+    from sim.energy.toggle import fpmac_toggle_energy
+    toggle = fpmac_toggle_energy(acc="fp32")
     return {"process": "NanGate45 (FreePDK45) typical 1.1 V cells; SRAM " + SRAM_SOURCE + "; energy " + OPS_PROCESS,
             "ndp": ndp, "ndp_power": ndp_p, "pim": pim, "pim_power": pim_p, "fp16_add_um2": fp16_add,
-            "budgets": PAPER_BUDGETS, "seconds": time.perf_counter() - t0}
+            "budgets": PAPER_BUDGETS, "fpmac_toggle": toggle, "seconds": time.perf_counter() - t0}
 
 
 def _mm2(um2):
@@ -526,6 +528,9 @@ def bench_figures(figs=None, progress=None) -> dict:
         "plora_samsung_device_tflops": PAPER_BUDGETS["plora_ndp"]["samsung_device_tflops"],
         "plora_budget_sram_bytes": PAPER_BUDGETS["plora_ndp"]["sram_bytes"],
         "l3_rank_buffer_bytes": PAPER_BUDGETS["l3_pim"]["rank_buffer_bytes"],
+        "fpmac_fp32_toggle_pj_per_op": figs["fpmac_toggle"]["pj_per_op"],
+        "fpmac_fp32_toggle_pj_per_op_at_0v9": figs["fpmac_toggle"]["pj_per_op_at_0v9"],
+        "fpmac_fp32_horowitz_pj_per_op": op_pj("fp16_mul") + op_pj("fp32_add"),
         "area_seconds": figs["seconds"],
     }
     for tag, res in (("ndp", ndp), ("pim_rank", pim["rank_pu"]), ("pim_bank", pim["bank_pu"])):
@@ -567,6 +572,12 @@ def format_table(figs) -> str:
               f"(bound), {pp['rank_w'] * 1e3:.1f} mW ({pp['rank_leak_w'] * 1e3:.1f} mW leakage)",
               f"  rank PU + {pp['bank_pus_per_rank']} bank PUs: {pp['rank_total_mm2']:.2f} mm^2, "
               f"{pp['rank_total_w']:.2f} W",
+              "", "FPMAC (FP16 x FP16 + FP32) per operation: Horowitz (stated) "
+              f"{op_pj('fp16_mul') + op_pj('fp32_add'):.1f} pJ at 0.9 V; from the mapped netlist's switching "
+              f"(random N(0,1) operands, {figs['fpmac_toggle']['cycles']} cycles, results checked) "
+              f"{figs['fpmac_toggle']['pj_per_op']:.1f} pJ at 1.1 V (of it clock pins "
+              f"{figs['fpmac_toggle']['clock_pins_pj']:.1f}), {figs['fpmac_toggle']['pj_per_op_at_0v9']:.1f} pJ "
+              "scaled to 0.9 V by V^2",
               "", "Paper budgets (quoted; neither copy states an area or a power):",
               f"  PLoRA: {PAPER_BUDGETS['plora_ndp']['source']}",
               f"  L3: {PAPER_BUDGETS['l3_pim']['source']}",
