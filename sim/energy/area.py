@@ -24,9 +24,10 @@ Area
 Power
     dynamic = sum over operations of (pJ per op, :mod:`sim.energy.ops`) x (ops per cycle at the stated activity)
     x clock, plus leakage (cells + SRAM). Units whose operation Horowitz's table does not list (exponential,
-    max, format conversion, the FP16 adder-only units are listed) are charged ``fp16_add`` x (their mapped area /
-    the mapped area of the FP16 adder): an *estimate*, stated as one in every table (energy proportional to
-    switched capacitance ~ cell area at equal activity).
+    max, format conversion, divide) are charged ``fp16_add`` x (their mapped area / the mapped area of the FP16
+    adder): an *estimate*, stated as one in every table (energy proportional to switched capacitance ~ cell
+    area at equal activity). The FPMAC is also charged from its mapped netlist's switching
+    (:mod:`sim.energy.toggle`), reported beside Horowitz's figure.
 
 Nothing here is fitted to a published figure.
 """
@@ -43,7 +44,7 @@ from sim.energy.ops import op_pj, sram_read_pj, PROCESS as OPS_PROCESS
 
 __all__ = ["LIBERTY_PATH", "SRAM_UM2_PER_BIT", "SRAM_LEAK_NW_PER_BIT", "SRAM_SOURCE", "Liberty", "read_liberty",
            "reduce_liberty", "module_areas", "mapped_area", "unit_op_pj", "ndp_paper_area", "pim_paper_area",
-           "ndp_power", "pim_power", "bench_figures", "format_table", "PAPER_BUDGETS", "MAP_CELLS"]
+           "ndp_power", "pim_power", "paper_figures", "ndp_paper_component", "bench_figures", "format_table", "PAPER_BUDGETS", "MAP_CELLS"]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The reduced NanGate 45 nm typical-corner liberty (header of the file: repository, commit, path, license).
