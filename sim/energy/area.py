@@ -534,10 +534,21 @@ def bench_figures(figs=None, progress=None) -> dict:
         "fpmac_fp32_horowitz_pj_per_op": op_pj("fp16_mul") + op_pj("fp32_add"),
         "area_seconds": figs["seconds"],
     }
+    out.update({
+        "ndp_paper_pe_array_pj_per_cycle": np_["mac_pj"] * figs["ndp"]["modules"].get("FPMAC_0_en", {}).get(
+            "instances", 0),
+        "ndp_paper_mac_pj": np_["mac_pj"],
+        "ndp_paper_softmax_pj_per_cycle_bound": np_["softmax_pj_per_cycle"],
+        "ndp_paper_dram_ring_pj_per_bit": np_["sram_pj_per_bit"],
+        "pim_paper_bank_pu_pj_per_rd": pp["bank_pj_per_rd"],
+        "pim_paper_rank_pu_pj_per_rd_bound": pp["rank_pj_per_rd"],
+    })
     for tag, res in (("ndp", ndp), ("pim_rank", pim["rank_pu"]), ("pim_bank", pim["bank_pu"])):
         for m, mod in res["modules"].items():
-            if mod["mapped"] and mod["instances"]:
+            if mod["mapped"] and mod["instances"] and mod["area_um2"]:
                 out[f"{tag}_unit_{m}_area_um2"] = mod["area_um2"]
+                if mod["class"] in ("FPAdd", "FPMul", "FPExp", "FPMax", "FPConvert", "FPDiv"):
+                    out[f"{tag}_unit_{m}_pj_per_op"] = _unit_pj(res, m)[0]
     return out
 
 

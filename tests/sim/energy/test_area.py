@@ -154,3 +154,15 @@ def test_a_liberty_missing_a_gate_the_mapping_left_is_an_error(tmp_path):
     from sim.energy.area import _cell_area
     with pytest.raises(ValueError, match=r"\$_DFF_P_ x 3 is not in the liberty"):
         _cell_area({"NAND2_X1": 2, "$_DFF_P_": 3}, read_liberty(), "m")
+
+
+def test_pim_power_arithmetic():
+    # L3 4.4 / 6.1: 4 FP16 multiplies + 4 FP16 adds per RD (Horowitz: 4 x 1.1 + 4 x 0.4 = 6.0 pJ); one all-bank RD
+    # every tCCD_L = 8 clocks of DDR4-3200's 1.6 GHz = 200 M RD/s; the rank buffer's 64-bit read is Horowitz's
+    # 1 MB-array figure (100 pJ) for a 256 KB buffer
+    empty = {"modules": {}, "leak_nw": 0.0, "sram_leak_nw": 0.0, "area_um2": 0.0}
+    p = area.pim_power({"bank_pu": dict(empty, leak_nw=1000.0), "rank_pu": dict(empty)})
+    assert p["rd_per_s"] == pytest.approx(200e6) and p["bank_pj_per_rd"] == pytest.approx(6.0)
+    assert p["bank_w"] == pytest.approx(6.0e-12 * 200e6 + 1e-6)
+    assert p["rank_w"] == pytest.approx(100e-12 * 200e6)
+    assert p["rank_total_w"] == pytest.approx(p["rank_w"] + 128 * p["bank_w"])
