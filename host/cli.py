@@ -367,6 +367,8 @@ def cmd_lint(args):
 
 
 def cmd_synth(args):
+    if args.area:
+        return _synth_area(args)
     if args.mode == "hier":
         return _synth_hier(args)
     if args.preset or args.set:
@@ -379,6 +381,42 @@ def cmd_synth(args):
         top = sorted(stats["by_type"].items(), key=lambda kv: -kv[1])[:4]
         groups = ", ".join(f"{k}:{v}" for k, v in top)
         print(f"{name:<22}{stats['cells']:>8}{stats['flops']:>8}   {groups}", flush=True)
+
+
+def _synth_area(args):
+    """--area: NanGate45 technology-mapped area and power (sim/energy/area.py); figures to --json."""
+    import json
+    from sim.energy import area
+    if args.mode != "full" or args.preset or args.set or args.counts_only or args.no_devmem:
+        raise UsageError("argument --area: takes only --top, --liberty and --json (not --mode / --preset / --set / "
+                         "--counts-only / --no-devmem)")
+    liberty = Path(args.liberty) if args.liberty else area.LIBERTY_PATH
+    if not liberty.exists():
+        raise UsageError(f"argument --liberty: {liberty} does not exist")
+    say = (lambda s: print(s, file=sys.stderr, flush=True))
+    if args.top:
+        out, tops = {}, _tops(args.top)
+        print(f"{'top':<22}{'cells':>8}{'logic um^2':>13}{'seq um^2':>11}{'leak uW':>10}{'SRAM bits':>11}"
+              f"{'SRAM um^2':>12}{'s':>6}")
+        for name, factory in tops.items():
+            res = area.module_areas(name, factory(), liberty=liberty, progress=say)
+            cells = sum(m["instances"] * (m["cells"] or 0) for m in res["modules"].values())
+            print(f"{name:<22}{cells:>8}{res['logic_um2']:>13,.0f}{res['seq_um2']:>11,.0f}"
+                  f"{res['leak_nw'] / 1e3:>10,.1f}{res['sram_bits']:>11,}{res['sram_um2']:>12,.0f}"
+                  f"{res['seconds']:>6.1f}", flush=True)
+            out[name] = res
+    else:
+        if args.liberty:
+            raise UsageError("argument --liberty: the paper-design table uses the committed library; give --top")
+        figs = area.paper_figures(progress=say)
+        print(area.format_table(figs), flush=True)
+        out = {"figures": area.bench_figures(figs), "detail": figs}
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=1, default=str) + "\n")
+        print(path)
+    return 0
 
 
 def _synth_hier(args):
@@ -603,7 +641,14 @@ def main(argv=None):
                    help="--mode hier: modules of this class (e.g. PEArray, NDPCore: the single-instance fabrics that "
                         "are too large to convert at the paper geometry) are elaborated for their instance counts "
                         "and memories but not synthesized (repeatable)")
-    p.add_argument("--json", help="--mode hier: write the figures here (e.g. build/bench/ndp_synth.json)")
+    p.add_argument("--json", help="--mode hier / --area: write the figures here (e.g. build/bench/ndp_synth.json)")
+    p.add_argument("--area", action="store_true",
+                   help="NanGate45 technology-mapped area (dfflibmap + abc -liberty; SRAM macros at the FreePDK45 "
+                        "fakeram45 density) and power (Horowitz per-op energy x stated activity + leakage): without "
+                        "--top the paper NDP core and the L3 PAPER rank / bank PU beside the papers' budgets (about "
+                        "2 min of CPU); with --top those tops (sim/energy/area.py, docs/energy.md)")
+    p.add_argument("--liberty", help="--area --top: map to this liberty file instead of data/liberty/"
+                                     "nangate45_typ_min.lib")
     p.set_defaults(func=cmd_synth)
 
     p = sub.add_parser("fp-report", help="bit-exactness of every FP unit, and the exp error table")

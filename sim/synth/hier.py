@@ -253,6 +253,7 @@ def elaborate_distinct(name, component, *, units=None, verify=False, progress=No
         if text is not None:
             texts[mname] = text
         modules[mname] = {"children": dict(sorted(counts.items())), "class": type(comp).__qualname__,
+                          "params": dict(_key(comp)[2]),
                           "memory_bits": mems, "synthesized": not skip, "convert_s": time.perf_counter() - t1}
         say(f"[{name}] {mname}: " + ("elaborated only (counts, memories)" if skip else
                                      f"RTLIL {len(text) / 1e6:.1f} MB") +

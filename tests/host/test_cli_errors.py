@@ -147,6 +147,10 @@ CASES = {
     "synth-set-mode": (["synth", "--top", "fp32_add", "--set", "fmt=fp16"], "--mode", "need --mode hier"),
     "synth-hier-set": (["synth", "--mode", "hier", "--top", "fp32_add", "--set", "fmt=fp99"], "--set",
                        "got 'fp99'"),
+    "synth-area-mode": (["synth", "--area", "--mode", "fast"], "--area", "takes only --top, --liberty and --json"),
+    "synth-area-liberty": (["synth", "--area", "--top", "fp16_add", "--liberty", FILE + "/none.lib"], "--liberty",
+                           "does not exist"),
+    "synth-area-top": (["synth", "--area", "--top", "bogus"], "--top", "unknown top(s) ['bogus']"),
 }
 
 
@@ -171,7 +175,9 @@ def no_work(monkeypatch):
     import host.plora.figures
     import host.plora.run
     import sim.synth.hier
-    for mod, name in ((host.e2e.demo, "demo"), (host.e2e.calibrate, "calibrate_ndp"),
+    import sim.energy.area
+    for mod, name in ((sim.energy.area, "module_areas"), (sim.energy.area, "paper_figures"),
+                      (host.e2e.demo, "demo"), (host.e2e.calibrate, "calibrate_ndp"),
                       (host.e2e.calibrate, "calibrate_pim_for"), (host.plora.run, "run_spec"),
                       (host.plora.figures, "run_sweep"), (host.plora.figures, "make_figures"),
                       (host.l3.run, "run_l3"), (host.l3.sweep, "run_points"), (host.l3.figures, "make_figures"),
