@@ -79,6 +79,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=16_000, help="reads per stream (default 16000)")
     ap.add_argument("--rtl-n", type=int, default=4_000, help="reads of the RTL point (default 4000)")
     ap.add_argument("--no-rtl", action="store_true", help="skip the RTL-vs-fast-model point (Verilator)")
+    ap.add_argument("--no-area", action="store_true",
+                    help="skip the paper designs' area and power (NanGate45 mapping of every distinct module: ~2 min)")
     ap.add_argument("--out", default="build/bench/energy.json")
     args = ap.parse_args(list(argv or []))
     from hdl.memctl import timing
@@ -134,6 +136,12 @@ def main(argv=None) -> int:
         print(f"  {key:<28} {kern[key + '_pj_per_bit']:7.2f} pJ/bit {kern[key + '_pj_per_flop']:7.2f} pJ/FLOP "
               f"(DRAM {kern[key + '_dram_pj']:.3g}, datapath {kern[key + '_datapath_pj']:.3g}, SRAM "
               f"{kern[key + '_sram_pj']:.3g} pJ)")
+    if not args.no_area:
+        from sim.energy.area import bench_figures as area_figures, format_table, paper_figures
+        print("Datapath area and power at 45 nm (sim/energy/area.py; NanGate45 mapping, takes ~2 min):", flush=True)
+        figs = paper_figures()
+        out.update(area_figures(figs))
+        print(format_table(figs))
     if not args.no_rtl:
         print("RTL (Verilator) vs the fast model's recorded stream, random reads:")
         for cfg in (timing.DDR4_3200_TINY, timing.LPDDR5X_8533_TINY):
