@@ -16,6 +16,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from sim.energy.ndp import lines_of
+
 __all__ = ["ndp_run_energy", "ndp_dram_config"]
 
 
@@ -30,24 +32,6 @@ def ndp_dram_config(depth: int, channels: int):
 def _devmem1(dram_config):
     from sim.perf.devmem import DeviceMemoryPerfModel
     return DeviceMemoryPerfModel(dram_config, channels=1)
-
-
-def _lines(descs, line_bytes):
-    from firmware.ndp.descriptor import DescType, DescOp
-    a, w = [], []
-    for d in descs:
-        if d.type == DescType.STORE:
-            n, wr = -(-d.input_bytes // line_bytes), True
-        elif d.type == DescType.LOAD or (d.type == DescType.READ_COMPUTE and d.op != DescOp.SOFTMAX):
-            n, wr = -(-d.operand_bytes // line_bytes), False
-        else:
-            continue
-        b = d.base_addr // line_bytes
-        a.append(np.arange(b, b + n, dtype=np.int64))
-        w.append(np.full(n, wr))
-    if not a:
-        return np.zeros(0, np.int64), np.zeros(0, bool)
-    return np.concatenate(a), np.concatenate(w)
 
 
 def ndp_run_energy(config, descs, window: int, *, channels: int, depth: int, traces=None, first_issue: int = 0,
@@ -79,7 +63,7 @@ def ndp_run_energy(config, descs, window: int, *, channels: int, depth: int, tra
                                  ).total_pj
         src = "rtl-trace"
     else:
-        lines, writes = _lines(descs, line)
+        lines, writes = lines_of(descs, line)
         top = int(lines.max()) + 1 if lines.size else 0
         n_out, n_in = -(-int(link[0]) // line), -(-int(link[1]) // line)
         lo = np.arange(top, top + n_out, dtype=np.int64)

@@ -75,6 +75,9 @@ def cmd_run(args):
     e = s["cost_model_err"]
     print(f"cost model (PLoRA VI-B + PIM terms) vs executed timeline: mean {100 * e['mean']:+.1f} %, "
           f"mean |err| {100 * e['mean_abs']:.1f} %, p99 |err| {100 * e['p99_abs']:.1f} %")
+    en = s.get("energy_j", {})
+    print(f"energy {s.get('energy_per_token_mj', float('nan')):.4g} mJ per token ("
+          + ", ".join(f"{k} {v:.4g}" for k, v in en.items() if k != "total") + " J)")
     print(f"wrote {Path(args.out)}")
     if s.get("finished", 0) < s.get("requests", 0):
         print(f"FAILED: {s['requests'] - s['finished']} of {s['requests']} requests were not served",

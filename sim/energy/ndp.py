@@ -37,7 +37,7 @@ from .ops import op_pj, sram_read_pj
 from .pim import EXP_OPS
 
 __all__ = ["NDPEnergy", "descriptor_counts", "program_counts", "program_energy", "kernel_energy",
-           "device_stream_energy", "bench_figures", "BENCH_SHAPES"]
+           "device_stream_energy", "lines_of", "bench_figures", "BENCH_SHAPES"]
 
 #: per-element operations of a SOFTMAX (module docstring; docs/ndp_softmax.md: FPMax, FPAdd FP16, FPExp, FPAdd FP32)
 SOFTMAX_OPS = {"fp16_add": 2, "fp32_add": 1, **EXP_OPS}
@@ -97,8 +97,9 @@ def program_counts(program, config, line_bytes: int) -> dict:
     return tot
 
 
-def _lines_of(program, line_bytes):
-    """(line addresses, write flags) of the program's device-memory requests, in program order."""
+def lines_of(program, line_bytes):
+    """(line addresses, write flags) of the device-memory requests of ``program`` (entries or descriptors), in
+    program order."""
     addrs, writes = [], []
     for e in program:
         d = _desc(e)
@@ -202,7 +203,7 @@ def program_energy(model, program, *, cycles: float | None = None, devmem=None) 
     if not (np.isfinite(cycles) and cycles >= 0):
         raise ValueError(f"cycles must be a finite number >= 0, got {cycles!r}")
     counts = program_counts(program, cfg, line_bytes)
-    lines, writes = _lines_of(program, line_bytes)
+    lines, writes = lines_of(program, line_bytes)
     ratio = model.memory.ratio
     window_mem = int(np.ceil(cycles / ratio))
     e, stream = device_stream_energy(devmem, lines, writes, window_mem)
