@@ -63,6 +63,7 @@ def add_parser(sub) -> None:
     q.add_argument("--requests", type=int_range(1, 10_000), default=None,
                    help=f"requests per context (default {SFULL['requests']})")
     q.add_argument("--seed", type=int_range(0), default=0)
+    q.add_argument("--no-hybrid", action="store_true", help="leave the hybrid (host/hybrid) out of the grid")
     q.set_defaults(func=cmd_sensitivity)
 
 
@@ -157,15 +158,16 @@ def cmd_sensitivity(args):
     try:
         grid = SensitivityGrid(links=args.links or size["links"], ranksets=args.ranksets or size["ranksets"],
                                contexts=args.contexts or size["contexts"], requests=args.requests or size["requests"],
-                               seed=args.seed)
+                               seed=args.seed, hybrid=not args.no_hybrid)
     except ValueError as e:
         from host.cli import UsageError
         raise UsageError(f"argument --contexts: {e}" if "contexts" in str(e) else str(e)) from None
     t0 = time.perf_counter()
 
     def say(p):
-        axis = f"link {p['link_gbps']:g} GB/s" if "link_gbps" in p else f"{p['ranksets']} ranksets"
-        print(f"{p['system']:<6}{axis:<18}ctx {p['context']:<7}{p['status']:<7}"
+        axis = (f"link {p['link_gbps']:g} GB/s, {p['ranksets']} rs" if p["system"] == "hybrid" else
+                f"link {p['link_gbps']:g} GB/s" if "link_gbps" in p else f"{p['ranksets']} ranksets")
+        print(f"{p['system']:<8}{axis:<24}ctx {p['context']:<7}{p['status']:<7}"
               + (f"{p['throughput_tok_s']:.4g} tok/s" if p["status"] == "served" else p["reason"]), flush=True)
     result = run_sensitivity(grid, args.out, progress=say)
     write_sensitivity(result, args.out)

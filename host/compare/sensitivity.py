@@ -26,6 +26,11 @@ decodes run, the PIM side is short and the balance admits a 16-token chunk per s
 prompts enter slowly. ``l3-knee`` is the labelled extension (``--min-gpu-tokens knee``: the GPU's efficiency-knee
 token floor per sub-batch). Both are run and compared with PLoRA.
 
+**The hybrid** (host/hybrid; ``--no-hybrid`` leaves it out) depends on all three axes -- its CXL devices on the
+link rung, its DIMM-PIM with the ranksets -- so it runs at every (link, ranksets, context) cell, as the hybrid host's
+``llama3-8b`` (Llama-3.1-8B's architecture; host.compare.run). Each cell reports the best of PLoRA, the L3 variant
+and the hybrid.
+
 **The metric** is throughput as served (output tokens over the makespan; each host's summary ``throughput_tok_s``).
 PLoRA's run depends on the link and the context, L3's on the ranksets and the context, so the grid runs
 ``links x contexts`` PLoRA points and ``ranksets x contexts`` L3 points and compares them cell by cell. The
@@ -67,6 +72,7 @@ class SensitivityGrid:
     contexts: tuple
     requests: int
     seed: int = 0
+    hybrid: bool = True
 
     def __post_init__(self):
         for name, vals, lo, hi in (("links", self.links, 1.0, 10_000.0), ("ranksets", self.ranksets, 1, 32),
@@ -141,6 +147,15 @@ def _l3_point(model, w, ranksets, seed, min_gpu_tokens=None):
                   engine=EngineConfig(trace=False, record_iterations=False)).summary
 
 
+def _hybrid_point(w, link, ranksets, seed):
+    from host.hybrid.run import HybridSpec, run_workload
+    from host.serving import EngineConfig
+    from .run import HYBRID_MODEL
+    out = run_workload(w, HybridSpec(model=HYBRID_MODEL, seed=seed, link_gbps=float(link), ranksets=ranksets),
+                       engine_config=EngineConfig(trace=False, record_iterations=False))
+    return out.summary
+
+
 def _row(system, axis, value, context, s, err, wall):
     fin, offered = int(s.get("finished", 0) or 0), int(s.get("requests_offered", s.get("requests", 0)) or 0)
     ok = not err and fin > 0 and fin >= offered
@@ -183,7 +198,23 @@ def run_sensitivity(grid: SensitivityGrid, out_dir, *, progress=None) -> dict:
                 points.append(_row(variant, "ranksets", rs, ctx, s, err, time.perf_counter() - t0))
                 if progress:
                     progress(points[-1])
-    thr = {(p["system"], p.get("link_gbps", p.get("ranksets")), p["context"]): p["throughput_tok_s"] for p in points}
+        if grid.hybrid:
+            for link in grid.links:
+                for rs in grid.ranksets:
+                    t0, err, s = time.perf_counter(), "", {}
+                    try:
+                        s = _hybrid_point(w, link, rs, grid.seed)
+                    except (ValueError, RuntimeError) as e:
+                        err = f"{type(e).__name__}: {e}"
+                    p = _row("hybrid", "link_gbps", link, ctx, s, err, time.perf_counter() - t0)
+                    p["ranksets"] = rs
+                    points.append(p)
+                    if progress:
+                        progress(points[-1])
+    thr = {(p["system"], p.get("link_gbps", p.get("ranksets")), p["context"]): p["throughput_tok_s"] for p in points
+           if p["system"] != "hybrid"}
+    hyb = {(p["link_gbps"], p["ranksets"], p["context"]): p["throughput_tok_s"] for p in points
+           if p["system"] == "hybrid"}
     cells, cross = [], []
     for variant in L3_VARIANTS:
         for link in grid.links:
@@ -192,16 +223,22 @@ def run_sensitivity(grid: SensitivityGrid, out_dir, *, progress=None) -> dict:
                 b = [thr[(variant, rs, c)] for c in grid.contexts]
                 for c, x, y in zip(grid.contexts, a, b):
                     win = "-" if x != x or y != y else (variant if y >= x else "plora")
-                    cells.append({"l3_variant": variant, "link_gbps": link, "ranksets": rs, "context": c,
-                                  "plora_tok_s": x, "l3_tok_s": y,
-                                  "l3_over_plora": y / x if x == x and y == y and x > 0 else float("nan"),
-                                  "winner": win})
+                    cell = {"l3_variant": variant, "link_gbps": link, "ranksets": rs, "context": c,
+                            "plora_tok_s": x, "l3_tok_s": y,
+                            "l3_over_plora": y / x if x == x and y == y and x > 0 else float("nan"), "winner": win}
+                    if grid.hybrid:
+                        h = hyb[(link, rs, c)]
+                        cell["hybrid_tok_s"] = h
+                        vals = {"plora": x, variant: y, "hybrid": h}
+                        cell["best"] = "-" if any(v != v for v in vals.values()) else max(vals, key=vals.get)
+                    cells.append(cell)
                 v, text = crossover(grid.contexts, a, b)
                 cross.append({"l3_variant": variant, "link_gbps": link, "ranksets": rs,
                               "crossover_context": v if v is not None else float("nan"), "verdict": text})
     return {"points": points, "cells": cells, "crossover": cross,
             "grid": {"links_gbps": list(grid.links), "ranksets": list(grid.ranksets), "contexts": list(grid.contexts),
-                     "requests": grid.requests, "output_tokens": OUTPUT_TOKENS, "seed": grid.seed},
+                     "requests": grid.requests, "output_tokens": OUTPUT_TOKENS, "seed": grid.seed,
+                     "hybrid": grid.hybrid},
             "notes": ["one H100 SXM 80 GB, Llama-3.1-8B (ndpim compare's budget)",
                       "the L3 host has no LoRA path: its runs serve the same requests without the adapters' work",
                       "L3's DIMM-PIM is behind PCIe 5.0 x16 at every link rung; the rung is PLoRA's CXL link"]}
@@ -254,6 +291,14 @@ def _figures(result, out):
     # throughput against context: PLoRA per link rung, each L3 variant per rankset count
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     series = [("plora", "link_gbps", links)] + [(v, "ranksets", rsets) for v in variants]
+    if g.get("hybrid"):
+        rs_mid = rsets[len(rsets) // 2]
+        st = line_style("hybrid")
+        for k, v in enumerate(links):
+            ys = [next(p["throughput_tok_s"] for p in result["points"] if p["system"] == "hybrid"
+                       and p["link_gbps"] == v and p["ranksets"] == rs_mid and p["context"] == c) for c in ctxs]
+            ax.plot(ctxs, ys, ms=3, alpha=0.3 + 0.7 * (k + 1) / len(links),
+                    label=f"hybrid, link {v:g} GB/s, {rs_mid} ranksets", **st)
     for sysname, axis, vals in series:
         st = line_style(sysname)
         for k, v in enumerate(vals):
@@ -282,6 +327,16 @@ def write_sensitivity(result, out) -> list:
     md += [f"| {c['l3_variant']} | {c['link_gbps']:g} | {c['ranksets']} | "
            f"{'-' if c['crossover_context'] != c['crossover_context'] else format(c['crossover_context'], ',.0f')} | "
            f"{c['verdict']} |" for c in result["crossover"]]
+    if result["grid"].get("hybrid"):
+        cells = [c for c in result["cells"] if c["l3_variant"] == "l3-knee"] or result["cells"]
+        ctxs = result["grid"]["contexts"]
+        md += ["", f"Best of PLoRA, {cells[0]['l3_variant']} and the hybrid, per link and ranksets (columns: context):",
+               "", "| link GB/s | ranksets | " + " | ".join(f"{c:,}" for c in ctxs) + " |",
+               "|---|---|" + "---|" * len(ctxs)]
+        for link in result["grid"]["links_gbps"]:
+            for rs in result["grid"]["ranksets"]:
+                row = {c["context"]: c["best"] for c in cells if c["link_gbps"] == link and c["ranksets"] == rs}
+                md.append(f"| {link:g} | {rs} | " + " | ".join(row[c] for c in ctxs) + " |")
     (out / "crossover.md").write_text("\n".join(md) + "\n")
     _figures(result, out)
     write_json(out / "sensitivity.json", result)

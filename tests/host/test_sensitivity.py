@@ -41,13 +41,17 @@ def test_small_grid(tmp_path, capsys):
     res = json.loads((out / "sensitivity.json").read_text())
     g = res["grid"]
     n_ctx = len(g["contexts"])
-    assert len(res["points"]) == n_ctx * (len(g["links_gbps"]) + len(L3_VARIANTS) * len(g["ranksets"]))
+    n_l, n_r = len(g["links_gbps"]), len(g["ranksets"])
+    assert len(res["points"]) == n_ctx * (n_l + len(L3_VARIANTS) * n_r + n_l * n_r)   # PLoRA, L3 x 2, hybrid
+    assert g["hybrid"] and sum(p["system"] == "hybrid" for p in res["points"]) == n_ctx * n_l * n_r
     assert all(p["status"] == "served" and p["throughput_tok_s"] > 0 for p in res["points"])
     cross = list(csv.DictReader(open(out / "crossover.csv")))
     assert len(cross) == len(L3_VARIANTS) * len(g["links_gbps"]) * len(g["ranksets"])
     # every cell's winner is the larger throughput
     for c in res["cells"]:
         assert c["winner"] == (c["l3_variant"] if c["l3_tok_s"] >= c["plora_tok_s"] else "plora")
+        three = {"plora": c["plora_tok_s"], c["l3_variant"]: c["l3_tok_s"], "hybrid": c["hybrid_tok_s"]}
+        assert c["best"] == max(three, key=three.get)
     assert "no LoRA path" in (out / "crossover.md").read_text()
     assert "ranksets:" in capsys.readouterr().out
 
@@ -72,3 +76,11 @@ def test_grid_validation():
     with pytest.raises(ValueError, match="requests must be >= 1"):
         SensitivityGrid(links=(8,), ranksets=(1,), contexts=(1024,), requests=0)
     assert math.isfinite(SensitivityGrid(links=(8,), ranksets=(1,), contexts=(1024,), requests=1).links[0])
+
+
+def test_no_hybrid(tmp_path):
+    out = tmp_path / "n"
+    assert main(["sensitivity", "--small", "--no-hybrid", "--contexts", "1024", "--links", "128", "--ranksets", "4",
+                 "--out", str(out)]) == 0
+    res = json.loads((out / "sensitivity.json").read_text())
+    assert not any(p["system"] == "hybrid" for p in res["points"]) and "best" not in res["cells"][0]
