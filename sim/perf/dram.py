@@ -287,8 +287,11 @@ class DRAMPerfModel:
             raise RuntimeError(f"dram_kernel.dram_simulate failed with code {rc}")
         return StreamResult(int(out[0]), int(out[1]), int(out[2]), int(out[3]), col)
 
-    def _simulate_py(self, addresses, writes=None, *, frontend=None) -> StreamResult:
-        """:meth:`simulate` in Python: the reference the compiled kernel is checked against."""
+    def _simulate_py(self, addresses, writes=None, *, frontend=None, record=None) -> StreamResult:
+        """:meth:`simulate` in Python: the reference the compiled kernel is checked against. ``record``: called as
+        ``record(kind, cycle, rank, bank, row, col, write)`` for every command the replay issues (kind ``"ACT"``,
+        ``"PRE"``, ``"PREA"``, ``"REF"`` or ``"COL"``; ``cycle`` the bus cycle, the decision cycle + 1; ``bank`` the
+        rank-flat bank index, -1 for PREA / REF): the command stream sim/energy/record.py reads."""
         org, tm = self.config.org, self.config.timing
         a = np.asarray(addresses, dtype=np.int64).ravel()
         n = a.size
@@ -377,6 +380,8 @@ class DRAMPerfModel:
                             if b_act[b] < t + tRPab:
                                 b_act[b] = t + tRPab
                         pres += 1
+                        if record is not None:
+                            record("PREA", t + 1, ref_rank, -1, 0, 0, False)
                         issued = True
                     else:
                         wake = tp
@@ -387,6 +392,8 @@ class DRAMPerfModel:
                             if b_act[b] < t + tRFC:
                                 b_act[b] = t + tRFC
                         refs += 1
+                        if record is not None:
+                            record("REF", t + 1, ref_rank, -1, 0, 0, False)
                         issued = is_ref = True
                     else:
                         wake = ta
@@ -452,6 +459,8 @@ class DRAMPerfModel:
                                 r_rdbus[r2] = max(r_rdbus[r2], t + rd_rd_xr)
                                 r_wrbus[r2] = max(r_wrbus[r2], t + wr_rd_xr)
                     col[j] = t + 1
+                    if record is not None:
+                        record("COL", t + 1, r, b, row_l[j], col_l[j], wr_l[j])
                     done += 1
                     issued = True
                     if fe is not None:
@@ -463,6 +472,8 @@ class DRAMPerfModel:
                         b_open[b] = False
                         b_act[b] = max(b_act[b], t + tRP)
                         pres += 1
+                        if record is not None:
+                            record("PRE", t + 1, r, b, row_l[j], 0, False)
                     else:                  # ACT
                         b_open[b] = True
                         b_row[b] = row_l[j]
@@ -476,6 +487,8 @@ class DRAMPerfModel:
                         f[p] = max(f[p], t + tFAW)
                         r_fawp[r] = (p + 1) & 3
                         acts += 1
+                        if record is not None:
+                            record("ACT", t + 1, r, b, row_l[j], 0, False)
                     issued = True
             # ---- refresh bookkeeping (has_req: the queue of cycle t, before this cycle's removal and push)
             changed = issued
