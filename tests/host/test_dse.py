@@ -142,3 +142,18 @@ def test_the_front_points_verilog_is_lint_clean(tmp_path):
     assert res["lint_ok"], (tmp_path / "verilog" / "m16-d64k-i64k-o64k" / "lint.txt").read_text()
     cmd = (tmp_path / "verilog" / "m16-d64k-i64k-o64k" / "command.txt").read_text()
     assert "--set ndp.macs=16" in cmd and "--counts-only NDPCore" in cmd
+
+
+def test_runs_on_a_dask_cluster(monkeypatch):
+    """``--cluster``'s executor (an in-process Dask cluster here) gives the same rows as the local pool."""
+    from dask.distributed import Client
+    from host.dse.cli import run_dse
+    from host.sweep.executor import DaskExecutor, LocalExecutor
+    monkeypatch.setattr(P, "core_area_power", _composed_area)
+    pts = [Point(256, 1024, 512, 512), Point(512, 1024, 512, 512)]
+    local = run_dse(pts, P.WORKLOADS["small"], executor=LocalExecutor(jobs=1, progress=False), say=lambda s: None)
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c:
+        dask = run_dse(pts, P.WORKLOADS["small"], executor=DaskExecutor(client=c, progress=False),
+                       say=lambda s: None)
+    key = lambda rs: [(r["point"], r["throughput_tok_s"], r["area_mm2"], r["pareto"]) for r in rs]  # noqa: E731
+    assert key(dask["rows"]) == key(local["rows"])
