@@ -190,16 +190,19 @@ def write_outputs(result: dict, out) -> list:
             if feas:
                 kw["c"] = [r["macs"] for r in pts]
                 kw["cmap"] = "viridis"
+                kw["norm"] = matplotlib.colors.LogNorm()
             sc = ax.scatter([r["tok_s_per_mm2"] for r in pts], [r["tok_s_per_w"] for r in pts],
                             label="feasible" if feas else "over budget", **kw)
             if feas:
                 fig.colorbar(sc, ax=ax, label="MACs")
     fr = sorted((rows[i] for i in result["front"]), key=lambda r: r["tok_s_per_mm2"])
     if fr:
-        ax.plot([r["tok_s_per_mm2"] for r in fr], [r["tok_s_per_w"] for r in fr], "r-", lw=1, label="Pareto front")
+        ax.plot([r["tok_s_per_mm2"] for r in fr], [r["tok_s_per_w"] for r in fr], "r-", lw=1)
+        ax.scatter([r["tok_s_per_mm2"] for r in fr], [r["tok_s_per_w"] for r in fr], s=160, facecolors="none",
+                   edgecolors="red", linewidths=1.5, label="Pareto front")
         for r in fr:
-            ax.annotate(r["point"], (r["tok_s_per_mm2"], r["tok_s_per_w"]), fontsize=6, xytext=(3, 3),
-                        textcoords="offset points")
+            ax.annotate(r["point"], (r["tok_s_per_mm2"], r["tok_s_per_w"]), fontsize=6, xytext=(-6, 6),
+                        textcoords="offset points", ha="right")
     ax.set_xlabel("throughput per NDP-logic area, tok/s per mm^2")
     ax.set_ylabel("throughput per NDP-logic peak power, tok/s per W")
     ax.set_title(f"ndpim dse: {len(priced)} points priced, {len(fr)} on the front", fontsize=9)
