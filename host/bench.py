@@ -21,7 +21,8 @@ from pathlib import Path
 
 __all__ = ["engine_speed", "gpu_accuracy", "run_grids", "main"]
 
-GRIDS = (("plora", "host.plora.bench"), ("l3", "host.l3.bench"), ("compare", "host.compare.bench"))
+GRIDS = (("plora", "host.plora.bench"), ("l3", "host.l3.bench"), ("compare", "host.compare.bench"),
+         ("dse", "host.dse.bench"))
 
 
 def _timed(fn):

@@ -562,6 +562,8 @@ PLUGINS = ("host.plora.cli", "host.l3.cli", "host.compare.cli")
 
 # the LLaMA-scale hybrid's group (ndpim hybrid ...; issue 34 item 2)
 PLUGINS += ("host.hybrid.cli",)
+# design-space exploration under an area / power budget (ndpim dse; issue 34 item 4)
+PLUGINS += ("host.dse.cli",)
 
 
 def _plugin_modules():

@@ -44,7 +44,8 @@ from sim.energy.ops import op_pj, sram_read_pj, PROCESS as OPS_PROCESS
 
 __all__ = ["LIBERTY_PATH", "SRAM_UM2_PER_BIT", "SRAM_LEAK_NW_PER_BIT", "SRAM_SOURCE", "Liberty", "read_liberty",
            "reduce_liberty", "module_areas", "mapped_area", "unit_op_pj", "ndp_paper_area", "pim_paper_area",
-           "ndp_power", "pim_power", "paper_figures", "ndp_paper_component", "bench_figures", "format_table", "PAPER_BUDGETS", "MAP_CELLS"]
+           "ndp_power", "pim_power", "paper_figures", "ndp_paper_component", "bench_figures", "format_table", "PAPER_BUDGETS", "MAP_CELLS",
+           "AREA_CACHE_DIR"]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The reduced NanGate 45 nm typical-corner liberty (header of the file: repository, commit, path, license).
@@ -189,6 +190,40 @@ def reduce_liberty(text: str, cells=MAP_CELLS) -> str:
 
 # -- technology mapping ----------------------------------------------------------------------------------------
 
+#: The mapped-cell cache of a sweep (``module_areas(cache_dir=...)``); under build/, never committed.
+AREA_CACHE_DIR = ROOT / "build" / "area_cache"
+
+
+def _cache_key(*texts):
+    import hashlib
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _cache_get(cache_dir, key):
+    """The cached ``{cell type: count}`` of ``key``, or None (no cache, a miss, or an unreadable entry)."""
+    if not cache_dir or key is None:
+        return None
+    path = Path(cache_dir) / f"{key}.json"
+    try:
+        return {k: int(v) for k, v in json.loads(path.read_text())["by_type"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _cache_put(cache_dir, key, module, by_type):
+    if not cache_dir or key is None:
+        return
+    d = Path(cache_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{key}.{id(by_type)}.tmp"
+    tmp.write_text(json.dumps({"module": module, "by_type": by_type}))
+    tmp.replace(d / f"{key}.json")                   # atomic: parallel workers may write the same entry
+
+
 class _NoUnit:
     """A class no component is an instance of: ``units=(_NoUnit,)`` synthesizes a top flat."""
 
@@ -228,14 +263,20 @@ def _cell_area(by_type, lib, module):
     return area, seq, leak
 
 
-def module_areas(name, component, *, units=None, counts_only=(), liberty=LIBERTY_PATH, progress=None) -> dict:
+def module_areas(name, component, *, units=None, counts_only=(), liberty=LIBERTY_PATH, progress=None,
+                 cache_dir=None) -> dict:
     """Mapped area of ``component`` per distinct module x instance count (module docstring).
 
     ``units``: the black-boxed unit classes (:func:`sim.synth.hier.default_units` if None; ``()`` = flat).
     ``counts_only``: class names elaborated for their instance counts and memories only (not mapped: their own
     logic is missing from the area and listed in ``not_mapped``). Returns ``{"top", "modules": {module: {"class",
     "instances", "cells", "by_type", "area_um2", "seq_um2", "leak_nw", "memory_bits", "children"}}, "logic_um2",
-    "seq_um2", "leak_nw", "sram_bits", "sram_um2", "sram_leak_nw", "area_um2", "not_mapped", "seconds"}``."""
+    "seq_um2", "leak_nw", "sram_bits", "sram_um2", "sram_leak_nw", "area_um2", "not_mapped", "seconds"}``.
+
+    ``cache_dir``: a directory of mapped cell counts keyed by the SHA-256 of (module RTLIL, its black-box stubs,
+    the Yosys script, the liberty text) (:data:`AREA_CACHE_DIR` is the one ``ndpim dse`` uses): a module already
+    mapped with the same inputs is read back instead of re-run (the same Yosys run would give the same cells);
+    ``None`` maps everything."""
     from sim.synth.hier import elaborate_distinct, _stub, _instances
     from sim.synth.yosys import _yosys
     t0 = time.perf_counter()
@@ -249,16 +290,22 @@ def module_areas(name, component, *, units=None, counts_only=(), liberty=LIBERTY
                                                counts_only=tuple(counts_only))
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "cells.lib").write_text(Path(liberty).read_text())
+        lib_text = Path(liberty).read_text()
         for mname, text in sorted(texts.items(), key=lambda kv: len(kv[1])):
             t1 = time.perf_counter()
-            (Path(tmp) / f"{mname}.il").write_text(text)
             children = modules[mname]["children"]
-            (Path(tmp) / f"{mname}_bb.v").write_text("".join(_stub(c, stubs[c]) for c in children) or "\n")
-            out = subprocess.run([_yosys(), "-q", "-p", _map_script(mname, "cells.lib")], capture_output=True,
-                                 text=True, cwd=tmp)
-            if out.returncode:
-                raise RuntimeError(f"yosys failed on {mname}:\n{(out.stdout + out.stderr)[-3000:]}")
-            by_type = _stat_cells((Path(tmp) / "stat.txt").read_text())
+            stub_text = "".join(_stub(c, stubs[c]) for c in children) or "\n"
+            script = _map_script(mname, "cells.lib")
+            key = _cache_key(text, stub_text, script, lib_text) if cache_dir else None
+            by_type = _cache_get(cache_dir, key)
+            if by_type is None:
+                (Path(tmp) / f"{mname}.il").write_text(text)
+                (Path(tmp) / f"{mname}_bb.v").write_text(stub_text)
+                out = subprocess.run([_yosys(), "-q", "-p", script], capture_output=True, text=True, cwd=tmp)
+                if out.returncode:
+                    raise RuntimeError(f"yosys failed on {mname}:\n{(out.stdout + out.stderr)[-3000:]}")
+                by_type = _stat_cells((Path(tmp) / "stat.txt").read_text())
+                _cache_put(cache_dir, key, mname, by_type)
             ychildren = {k: v for k, v in by_type.items() if k in children}
             if ychildren != children:
                 raise ValueError(f"module {mname}: instance counts {children} differ from the black boxes Yosys "

@@ -166,3 +166,19 @@ def test_pim_power_arithmetic():
     assert p["bank_w"] == pytest.approx(6.0e-12 * 200e6 + 1e-6)
     assert p["rank_w"] == pytest.approx(100e-12 * 200e6)
     assert p["rank_total_w"] == pytest.approx(p["rank_w"] + 128 * p["bank_w"])
+
+
+def test_the_disk_cache_gives_the_same_areas_and_is_keyed_by_the_rtlil(tmp_path, monkeypatch):
+    first = module_areas("adders1", _Adders(1), cache_dir=tmp_path)
+    entries = sorted(tmp_path.glob("*.json"))
+    assert len(entries) == len(first["modules"])            # one per distinct module mapped
+    # a second run reads the cache: Yosys is not called
+    monkeypatch.setattr(area.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("yosys ran")))
+    again = module_areas("adders1", _Adders(1), cache_dir=tmp_path)
+    for key in ("logic_um2", "seq_um2", "leak_nw", "sram_bits", "area_um2"):
+        assert again[key] == first[key]
+    assert {m: v["by_type"] for m, v in again["modules"].items()} == \
+        {m: v["by_type"] for m, v in first["modules"].items()}
+    # another design (two adders: a different top module's RTLIL) misses the cache for its top
+    with pytest.raises(AssertionError, match="yosys ran"):
+        module_areas("adders2", _Adders(2), cache_dir=tmp_path)
