@@ -66,8 +66,8 @@ SRAM_SOURCE = ("FreePDK45 fakeram45_2048x39 (OpenROAD-flow-scripts 8c009b0b, bsg
                "1.8766 mW leakage for 79,872 bits")
 
 #: What the papers state about the two designs' budgets (quoted; nothing here is an area or power figure, because
-#: the copies in /work/shared/papers state none: PLoRA's Table VI body and its area/power section VIII are
-#: withheld from the copy; L3 section 4.4 gives unit counts and the buffer size only).
+#: the project's copies of the papers (docs/references.md) state none: PLoRA's Table VI body and its area/power
+#: section VIII are not in the copy; L3 section 4.4 gives unit counts and the buffer size only).
 PAPER_BUDGETS = {
     "plora_ndp": {
         "source": "PLoRA IV-B: 'We follow Samsung's HPCA'24 CXL-PNM device [60], with 1.1 TB/s bandwidth, "
