@@ -188,7 +188,10 @@ def _l3_run(system, model, setup, w, seed, batch):
     hbm_kv = s.get("kv_peak_tokens", 0) * setup.kv_bytes_per_token \
         if system in HBM_KV_SYSTEMS or system == "cpu-offload" else 0.0
     s["_gpu_mem_gb"] = float(model.weight_bytes(1) + gpu_workspace_bytes(setup) + hbm_kv) / 1e9
-    s["_links"] = None
+    lb = s.get("link_bytes")
+    # the host link's bytes as the L3 systems count them (KV written, and with DIMM-PIM each decode token's query and
+    # output; 0 where the KV stays in HBM)
+    s["_links"] = None if lb is None else {setup.host_link.name: {"gb": (lb["pcie_out"] + lb["pcie_in"]) / 1e9}}
     s["_added_memory_gb"] = setup.host.capacity_bytes / 1e9 if system in ("l3", "r-pim", "cpu-offload") else 0.0
     return s, r.output.table
 

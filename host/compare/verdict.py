@@ -102,7 +102,8 @@ def _winner_claim(rows, w, metric, label, better, kind, hosts, what):
         else:
             text += f"; next {nxt['system']} ({nxt['row']}) at {nxt[metric]:.4g}"
     if metric == "link_gb_max":
-        text += " (the L3 host reports no link traffic)"
+        text += (" (the PLoRA host's figures are upper bounds from link busy time; the L3 host's and the hybrid's "
+                 "are the bytes they moved)")
     if metric == "tpot_ms_matched":
         cited = winners + rest[:1]
         text += " [mean batch reached: " + ", ".join(

@@ -216,6 +216,8 @@ def run_l3(model: str, trace: str, system: str, *, ranksets: int | None = None, 
         systems.append(sysobj)
     out = merge_outputs(outs, system)
     out.summary.update(run_energy(systems, out.summary.get("output_tokens", 0)))
+    lb = [sy.link_bytes() for sy in systems]        # every replica's host link, summed
+    out.summary["link_bytes"] = {k: float(sum(x[k] for x in lb)) for k in ("pcie_out", "pcie_in")}
     out.summary["oom"] = False
     out.summary.update(options)
     out.summary["wall_s"] = time.perf_counter() - wall0

@@ -288,9 +288,9 @@ class _Common(System):
         led.add_gpu(s.node.gpu.name, s.tp, window_s, min(busy, window_s))
         led.add("dram", s.host.ranks / s.dp * dram_rank_idle_w(DDR4_3200) * window_s)
         if self.decode_attention in ("dimm-pim", "cpu"):
-            bits = 8.0 * e["kv_written_tokens"] * s.kv_bytes_per_token
+            lb = self.link_bytes()      # the KV written; with dimm-pim each decode token's query in, output out
+            bits = 8.0 * (lb["pcie_out"] + lb["pcie_in"])
             if self.decode_attention == "dimm-pim":
-                bits += 8.0 * e["decode_tokens"] * m.n_layers * 2 * m.d_model * m.dtype_bytes   # q in, output out
                 d_pj, pu_pj = pim_head_increment_pj(m.head_dim, e["heads"], e["head_tokens"])
                 led.add("dram", d_pj * 1e-12)
                 led.add("pim", pu_pj * 1e-12)
@@ -301,6 +301,20 @@ class _Common(System):
             led.add_link(s.host_link.name, bits)
             led.add_link("ddr4", bits)
         return led
+
+    def link_bytes(self) -> dict:
+        """Bytes this replica moved over its host link (PCIe) in the iterations the engine kept, by direction (the
+        same work the energy charges, :meth:`energy`): ``pcie_out`` (GPU to host memory: every token's KV written
+        to the DIMMs, and with ``dimm-pim`` every decode token's query per layer), ``pcie_in`` (host to GPU: the
+        decode attention's output per token and layer). 0 where the KV stays in HBM."""
+        e, s = self.ework, self.setup
+        m = s.model
+        if self.decode_attention not in ("dimm-pim", "cpu"):
+            return {"pcie_out": 0.0, "pcie_in": 0.0}
+        kv = e["kv_written_tokens"] * s.kv_bytes_per_token
+        vec = e["decode_tokens"] * m.n_layers * m.d_model * m.dtype_bytes if self.decode_attention == "dimm-pim" \
+            else 0.0
+        return {"pcie_out": float(kv + vec), "pcie_in": float(vec)}
 
     def _gpu_spans(self, name, start, dur, args=None):
         if not self.emit_spans or not dur > 0:

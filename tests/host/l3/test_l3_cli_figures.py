@@ -17,6 +17,8 @@ def test_cli_run_writes_the_run_directory(tmp_path, capsys):
                  "--ranksets", "2", "--host-memory-gb", "512", "--seed", "1", "--out", str(out)]) in (0, None)
     s = json.loads((out / "summary.json").read_text())
     assert all(k in s for k in RUN_KEYS) and s["finished"] == 6
+    # the host link's bytes: R-PIM keeps the KV in the DIMMs, so the KV and each decode's query go out, outputs in
+    assert s["link_bytes"]["pcie_out"] > s["link_bytes"]["pcie_in"] > 0
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["setup"]["ranksets"] == 2 and cfg["setup"]["host_capacity_gib"] == 512 and cfg["seed"] == 1
     assert "throughput_tok_s" in capsys.readouterr().out
