@@ -25,7 +25,7 @@ import numpy as np
 
 __all__ = ["GPUPower", "GPU_POWER", "LINK_PJ_PER_BIT", "DDR4_CHANNEL_PJ_PER_BIT", "gpu_power", "link_pj_per_bit",
            "gpu_energy_j", "EnergyLedger", "ndp_device_power", "ndp_idle_dram_w", "ddr4_read_pj_per_bit", "pim_head_increment_pj", "dram_rank_idle_w",
-           "ENERGY_KEYS"]
+           "ENERGY_KEYS", "keep_busy", "window_s"]
 
 #: the keys of ``energy_j``
 ENERGY_KEYS = ("gpu", "links", "ndp", "pim", "dram", "total")
@@ -95,6 +95,23 @@ def link_pj_per_bit(name: str) -> float:
         if n.startswith(k):
             return LINK_PJ_PER_BIT[k]
     raise ValueError(f"no energy per bit for link {name!r}; allowed prefixes: {sorted(LINK_PJ_PER_BIT)}")
+
+
+def keep_busy(lane_busy: dict, pending, span: list, durations, now: float) -> None:
+    """Account the iterations the engine kept (it calls ``on_iteration_end`` at their end, and may cut a priced decode
+    stretch at the next arrival): add each timeline lane's busy seconds of the first ``len(durations)`` priced
+    iterations (``pending``: lane -> per-iteration busy seconds, or None) into ``lane_busy``, and widen ``span``
+    ([first start, last end]) to cover them. The hosts' energy reads both (:func:`window_s`)."""
+    n = len(durations)
+    for lane, b in (pending or {}).items():
+        lane_busy[lane] = lane_busy.get(lane, 0.0) + float(np.sum(np.asarray(b, float)[:n]))
+    span[0] = min(span[0], float(now) - float(np.sum(durations)))
+    span[1] = max(span[1], float(now))
+
+
+def window_s(span: list) -> float:
+    """Seconds from the first kept iteration's start to the last one's end (0 before any)."""
+    return max(0.0, span[1] - span[0]) if np.isfinite(span[0]) else 0.0
 
 
 def gpu_energy_j(gpu: str, n_gpus: int, wall_s: float, busy_s: float) -> float:

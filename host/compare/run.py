@@ -42,7 +42,7 @@ import numpy as np
 from . import metrics as M
 from .workloads import WORKLOADS, build, describe, write_trace
 
-__all__ = ["SYSTEMS", "LLAMA31_8B", "GPU", "Grid", "run_grid", "write_model", "SMALL", "FULL"]
+__all__ = ["SYSTEMS", "LLAMA31_8B", "GPU", "Grid", "run_grid", "write_model", "l3_budget_setup", "SMALL", "FULL"]
 
 #: Hugging Face meta-llama/Llama-3.1-8B config.json (the values below, as published).
 LLAMA31_8B = {"_name_or_path": "meta-llama/Llama-3.1-8B", "model_type": "llama", "num_hidden_layers": 32,
@@ -109,12 +109,14 @@ def write_model(out: Path) -> Path:
     return path
 
 
-def _l3_setup(model):
+def l3_budget_setup(model, ranksets=None):
+    """The L3 host's set-up on the budget (module docstring): one H100, the DIMM-PIM behind its PCIe 5.0 x16,
+    ``ranksets`` ranks per channel (None: L3 Table 2's)."""
     from host.l3.config import l3_setup
     from host.link import get_link
     pcie5 = get_link("pcie5-x16")
-    return l3_setup(model, tp=1, dp=1, hardware={"gpu": {"preset": GPU},
-                                                 "link": {"bw_gbps": pcie5.bw_gbps, "rtt_ns": pcie5.rtt_ns}})
+    return l3_setup(model, tp=1, dp=1, ranksets=ranksets,
+                    hardware={"gpu": {"preset": GPU}, "link": {"bw_gbps": pcie5.bw_gbps, "rtt_ns": pcie5.rtt_ns}})
 
 
 def _sum_col(iterations, name):
@@ -293,7 +295,7 @@ def run_grid(grid: Grid, out_dir, *, progress=None) -> dict:
     out = Path(out_dir)
     model_path = write_model(out)
     model = load_hf_config(model_path)
-    setup = _l3_setup(model)
+    setup = l3_budget_setup(model)
     rows, wdesc = [], {}
     for wname in grid.workloads:
         w = build(wname, n_requests=grid.requests, seed=grid.seed, rate_per_s=grid.rate_per_s)

@@ -134,17 +134,12 @@ L3_VARIANTS = {"l3": None, "l3-knee": "knee"}
 
 
 def _l3_point(model, w, ranksets, seed, min_gpu_tokens=None):
-    from host.l3.config import l3_setup
     from host.l3.run import run_l3
-    from host.link import get_link
     from host.serving import EngineConfig
-    from .run import GPU
-    pcie5 = get_link("pcie5-x16")
-    setup = l3_setup(model, tp=1, dp=1, ranksets=ranksets,
-                     hardware={"gpu": {"preset": GPU}, "link": {"bw_gbps": pcie5.bw_gbps, "rtt_ns": pcie5.rtt_ns}})
+    from .run import l3_budget_setup
     kw = {"min_gpu_tokens": min_gpu_tokens} if min_gpu_tokens is not None else None
-    return run_l3(model.name, w.name, "l3", setup=setup, workload=w, seed=seed, system_kw=kw,
-                  engine=EngineConfig(trace=False, record_iterations=False)).summary
+    return run_l3(model.name, w.name, "l3", setup=l3_budget_setup(model, ranksets), workload=w, seed=seed,
+                  system_kw=kw, engine=EngineConfig(trace=False, record_iterations=False)).summary
 
 
 def _hybrid_point(w, link, ranksets, seed):
@@ -176,41 +171,33 @@ def run_sensitivity(grid: SensitivityGrid, out_dir, *, progress=None) -> dict:
     model_path = write_model(out)
     model = load_hf_config(model_path)
     points = []
+
+    def measure(system, price, ctx, **axes):
+        """One run: its row (a run that raises is a failed row with the reason), reported to ``progress``."""
+        t0, err, s = time.perf_counter(), "", {}
+        try:
+            s = price()
+        except (ValueError, RuntimeError) as e:
+            err = f"{type(e).__name__}: {e}"
+        (axis, value), *more = axes.items()
+        p = _row(system, axis, value, ctx, s, err, time.perf_counter() - t0)
+        p.update(more)
+        points.append(p)
+        if progress:
+            progress(p)
+
     for ctx in grid.contexts:
         w = context_workload(ctx, grid.requests, grid.seed)
         trace = write_trace(w, out / "workloads" / f"ctx{ctx}.csv")
         for link in grid.links:
-            t0, err, s = time.perf_counter(), "", {}
-            try:
-                s = _plora_point(model_path, trace, link, grid.seed)
-            except (ValueError, RuntimeError) as e:
-                err = f"{type(e).__name__}: {e}"
-            points.append(_row("plora", "link_gbps", link, ctx, s, err, time.perf_counter() - t0))
-            if progress:
-                progress(points[-1])
+            measure("plora", lambda: _plora_point(model_path, trace, link, grid.seed), ctx, link_gbps=link)
         for variant, floor in L3_VARIANTS.items():
             for rs in grid.ranksets:
-                t0, err, s = time.perf_counter(), "", {}
-                try:
-                    s = _l3_point(model, w, rs, grid.seed, floor)
-                except (ValueError, RuntimeError) as e:
-                    err = f"{type(e).__name__}: {e}"
-                points.append(_row(variant, "ranksets", rs, ctx, s, err, time.perf_counter() - t0))
-                if progress:
-                    progress(points[-1])
+                measure(variant, lambda: _l3_point(model, w, rs, grid.seed, floor), ctx, ranksets=rs)
         if grid.hybrid:
             for link in grid.links:
                 for rs in grid.ranksets:
-                    t0, err, s = time.perf_counter(), "", {}
-                    try:
-                        s = _hybrid_point(w, link, rs, grid.seed)
-                    except (ValueError, RuntimeError) as e:
-                        err = f"{type(e).__name__}: {e}"
-                    p = _row("hybrid", "link_gbps", link, ctx, s, err, time.perf_counter() - t0)
-                    p["ranksets"] = rs
-                    points.append(p)
-                    if progress:
-                        progress(points[-1])
+                    measure("hybrid", lambda: _hybrid_point(w, link, rs, grid.seed), ctx, link_gbps=link, ranksets=rs)
     thr = {(p["system"], p.get("link_gbps", p.get("ranksets")), p["context"]): p["throughput_tok_s"] for p in points
            if p["system"] != "hybrid"}
     hyb = {(p["link_gbps"], p["ranksets"], p["context"]): p["throughput_tok_s"] for p in points

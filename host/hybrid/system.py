@@ -369,9 +369,8 @@ class HybridScaleSystem(System):
 
     def on_iteration_end(self, batch, result, now):
         self.mem.on_iteration_end(batch, result, now)
-        sp = self.acc["span"]           # the engine calls this at the iteration's end
-        sp[0] = min(sp[0], float(now) - float(result.duration_s))
-        sp[1] = max(sp[1], float(now))
+        from host.energy import keep_busy
+        keep_busy({}, None, self.acc["span"], [result.duration_s], now)      # the span the energy is charged over
 
     def energy(self) -> dict:
         """``energy_j`` and ``energy_per_token_mj`` of the run (host/energy.py; docs/energy.md "Energy in runs"),
@@ -381,9 +380,9 @@ class HybridScaleSystem(System):
         paper device's busy power at this model's shape, every device's LPDDR5X in standby for the span; the
         DIMM-PIM heads (sim.energy.pim, beyond standby) and every rank of the host memory in precharge standby."""
         from hdl.memctl.timing import DDR4_3200
-        from host.energy import EnergyLedger, dram_rank_idle_w, ndp_device_power, pim_head_increment_pj
+        from host.energy import EnergyLedger, dram_rank_idle_w, ndp_device_power, pim_head_increment_pj, window_s
         a, m = self.acc, self.setup.model
-        T = max(0.0, a["span"][1] - a["span"][0]) if np.isfinite(a["span"][0]) else 0.0
+        T = window_s(a["span"])
         led = EnergyLedger()
         led.add_gpu(self.gpu_cfg.name, 1, T, min(a["gpu"], T))
         led.add_link(self.link.name, 8.0 * (a["cxl_out"] + a["cxl_in"]))

@@ -258,9 +258,8 @@ class _Common(System):
             if "cpu" in self.busy:      # the CPU's busy seconds of the priced iterations, the kept share of them
                 e["cpu_s"] += (self.busy["cpu"] - cpu0) * (n / len(d))
             self._pending = None
-        tot = float(np.sum(dur))
-        e["span"][0] = min(e["span"][0], float(now) - tot)       # on_iteration_end comes at the end
-        e["span"][1] = max(e["span"][1], float(now))
+        from host.energy import keep_busy
+        keep_busy({}, None, e["span"], dur, now)                   # the span of the kept iterations
         m = self.setup.model
         dec = ~batch.prefill
         nd = int(dec.sum())

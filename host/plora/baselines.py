@@ -320,13 +320,10 @@ class HostMemorySystem(System):
     def on_iteration_end(self, batch, result, now):
         self.clock = now
         # the energy's accounting of the iterations the engine kept (it cuts a stretch at the next arrival)
+        from host.energy import keep_busy
         durs = [result.duration_s] if isinstance(result, IterationResult) else result.durations_s
-        n = len(durs)
-        for lane, b in (self._pending_busy or {}).items():
-            self.lane_busy[lane] = self.lane_busy.get(lane, 0.0) + float(np.sum(b[:n]))
+        keep_busy(self.lane_busy, self._pending_busy, self.span_s, durs, now)
         self._pending_busy = None
-        self.span_s[0] = min(self.span_s[0], float(now) - float(np.sum(durs)))
-        self.span_s[1] = max(self.span_s[1], float(now))
 
     def _pend(self, ex, ex0, k):
         """Per iteration and timeline lane, the busy seconds executed (a stretch: ``ex`` over its ``k`` iterations,
@@ -345,9 +342,9 @@ class HostMemorySystem(System):
         the adapter copies over each GPU's PCIe link (its ``PCIe 0`` busy seconds x the link's bandwidth, per GPU)
         and, read from the host's DDR4, over a DDR4 channel and at the DDR4 read energy (``dram``). The host CPU's
         power (CPU-LoRA-Offload's kernel) is not charged."""
-        from host.energy import EnergyLedger, ddr4_read_pj_per_bit
+        from host.energy import EnergyLedger, ddr4_read_pj_per_bit, window_s
         b = self.lane_busy
-        T = max(0.0, self.span_s[1] - self.span_s[0]) if np.isfinite(self.span_s[0]) else 0.0
+        T = window_s(self.span_s)
         led = EnergyLedger()
         led.add_gpu(self.gpu.name, self.n_gpus, T, b.get("GPU 0", 0.0))
         bits = 8.0 * self.link.bw_gbps * 1e9 * b.get("PCIe 0", 0.0) * self.n_gpus

@@ -586,16 +586,6 @@ class PLoRASystem(System):
         self.peak["kv_dup"] = max(self.peak["kv_dup"], kvd)
         self.adapter_iters += n_strat * k
 
-    def _account_busy(self, durations, now):
-        """The executed iterations' lane busy seconds and the span of time they cover (for the energy)."""
-        n = len(durations)
-        for lane, b in (self._pending_busy or {}).items():
-            self.lane_busy[lane] = self.lane_busy.get(lane, 0.0) + float(np.sum(b[:n]))
-        self._pending_busy = None
-        # the engine calls on_iteration_end at the (last) iteration's end
-        self.span_s[0] = min(self.span_s[0], float(now) - float(np.sum(durations)))
-        self.span_s[1] = max(self.span_s[1], float(now))
-
     def energy(self) -> dict:
         """``energy_j`` and ``energy_per_token_mj`` of the run so far (host/energy.py, docs/energy.md "Energy in
         runs"): the GPU board over the run's time (first iteration's start to the last one's end, idle gaps
@@ -603,9 +593,9 @@ class PLoRASystem(System):
         bits (each direction's busy seconds x its bandwidth); each NDP device's busy seconds at the busy power of
         the paper device's kernels at this model's shape (logic to ``ndp``, its LPDDR5X to ``dram``), every
         device's memory in precharge standby for the whole run."""
-        from host.energy import EnergyLedger, ndp_device_power
+        from host.energy import EnergyLedger, ndp_device_power, window_s
         b = self.lane_busy
-        T = max(0.0, self.span_s[1] - self.span_s[0]) if np.isfinite(self.span_s[0]) else 0.0
+        T = window_s(self.span_s)
         led = EnergyLedger()
         led.add_gpu(self.gpu.name, 1, T, b.get("GPU 0", 0.0))
         bits = 8.0 * self.cost.link.W * (b.get("link out", 0.0) + b.get("link in", 0.0))
@@ -704,8 +694,10 @@ class PLoRASystem(System):
 
     def on_iteration_end(self, batch, result, now):
         k = 1 if isinstance(result, IterationResult) else len(result.durations_s)
-        self._account_busy([result.duration_s] if k == 1 and isinstance(result, IterationResult)
-                            else result.durations_s, now)
+        from host.energy import keep_busy
+        keep_busy(self.lane_busy, self._pending_busy, self.span_s,
+                  [result.duration_s] if k == 1 and isinstance(result, IterationResult) else result.durations_s, now)
+        self._pending_busy = None
         self.temp.step(k)
         if k > 1 and self._end_dup is not None:
             dec, dup = self._end_dup
