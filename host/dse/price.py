@@ -83,20 +83,15 @@ def glue_generic_cells(cfg) -> dict:
 
 def core_area_power(point, *, cache=True, progress=None) -> dict:
     """Area (um^2) and peak power (W) of one NDP core at ``point`` (module docstring)."""
-    from sim.energy.area import (module_areas, NDP_COUNTS_ONLY, AREA_CACHE_DIR, _glue_estimate, _sram_pj_per_bit,
-                                 _fmt_bits)
-    from sim.energy.ops import op_pj
+    from sim.energy.area import module_areas, ndp_power, NDP_COUNTS_ONLY, AREA_CACHE_DIR
     spec, cfg = core_config(point)
     res = module_areas("ndp_core", spec.build(cfg), counts_only=NDP_COUNTS_ONLY,
                        cache_dir=AREA_CACHE_DIR if cache else None, progress=progress)
     c = cfg.ndp
-    glue = _glue_estimate(res, glue_generic_cells(c))
-    f = c.clock_mhz * 1e6
-    # sim/energy/area.py ndp_power: one FP16 multiply + one accumulator add per MAC per cycle (Horowitz 45 nm)
-    mac_w = c.macs * (op_pj("fp16_mul") + op_pj(f"fp{_fmt_bits(c.acc)}_add")) * 1e-12 * f
-    beat_bits = c.lanes * 16
-    sram_w = 2 * beat_bits * _sram_pj_per_bit(beat_bits, c.dram_buffer_bytes) * 1e-12 * f
-    leak_w = (res["leak_nw"] + res["sram_leak_nw"] + glue["leak_nw"]) * 1e-9
+    # sim/energy/area.py ndp_power's activity at this core: every MAC one FP16 multiply + one accumulator add per
+    # cycle, one A beat written and read in the DRAM ring per cycle (Horowitz 45 nm), leakage incl. the glue
+    pw = ndp_power(res, c, glue_counts=glue_generic_cells(c))
+    glue, mac_w, sram_w, leak_w = pw["glue"], pw["mac_w"], pw["sram_w"], pw["leak_w"]
     return {"lanes": c.lanes, "pe_rows": c.pe_batch, "sfu_lanes": c.sfu_lanes,
             "logic_mm2": res["logic_um2"] * 1e-6, "glue_estimate_mm2": glue["area_um2"] * 1e-6,
             "sram_mm2": res["sram_um2"] * 1e-6, "sram_bits": res["sram_bits"],

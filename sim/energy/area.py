@@ -455,8 +455,10 @@ def _unit_pj(res, module):
     return unit_op_pj(mod["class"], mod.get("params", {}), mod["area_um2"], fp16_add)
 
 
-def ndp_power(res, cfg=None) -> dict:
-    """Power of the paper NDP core (``res``: :func:`ndp_paper_area`) at its clock ([PLoRA] 1 GHz, PAPER).
+def ndp_power(res, cfg=None, glue_counts=None) -> dict:
+    """Power of the paper NDP core (``res``: :func:`ndp_paper_area`) at its clock ([PLoRA] 1 GHz, PAPER), or of the
+    core of ``cfg`` (``res`` its mapping; ``glue_counts``: its unmapped glue's generic-gate counts, default the
+    paper's :data:`NDP_GLUE_GENERIC_CELLS`).
 
     Activity (stated): the 2-TFLOPS rating, every FPMAC busy every cycle (GEMM of even batch runs at the MAC
     rate, hdl/ndp/config.py PAPER), each MAC one FP16 multiply + one accumulator add; one A beat (``lanes`` FP16)
@@ -477,7 +479,7 @@ def ndp_power(res, cfg=None) -> dict:
         pj, b = _unit_pj(res, child)
         sfu_pj += n * pj
         basis[child] = {"instances": n, "pj": pj, "basis": b}
-    glue = _glue_estimate(res, NDP_GLUE_GENERIC_CELLS)
+    glue = _glue_estimate(res, NDP_GLUE_GENERIC_CELLS if glue_counts is None else glue_counts)
     leak_w = (res["leak_nw"] + res["sram_leak_nw"] + glue["leak_nw"]) * 1e-9
     return {"clock_hz": f, "mac_pj": mac_pj, "mac_w": mac_w, "sram_pj_per_bit": ring_pj_bit, "sram_w": sram_w,
             "softmax_pj_per_cycle": sfu_pj, "softmax_w": sfu_pj * 1e-12 * f, "softmax_units": basis,
