@@ -299,6 +299,9 @@ class NDPPerfModel:
         self.grouped_attention = grouped_attention
         #: the PE array's one DRAIN stage is shared by every descriptor's jobs (hdl/ndp/pe_array.py)
         self.drain_stage = True
+        #: a mutant's knob: a TRANS job holds the DRAIN stage until its adder tree has emptied (the model before
+        #: 2026-12-05); the RTL frees it once the job's last word entered the tree
+        self.tree_hold = False
         self.pe = PEArray(lanes=config.lanes, batch=config.pe_batch, acc=config.acc, max_k=config.max_k,
                           acc_columns=config.acc_columns)
         sl = config.sfu_lanes
@@ -384,9 +387,12 @@ class NDPPerfModel:
                     # lat: the last A beat -> the DRAIN stage may start (the accumulation's latency); fo: the
                     # DRAIN stage's start -> its first output (to the output writer)
                     if mode in (PEMode.TRANS, PEMode.TRANS_HALF):
-                        # one scalar per cycle into the adder tree (TRANS_PAIR: rows 1); the stage is held until
-                        # the tree has emptied (the RTL's d_busy, tests/sim/perf's traces)
-                        drain = occ = rows * g + pe.tree_latency     # TRANS_PAIR: + the calibrated pair_free
+                        # one scalar per cycle into the adder tree (TRANS_PAIR: rows 1); the results leave the
+                        # tree's root tree_latency later, but the stage is free once the last word entered the tree
+                        # (hdl/ndp/pe_array.py: d_busy drops on ~d_pending & ~t_valid; the tree's mode FIFO lets
+                        # the next job drain behind it): TRANS_PAIR + the calibrated pair_free
+                        drain = rows * g + pe.tree_latency
+                        occ = drain if self.tree_hold else rows * g
                         lat, fo = 0, pe.tree_latency
                     elif j["S"] == 1 and mode in (PEMode.ROW, PEMode.ROW_GROUP):
                         drain = occ = rows * j["words"]              # PEArray.cycles, nb >= 8
