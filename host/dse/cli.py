@@ -35,8 +35,8 @@ TABLE_COLUMNS = ("point", "macs", "lanes", "pe_rows", "dram_buffer_kib", "input_
                  "devices", "core_mm2", "glue_estimate_mm2", "area_mm2", "power_w", "throughput_tok_s",
                  "tok_s_per_mm2", "tok_s_per_w", "budget", "pareto", "verilog")
 
-PIM_TABLE_COLUMNS = ("point", "rank_adders", "dead_adders", "pim_fixed_cycles", "ranks", "rank_pu_logic_mm2", "rank_pu_sram_mm2",
-                     "bank_pu_mm2", "rank_mm2", "area_mm2", "rank_w", "power_w", "throughput_tok_s",
+PIM_TABLE_COLUMNS = ("point", "rank_adders", "dead_adders", "pim_fixed_cycles", "ranks", "rank_pu_logic_mm2",
+                     "rank_pu_sram_mm2", "bank_pu_mm2", "rank_mm2", "area_mm2", "rank_w", "power_w", "throughput_tok_s",
                      "tok_s_per_mm2", "tok_s_per_w", "budget", "pareto", "verilog")
 
 _FAMILY_TITLE = {"ndp": "NDP family (PLoRA NDP core)", "pim": "DIMM-PIM family (L3 rank PUs)"}

@@ -161,7 +161,7 @@ def rank_area_power(point, *, cache=True, progress=None) -> dict:
     """Area (mm^2) and peak power (W) of one rank's PIM logic at ``point`` (module docstring)."""
     from sim.energy.area import AREA_CACHE_DIR, pim_area, pim_power
     from host.topcfg import configure
-    spec, cfg = configure("pim_rank_pu", "paper", pim_point_sets(point))
+    _spec, cfg = configure("pim_rank_pu", "paper", pim_point_sets(point))     # the Verilog top's configuration
     if replace(cfg, name=point.config().name) != point.config():
         raise ValueError(f"point {point.name}: the Verilog top's rank {cfg} differs from the host's {point.config()}")
     cfg = point.config()
@@ -171,8 +171,9 @@ def rank_area_power(point, *, cache=True, progress=None) -> dict:
     # adders Yosys removed as dead logic (no input, no reader: sim/energy/area.py pim_area), not in area or power
     dead = sum(n for kids in rank["pruned"].values() for c, n in kids.items()
                if rank["modules"][c]["class"] == "FPAdd")
-    return {"dead_adders": dead, "rank_pu_logic_mm2": rank["logic_um2"] * 1e-6, "rank_pu_sram_mm2": rank["sram_um2"] * 1e-6,
-            "bank_pu_mm2": bank["area_um2"] * 1e-6, "bank_pus_per_rank": pw["bank_pus_per_rank"],
+    return {"dead_adders": dead, "rank_pu_logic_mm2": rank["logic_um2"] * 1e-6,
+            "rank_pu_sram_mm2": rank["sram_um2"] * 1e-6, "bank_pu_mm2": bank["area_um2"] * 1e-6,
+            "bank_pus_per_rank": pw["bank_pus_per_rank"],
             "rank_mm2": pw["rank_total_mm2"], "rank_pu_w": pw["rank_w"], "bank_pu_w": pw["bank_w"],
             "rank_w": pw["rank_total_w"], "area_s": rank["seconds"] + bank["seconds"]}
 

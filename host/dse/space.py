@@ -71,8 +71,8 @@ NOT_SWEPT = {
         "count (host/plora/ndp_model.py NDPDeviceSpec.ndp_config), so they are swept through macs",
     "ndp.clock": "tied to the device memory's CK (hdl/ndp/config.CORE_CLOCK_RATIO, 1 GHz)",
     "pim.bank_pu_multipliers / bank_pu_adders": "fixed by the chip burst: 64-bit RD / 16 bit = 4 multipliers "
-        "(hdl/pim/config.py), and the bank PU's RTL takes only bank_pu_adders = bank_pu_multipliers (hdl/pim/bank_pu.py "
-        "BankPU: N - 1 tree adders + 1 accumulator)",
+        "(hdl/pim/config.py), and the bank PU's RTL takes only bank_pu_adders = bank_pu_multipliers "
+        "(hdl/pim/bank_pu.py BankPU: N - 1 tree adders + 1 accumulator)",
     "pim bank PUs per chip / softmax width": "not free parameters: one bank PU per DRAM bank and a softmax chunk of "
         "one score per logic bank ([L3] 6.1; PIMConfig.chunk = banks), and the banks are the DDR4 x8 organisation "
         "(4 bank groups x 4 banks, [JESD79-4]; hdl/memctl/timing.py DDR4_3200) the calibration key fixes (b16)",
