@@ -76,9 +76,11 @@ NOT_SWEPT = {
     "pim bank PUs per chip / softmax width": "not free parameters: one bank PU per DRAM bank and a softmax chunk of "
         "one score per logic bank ([L3] 6.1; PIMConfig.chunk = banks), and the banks are the DDR4 x8 organisation "
         "(4 bank groups x 4 banks, [JESD79-4]; hdl/memctl/timing.py DDR4_3200) the calibration key fixes (b16)",
-    "pim.rank_buffer_bytes": "not a parameter of the calibrated PIM timing (sim/perf/pim.py calibration_key: "
-        "chips, banks, head dim, rank adders, accumulator, DRAM timing): it sets the longest head (max_tokens), "
-        "not a cycle, so sweeping it would change area with no priced change in throughput",
+    "pim.rank_buffer_bytes": "not in the calibration key, and a single head's RTL cycles do not change with it "
+        "(measured on the micro channel at 2x the buffer: tests/hdl/pim/test_pim_rank_adders.py), but it bounds the "
+        "longest head (max_tokens) and which heads overlap (sim/perf/pim.py PIMPerfModel.overlaps); the L3 host "
+        "raises on a head longer than the buffer instead of rejecting the request (host.l3.pim_timing; its traces "
+        "are capped at PAPER's 128K tokens), so a smaller buffer cannot be priced, and [L3] 4.4 gives 256 KB only",
     "pim.context_acc": "a numerics option (FP32 bank-PU accumulators), not a unit count; calibrated only at fp16",
 }
 
