@@ -1,8 +1,8 @@
 """Rank-PU parameters outside the calibration's measured set, on the RTL. More rank-PU adders than chips leave the
-head's cycles unchanged (the micro channel: 2 chips, so 4
-adders are 2 more than the score tree and the per-chip accumulator lanes use; hdl/pim/adder_unit.py). The PAPER
-counts 16 / 32 / 64 were measured the same way against 8 by ``python -m sim.bench.pim --calibrate paper-a<N>``
-(data/pim_rtl_calibration.json, docs/dse.md); this holds the effect on a channel small enough for a test."""
+head's cycles unchanged (the micro channel: 2 chips, so 4 adders are 2 more than the score tree and the per-chip
+accumulator lanes use; hdl/pim/adder_unit.py). The PAPER counts 16 / 32 / 64 were measured the same way against 8
+by ``python -m sim.bench.pim --calibrate paper-a<N>`` (data/pim_rtl_calibration.json, docs/dse.md); this holds the
+effect on a channel small enough for a test. And a larger rank buffer leaves a single head's cycles unchanged."""
 
 from dataclasses import replace
 
