@@ -221,7 +221,9 @@ def cmd_verilog(args):
                                                              counts_only=skip))
         else:
             _flat_note(spec.name, cfg)
-            path = _cached_verilog(_file_stem(spec, cfg), cfg, lambda: spec.build(cfg), out)
+            # the key holds the component's class: tops sharing a configuration (the pim_* tops) never share it
+            path = _cached_verilog(_file_stem(spec, cfg), (_component_class(spec, cfg).__name__, cfg),
+                                   lambda: spec.build(cfg), out)
         print(path)
         return 0
     from host.topcfg import get_spec
@@ -239,11 +241,26 @@ def _file_stem(spec, cfg) -> str:
     if not is_dataclass(cfg):
         return spec.name
     key = (type(cfg).__name__, asdict(cfg))
+    d = spec.config()
+    if is_dataclass(d) and (type(d).__name__, asdict(d)) == key:
+        return spec.name
+    # another top of the same component (the pim_* tops share one PIMConfig but build different components: a
+    # match on the configuration alone named --top pim_rank_pu's file, and its cache entry, pim_bank_pu)
+    kind = _component_class(spec, cfg)
     for other in catalogue().values():
         d = other.config()
-        if is_dataclass(d) and (type(d).__name__, asdict(d)) == key:
+        if (is_dataclass(d) and (type(d).__name__, asdict(d)) == key
+                and _component_class(other, d) is kind):
             return other.name
     return spec.name
+
+
+def _component_class(spec, cfg):
+    """The class of the component ``spec`` builds at ``cfg`` (construction only, no elaboration)."""
+    from host.topcfg import silence
+    comp = spec.build(cfg)
+    silence(comp)
+    return type(comp)
 
 
 def _configure(name, args) -> tuple:

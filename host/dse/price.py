@@ -14,14 +14,30 @@
   workload (:class:`Workload`). The system has ``devices`` NDP devices (the run reports it); area and power of the
   system's NDP logic = devices x per core.
 
+The DIMM-PIM family (:class:`host.dse.space.PIMPoint`, priced by :func:`price_pim`):
+
+* **Area** (mm^2 per rank): :func:`sim.energy.area.pim_area` at the point's :class:`hdl.pim.config.PIMConfig`: the
+  rank PU (``pim_rank_pu``: sequencer, adder / softmax units, normalizer, 256 KB buffer) + ``chips x banks`` = 128
+  bank PUs ([L3] 4.4: one per bank of each chip), the tops ``ndpim verilog --top pim_rank_pu / pim_bank_pu
+  --preset paper --set rank_adders=N`` builds; the system's PIM logic = every rank of the host memory
+  (``HostMemoryConfig.ranks``: 16 channels x 4 ranks, [L3] Table 2).
+* **Power** (W per rank, peak): :func:`sim.energy.area.pim_power` at the config (one all-bank RD every tCCD_L,
+  every bank PU's multipliers / adders and every rank-PU FP unit one operation per RD, one 64-bit buffer read per
+  RD, + leakage).
+* **Throughput** (tok/s): the L3 host (host.l3.run.run_l3, ``ndpim l3 run --set pim.rank_adders=N``) on a fixed
+  offline workload (:class:`PIMWorkload`) with the DIMM-PIM model calibrated on the RTL of that rank PU
+  (data/pim_rtl_calibration.json); a point without a calibration is a failed row naming the command that measures
+  it (no stand-in model).
+
 Failures are rows (``status`` "failed", ``reason``), never raised.
 """
 
 import time
 import traceback
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, replace
 
-__all__ = ["Workload", "WORKLOADS", "core_config", "price_point", "glue_generic_cells", "point_sets"]
+__all__ = ["Workload", "WORKLOADS", "PIMWorkload", "PIM_WORKLOADS", "core_config", "price_point", "price_pim",
+           "glue_generic_cells", "point_sets", "pim_point_sets", "rank_area_power", "run_pim_perf"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,22 @@ class Workload:
 
 
 WORKLOADS = {"full": Workload(), "small": Workload(n_requests=8, concurrency=4)}
+
+
+@dataclass(frozen=True)
+class PIMWorkload:
+    """The fixed workload every DIMM-PIM point runs: L3's ``dolphin`` trace (host/l3/traces.py, L3 Table 4
+    Dolphin-r1: 202-token prompts, 3,926-token outputs on average: decode attention, the DIMM-PIM's work,
+    dominates) on OPT-66B at its L3 Table 3 deployment (TP 2 x DP 4), the L3 system, every request at t = 0
+    (offline, as L3's study: the hardware sets the throughput)."""
+    model: str = "opt-66b"
+    trace: str = "dolphin"
+    system: str = "l3"
+    n_requests: int = 32
+    seed: int = 0
+
+
+PIM_WORKLOADS = {"full": PIMWorkload(), "small": PIMWorkload(n_requests=8)}
 
 
 def point_sets(point) -> list:
@@ -115,12 +147,89 @@ def run_perf(point, workload: Workload) -> dict:
             "tpot_ms_mean": float(s["tpot_ms_mean"]), "ndp_geometry": s.get("ndp_geometry", "")}
 
 
+def pim_point_sets(point) -> list:
+    """The ``ndpim verilog --top pim_rank_pu --preset paper --set FIELD=VALUE`` values of ``point``: its
+    PIMConfig's fields that differ from PAPER."""
+    from dataclasses import fields
+    from hdl.pim.config import PAPER
+    cfg = point.config()
+    return [(f.name, _fmt(getattr(cfg, f.name))) for f in fields(PAPER)
+            if f.name != "name" and getattr(cfg, f.name) != getattr(PAPER, f.name)]
+
+
+def rank_area_power(point, *, cache=True, progress=None) -> dict:
+    """Area (mm^2) and peak power (W) of one rank's PIM logic at ``point`` (module docstring)."""
+    from sim.energy.area import AREA_CACHE_DIR, pim_area, pim_power
+    from host.topcfg import configure
+    _spec, cfg = configure("pim_rank_pu", "paper", pim_point_sets(point))     # the Verilog top's configuration
+    if replace(cfg, name=point.config().name) != point.config():
+        raise ValueError(f"point {point.name}: the Verilog top's rank {cfg} differs from the host's {point.config()}")
+    cfg = point.config()
+    res = pim_area(cfg, progress=progress, cache_dir=AREA_CACHE_DIR if cache else None)
+    pw = pim_power(res, cfg)
+    rank, bank = res["rank_pu"], res["bank_pu"]
+    # adders Yosys removed as dead logic (no input, no reader: sim/energy/area.py pim_area), not in area or power
+    dead = sum(n for kids in rank["pruned"].values() for c, n in kids.items()
+               if rank["modules"][c]["class"] == "FPAdd")
+    return {"dead_adders": dead, "rank_pu_logic_mm2": rank["logic_um2"] * 1e-6,
+            "rank_pu_sram_mm2": rank["sram_um2"] * 1e-6, "bank_pu_mm2": bank["area_um2"] * 1e-6,
+            "bank_pus_per_rank": pw["bank_pus_per_rank"],
+            "rank_mm2": pw["rank_total_mm2"], "rank_pu_w": pw["rank_w"], "bank_pu_w": pw["bank_w"],
+            "rank_w": pw["rank_total_w"], "area_s": rank["seconds"] + bank["seconds"]}
+
+
+def run_pim_perf(point, workload: PIMWorkload) -> dict:
+    """The L3 host's run of ``workload`` with ``point``'s rank PUs: throughput, ranks, energy, the calibration that
+    timed it (checked to be the RTL calibration of the point's own geometry)."""
+    from host.l3.config import check_calibrated, l3_setup
+    from host.l3.run import FAST_ENGINE, run_l3
+    from sim.perf.pim import calibration_key
+    setup = l3_setup(workload.model, hardware=point.hardware())
+    cal = check_calibrated(setup.host)
+    run = run_l3(workload.model, workload.trace, workload.system, seed=workload.seed, n_requests=workload.n_requests,
+                 engine=FAST_ENGINE, setup=setup)
+    s = run.summary
+    if s.get("oom"):
+        raise RuntimeError(f"the run did not fit: {s.get('oom_reason')}")
+    timing = {(sy.pim.timing.config, sy.pim.timing.fixed_cycles) for sy in run.systems}
+    if timing != {(point.config(), int(cal["fixed_cycles"]))}:
+        raise RuntimeError(f"the run was timed by {timing}, not {point.config().name}'s RTL calibration "
+                           f"(fixed_cycles {cal['fixed_cycles']})")
+    return {"throughput_tok_s": float(s["throughput_tok_s"]), "ranks": setup.host.ranks,
+            "finished": int(s["finished"]), "run_energy_pim_j": float(s["energy_j"]["pim"]),
+            "run_energy_total_j": float(s["energy_j"]["total"]), "tbt_ms_mean": float(s["tbt_ms_mean"]),
+            "calibration_key": calibration_key(point.config()), "pim_fixed_cycles": int(cal["fixed_cycles"]),
+            "pim_gap": int(cal["gap"]), "pim_tail": int(cal["tail"])}
+
+
+def price_pim(point, workload: PIMWorkload, cache=True) -> dict:
+    """One DIMM-PIM row (module docstring); raises on a failure (:func:`price_point` makes it a row)."""
+    from host.l3.config import check_calibrated
+    row = {}
+    check_calibrated(point.host())       # before the area: an uncalibrated point fails in milliseconds
+    row.update(rank_area_power(point, cache=cache))
+    row.update(run_pim_perf(point, workload))
+    if row["finished"] < workload.n_requests:
+        raise RuntimeError(f"{row['finished']} of {workload.n_requests} requests finished")
+    row["area_mm2"] = row["ranks"] * row["rank_mm2"]
+    row["power_w"] = row["ranks"] * row["rank_w"]
+    row["tok_s_per_mm2"] = row["throughput_tok_s"] / row["area_mm2"]
+    row["tok_s_per_w"] = row["throughput_tok_s"] / row["power_w"]
+    return row
+
+
 def price_point(job) -> dict:
-    """``job`` = ``(point, workload, cache)``: one row (module docstring). Picklable, never raises."""
+    """``job`` = ``(point, workload, cache)``: one row (module docstring) of either family (``point.family``:
+    ``ndp`` a :class:`host.dse.space.Point`, ``pim`` a :class:`host.dse.space.PIMPoint`). Picklable, never
+    raises."""
     point, workload, cache = job
     t0 = time.perf_counter()
-    row = {"point": point.name, **asdict(point), "status": "priced", "reason": ""}
+    row = {"point": point.name, "family": point.family, **asdict(point), "status": "priced", "reason": ""}
     try:
+        if point.family == "pim":
+            row.update(price_pim(point, workload, cache))
+            row["seconds"] = time.perf_counter() - t0
+            return row
         row.update(core_area_power(point, cache=cache))
         row.update(run_perf(point, workload))
         if row["finished"] < workload.n_requests:

@@ -23,8 +23,8 @@ from host.link import PCIE4_X16, Link
 from host.models.hardware import DGX_A100, NodeConfig
 from host.models.llm import LLMConfig, get_model
 
-__all__ = ["HostMemoryConfig", "L3Setup", "DEPLOYMENTS", "L3_HOST_MEMORY", "SCALING_BASE", "l3_setup",
-           "GIB", "GPUS_PER_UPLINK"]
+__all__ = ["HostMemoryConfig", "L3Setup", "check_calibrated", "DEPLOYMENTS", "L3_HOST_MEMORY", "SCALING_BASE",
+           "l3_setup", "GIB", "GPUS_PER_UPLINK"]
 
 GIB = 1 << 30
 
@@ -41,6 +41,8 @@ class HostMemoryConfig:
     ranksets: int = 4                  # [L3] Table 2 "2 Ranks" x 2 DIMMs per channel; 5.1 "four ranks per channel"
     capacity_gib: float = 2048.0       # [L3] Table 2 "Capacity 2TB (Scalable)"
     dimm_type: str = "DDR4-3200"       # [L3] Table 2 "DIMM / DIMM-PIM: DDR4-3200"
+    rank_adders: int = 8               # [L3] 6.1 set-up "adder unit of eight FP16 adders" (hdl/pim/config.PAPER);
+    #                                    another count is priced only with its RTL calibration (pim_config)
     sources: dict = field(default_factory=lambda: {
         "channels, capacity": "L3 Table 2 (16 channels x 2 DIMMs, 2 TB)",
         "ranksets": "L3 Table 2 (2 ranks per DIMM, 2 DIMMs per channel) and 5.1 (one rank per channel forms a "
@@ -55,6 +57,20 @@ class HostMemoryConfig:
             raise ValueError(f"HostMemoryConfig.ranksets = {self.ranksets} outside [1, 32] (ranks per channel)")
         if not 1 <= self.capacity_gib <= 1 << 20:
             raise ValueError(f"HostMemoryConfig.capacity_gib = {self.capacity_gib} outside [1, 1048576] GiB")
+        self.pim_config                 # PIMConfig validates rank_adders (chips - 1 = 7 .. 64)
+
+    @property
+    def pim_config(self):
+        """The rank's :class:`hdl.pim.config.PIMConfig`: PAPER with ``rank_adders`` (PAPER itself at 8). Its
+        timing (host.l3.pim_timing.pim_timing) needs an RTL calibration of that geometry
+        (data/pim_rtl_calibration.json; ValueError naming the command otherwise)."""
+        from hdl.pim.config import PAPER
+        if self.rank_adders == PAPER.rank_adders:
+            return PAPER
+        try:
+            return replace(PAPER, rank_adders=self.rank_adders, name=f"paper-a{self.rank_adders}")
+        except ValueError as e:
+            raise ValueError(f"HostMemoryConfig.rank_adders: {e}") from None
 
     @property
     def ranks(self) -> int:
@@ -72,6 +88,19 @@ SCALING_BASE = HostMemoryConfig(ranksets=2, capacity_gib=512.0)
 
 #: [L3] Table 3: model -> (TP, DP).
 DEPLOYMENTS = {"opt-66b": (2, 4), "gpt-89b": (4, 2), "gpt-175b": (8, 1)}
+
+
+def check_calibrated(host: HostMemoryConfig) -> dict:
+    """The RTL calibration of ``host``'s rank (sim.perf.pim.load_calibration); ValueError naming the command that
+    measures it when data/pim_rtl_calibration.json has none (the host never prices a rank without one)."""
+    from sim.perf.pim import calibration_key, load_calibration
+    cfg = host.pim_config
+    try:
+        return load_calibration(cfg)
+    except ValueError:
+        raise ValueError(f"pim.rank_adders = {host.rank_adders}: no RTL calibration of this rank PU "
+                         f"({calibration_key(cfg)}); measure it with `python -m sim.bench.pim --calibrate "
+                         f"paper-a{host.rank_adders}`") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,7 +171,8 @@ class L3Setup:
                 "gpu": self.node.gpu.name, "gpu_hbm_gb": self.node.gpu.hbm_gb,
                 "gpu_hbm_bw_gbps": self.node.gpu.hbm_bw_gbps, "gpu_fp16_tflops": self.node.gpu.fp16_tflops,
                 "host_link_rtt_ns": self.host_link.rtt_ns, "host_channels": self.host.channels, "ranksets": self.host.ranksets,
-                "host_capacity_gib": self.host.capacity_gib, "host_link": self.host_link.name,
+                "host_capacity_gib": self.host.capacity_gib, "pim_rank_adders": self.host.rank_adders,
+                "host_link": self.host_link.name,
                 "host_link_gbps_per_replica": self.host_link_gbps,
                 "channels_per_replica": self.channels_per_replica, "heads_per_rank": self.heads_per_rank,
                 "kv_bytes_per_token": self.kv_bytes_per_token}
@@ -184,6 +214,8 @@ def l3_setup(model, *, ranksets: int | None = None, host_memory_gb: float | None
     if hw.get("link"):
         link = link.with_(bw_gbps=hw["link"].get("bw_gbps"), rtt_ns=hw["link"].get("rtt_ns"))
     s = L3Setup(model=m, tp=tp, dp=dp, node=node, host=apply(L3_HOST_MEMORY, hw.get("pim")), host_link=link)
+    if s.host.rank_adders != L3_HOST_MEMORY.rank_adders:
+        check_calibrated(s.host)
     if ranksets is not None or host_memory_gb is not None:
         s = s.with_host(ranksets=ranksets, capacity_gib=host_memory_gb)
     return s

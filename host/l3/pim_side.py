@@ -150,7 +150,7 @@ class PIMSide:
         #: the rank PUs' command path (host.l3.pim_timing.COMMAND_PATHS): per_rank (a computing rank keeps its
         #: rate) or shared (the ranks' commands share the channel's bus)
         self.command_path = command_path
-        self.timing, self.rs = pim_timing(), rankset_model(command_path)
+        self.timing, self.rs = pim_timing(setup.host.pim_config), rankset_model(command_path, setup.host.pim_config)
         self.R = setup.host.ranksets
         self.C = setup.channels_per_replica
         self.hpr = setup.heads_per_rank

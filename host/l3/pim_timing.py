@@ -65,11 +65,16 @@ REFRESH_GRID = (1, 16, 64, 256, 1024, 2048, 4096, 8192, 12288, 16384, 20480, 327
                 131072)
 
 
-def pim_perf_model() -> PIMPerfModel:
+def pim_perf_model(config=None) -> PIMPerfModel:
     """The DIMM-PIM performance model the host uses: PAPER geometry, refresh included (``"auto"``), overlapped
     heads, and ``fixed_cycles`` measured on the PAPER rank's RTL (:func:`sim.perf.pim.paper_model`, from
-    ``data/pim_rtl_calibration.json``, written by ``ndpim bench pim --calibrate paper``)."""
-    return paper_model()
+    ``data/pim_rtl_calibration.json``, written by ``ndpim bench pim --calibrate paper``). ``config``: another
+    :class:`hdl.pim.config.PIMConfig` (e.g. ``--set pim.rank_adders=16``, :attr:`host.l3.config.HostMemoryConfig.
+    pim_config`), priced only with ``fixed_cycles`` measured on its own RTL: ValueError naming the
+    ``python -m sim.bench.pim --calibrate`` command when ``data/pim_rtl_calibration.json`` has no entry for it."""
+    if config is None or config == PAPER:
+        return paper_model()
+    return PIMPerfModel.calibrated(config)
 
 
 class PIMTiming:
@@ -210,27 +215,28 @@ class RanksetModel:
         return (ranks - 1) * self.compute_rate(ranks, True) / (ranks * self.compute_rate(ranks, False))
 
 
-@lru_cache(maxsize=4)
-def _cached_timing(fixed_cycles: int, refresh: str, overlap: bool) -> PIMTiming:
-    m = pim_perf_model()
+@lru_cache(maxsize=8)
+def _cached_timing(config, fixed_cycles: int, refresh: str, overlap: bool) -> PIMTiming:
+    m = pim_perf_model(config)
     if (m.fixed_cycles, m.refresh, m.overlap) != (fixed_cycles, refresh, overlap):
         m = PIMPerfModel(m.config, fixed_cycles=fixed_cycles, refresh=refresh, overlap=overlap)
     return PIMTiming(m)
 
 
-def pim_timing() -> PIMTiming:
-    """The process-wide :class:`PIMTiming` of :func:`pim_perf_model` (built once: ~0.5 s)."""
-    m = pim_perf_model()
-    return _cached_timing(m.fixed_cycles, m.refresh, m.overlap)
+def pim_timing(config=None) -> PIMTiming:
+    """The process-wide :class:`PIMTiming` of :func:`pim_perf_model` (built once per configuration: ~0.5 s)."""
+    m = pim_perf_model(config)
+    return _cached_timing(None if config == PAPER else config, m.fixed_cycles, m.refresh, m.overlap)
 
 
-def rankset_model(command_path: str = DEFAULT_COMMAND_PATH) -> RanksetModel:
-    """The process-wide :class:`RanksetModel` of :func:`pim_timing` on ``command_path`` (built once per path)."""
+def rankset_model(command_path: str = DEFAULT_COMMAND_PATH, config=None) -> RanksetModel:
+    """The process-wide :class:`RanksetModel` of :func:`pim_timing` (at ``config``, default PAPER) on
+    ``command_path`` (built once per path and configuration)."""
     if command_path not in COMMAND_PATHS:
         raise ValueError(f"command_path = {command_path!r} must be one of {COMMAND_PATHS}")
-    return _cached_rankset_model(command_path)
+    return _cached_rankset_model(command_path, None if config == PAPER else config)
 
 
-@lru_cache(maxsize=2)
-def _cached_rankset_model(command_path: str) -> RanksetModel:
-    return RanksetModel(pim_timing(), command_path)
+@lru_cache(maxsize=8)
+def _cached_rankset_model(command_path: str, config=None) -> RanksetModel:
+    return RanksetModel(pim_timing(config), command_path)

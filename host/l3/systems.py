@@ -798,9 +798,9 @@ class RPIMSystem(_Common):
                          replica=replica, seed=seed, kv_policy=kv_policy, **kv_kw)
         # transfers and placement as L3, on the same command path
         self.pim = PIMSide(setup, comm=True, command_path=self.pim_command_path)
-        rs = rankset_model(self.pim_command_path)
-        tm = pim_timing().model.tm
-        org = pim_timing().config.dram.org
+        rs = rankset_model(self.pim_command_path, setup.host.pim_config)
+        tm = pim_timing(setup.host.pim_config).model.tm
+        org = pim_timing(setup.host.pim_config).config.dram.org
         # one rank PU streams its rank at the DQ rate (measured stream efficiency of rankset_sim's writer), less
         # refresh; on the shared command path the channel's command bus carries one RD per burst of every streaming
         # rank, on the rank PUs' own paths (per_rank, the default) nothing slows a streaming rank

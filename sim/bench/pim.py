@@ -22,6 +22,7 @@ RTL datapath latencies (gap, tail, fixed_cycles) the models use and writes them 
 """
 
 import argparse
+import re
 import time
 
 import numpy as np
@@ -125,6 +126,29 @@ def _calibration_configs():
             "paper": (lambda: paper_rows(32), (256, 1024, 4096))}
 
 
+#: ``paper-a<N>``: PAPER with ``N`` rank-PU adders (``PIMConfig.rank_adders``; the paper's 8 is ``paper``), the
+#: geometries ``ndpim dse --rank-adders`` prices (its calibration key differs only in ``-a<N>``).
+_PAPER_ADDERS = re.compile(r"^paper-a(\d+)$")
+
+
+def calibration_config(name):
+    """``(make, lengths)`` of a ``--calibrate`` name: ``micro``, ``tiny``, ``paper`` or ``paper-a<N>`` (PAPER with
+    ``rank_adders = N``, validated by :class:`PIMConfig`; the same rows and lengths as ``paper``)."""
+    from dataclasses import replace
+    table = _calibration_configs()
+    if name in table:
+        return table[name]
+    m = _PAPER_ADDERS.match(name)
+    if not m:
+        raise ValueError(f"unknown calibration configuration {name!r}; choose one of {sorted(table)} or "
+                         f"paper-a<N> (PAPER with N rank adders)")
+    n = int(m.group(1))
+    make, lengths = table["paper"]
+    base = make()
+    cfg = replace(base, rank_adders=n, name=f"{base.name}-a{n}")     # PIMConfig validates N (>= chips - 1)
+    return (lambda: cfg), lengths
+
+
 def measure_calibration(config, lengths, backend="verilator", component=None):
     """The RTL's datapath latencies for ``config`` (fast Verilator build, timing-only storage: cycle counts do not
     depend on data): single heads of ``lengths`` from reset give ``gap`` (last score RD_AB -> first context
@@ -176,7 +200,6 @@ def calibrate_rtl(names=("micro", "tiny", "paper"), backend="verilator", path=No
     data.setdefault("source", "python -m sim.bench.pim --calibrate (RTL: sim.pim.fused.PIMChannelSystem, "
                               "fast Verilator build, single heads from reset)")
     configs = data.setdefault("configs", {})
-    table = _calibration_configs()
     try:
         rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
                              cwd=path.parent.parent).stdout.strip()
@@ -184,7 +207,7 @@ def calibrate_rtl(names=("micro", "tiny", "paper"), backend="verilator", path=No
         rev = ""
     print("\n(calibration) RTL datapath latencies")
     for name in names:
-        make, lengths = table[name]
+        make, lengths = calibration_config(name)
         cfg = make()
         t0 = time.time()
         entry = measure_calibration(cfg, lengths, backend)
@@ -194,9 +217,9 @@ def calibrate_rtl(names=("micro", "tiny", "paper"), backend="verilator", path=No
               f"{entry['tail']}, fixed_cycles "
               f"{entry['fixed_cycles']} (residuals {entry['fixed_residuals']}), RTL head cycles "
               f"{entry['rtl_head_cycles']} ({entry['seconds']} s)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    print(f"  written to {path}")
+        path.parent.mkdir(parents=True, exist_ok=True)      # after each: a long list keeps what it measured
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        print(f"  written to {path}")
     return data
 
 
@@ -458,7 +481,7 @@ def main(argv=None):
     ap.add_argument("--all-rtl", action="store_true", help="--rtl --paper-rtl --rankset-rtl --speed")
     ap.add_argument("--calibrate", nargs="?", const="micro,tiny,paper", default=None,
                     help="measure the RTL datapath latencies and write data/pim_rtl_calibration.json "
-                         "(default configurations: micro,tiny,paper)")
+                         "(default configurations: micro,tiny,paper; paper-a<N>: PAPER with N rank adders)")
     ap.add_argument("--backend", default="verilator", help="RTL backend (default verilator)")
     ap.add_argument("--json", default="build/bench/pim.json", help="where to write the figures")
     args = ap.parse_args(argv)

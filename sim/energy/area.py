@@ -44,6 +44,7 @@ from sim.energy.ops import op_pj, sram_read_pj, PROCESS as OPS_PROCESS
 
 __all__ = ["LIBERTY_PATH", "SRAM_UM2_PER_BIT", "SRAM_LEAK_NW_PER_BIT", "SRAM_SOURCE", "Liberty", "read_liberty",
            "reduce_liberty", "module_areas", "mapped_area", "unit_op_pj", "ndp_paper_area", "pim_paper_area",
+           "pim_area",
            "ndp_power", "pim_power", "paper_figures", "ndp_paper_component", "bench_figures", "format_table", "PAPER_BUDGETS", "MAP_CELLS",
            "AREA_CACHE_DIR"]
 
@@ -264,7 +265,7 @@ def _cell_area(by_type, lib, module):
 
 
 def module_areas(name, component, *, units=None, counts_only=(), liberty=LIBERTY_PATH, progress=None,
-                 cache_dir=None) -> dict:
+                 cache_dir=None, prune_dead_units=False) -> dict:
     """Mapped area of ``component`` per distinct module x instance count (module docstring).
 
     ``units``: the black-boxed unit classes (:func:`sim.synth.hier.default_units` if None; ``()`` = flat).
@@ -276,7 +277,12 @@ def module_areas(name, component, *, units=None, counts_only=(), liberty=LIBERTY
     ``cache_dir``: a directory of mapped cell counts keyed by the SHA-256 of (module RTLIL, its black-box stubs,
     the Yosys script, the liberty text) (:data:`AREA_CACHE_DIR` is the one ``ndpim dse`` uses): a module already
     mapped with the same inputs is read back instead of re-run (the same Yosys run would give the same cells);
-    ``None`` maps everything."""
+    ``None`` maps everything.
+
+    ``prune_dead_units``: a black-boxed unit instance Yosys removes (its outputs drive nothing: dead logic, e.g.
+    rank-PU adders beyond the lanes the rank PU feeds) is left out of the instance counts and listed per module in
+    ``pruned`` ({module: {child: instances removed}}), as synthesis would; by default any difference between the
+    elaborated and the Yosys-counted instances is a ValueError."""
     from sim.synth.hier import elaborate_distinct, _stub, _instances
     from sim.synth.yosys import _yosys
     t0 = time.perf_counter()
@@ -307,6 +313,11 @@ def module_areas(name, component, *, units=None, counts_only=(), liberty=LIBERTY
                 by_type = _stat_cells((Path(tmp) / "stat.txt").read_text())
                 _cache_put(cache_dir, key, mname, by_type)
             ychildren = {k: v for k, v in by_type.items() if k in children}
+            if prune_dead_units and ychildren != children and all(ychildren.get(k, 0) <= n
+                                                                  for k, n in children.items()):
+                modules[mname]["pruned"] = {k: n - ychildren.get(k, 0) for k, n in children.items()
+                                            if ychildren.get(k, 0) < n}
+                children = modules[mname]["children"] = ychildren
             if ychildren != children:
                 raise ValueError(f"module {mname}: instance counts {children} differ from the black boxes Yosys "
                                  f"counted {ychildren}")
@@ -324,7 +335,8 @@ def module_areas(name, component, *, units=None, counts_only=(), liberty=LIBERTY
                        seconds=mod.pop("convert_s"))
     _instances(name, modules)
     res = {"top": name, "modules": modules, "liberty": str(Path(liberty).name),
-           "not_mapped": sorted(m for m, v in modules.items() if not v["mapped"])}
+           "not_mapped": sorted(m for m, v in modules.items() if not v["mapped"]),
+           "pruned": {m: v["pruned"] for m, v in modules.items() if v.get("pruned")}}
     for key in ("area_um2", "seq_um2", "leak_nw"):
         res[key.replace("area", "logic")] = sum(m["instances"] * m[key] for m in modules.values())
     res["sram_bits"] = sum(m["instances"] * sum(m["memory_bits"].values()) for m in modules.values())
@@ -412,10 +424,22 @@ def ndp_paper_area(progress=None) -> dict:
 def pim_paper_area(progress=None) -> dict:
     """Mapped area of the PAPER rank PU (``pim_rank_pu``) and bank PU (``pim_bank_pu``) of L3's channel."""
     from hdl.pim.config import PAPER
+    return pim_area(PAPER, progress=progress)
+
+
+def pim_area(cfg, progress=None, cache_dir=None) -> dict:
+    """Mapped area of the rank PU (``pim_rank_pu``) and bank PU (``pim_bank_pu``) of ``cfg`` (a
+    :class:`hdl.pim.config.PIMConfig`; the tops ``ndpim verilog --top pim_rank_pu --preset paper --set ...``
+    builds); ``cache_dir``: :func:`module_areas`' (``ndpim dse`` passes :data:`AREA_CACHE_DIR`). Dead FP units
+    are pruned as synthesis prunes them (``prune_dead_units``): with ``rank_adders`` > chips the adder unit's
+    lanes beyond the chips have no input and no reader in the rank PU (hdl/pim/rank_pu.py drives and reads lanes
+    0 .. chips - 1), so Yosys removes their adders; the result's ``rank_pu["pruned"]`` lists them."""
     from hdl.pim.bank_pu import BankPU
     from hdl.pim.rank_pu import RankPU
-    return {"rank_pu": module_areas("pim_rank_pu", RankPU(PAPER), progress=progress),
-            "bank_pu": module_areas("pim_bank_pu", BankPU(PAPER), progress=progress), "config": PAPER}
+    return {"rank_pu": module_areas("pim_rank_pu", RankPU(cfg), progress=progress, cache_dir=cache_dir,
+                                    prune_dead_units=True),
+            "bank_pu": module_areas("pim_bank_pu", BankPU(cfg), progress=progress, cache_dir=cache_dir),
+            "config": cfg}
 
 
 # -- power -----------------------------------------------------------------------------------------------------

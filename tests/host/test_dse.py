@@ -68,7 +68,8 @@ def test_grid_points_and_the_paper_core_is_in_the_full_grid():
     assert sets == {}                                       # the paper point is the paper preset itself
     spec, cfg = P.core_config(Point(2048, 512, 512, 512))
     assert (cfg.ndp.lanes, cfg.ndp.pe_batch, cfg.ndp.dram_buffer_bytes) == (512, 4, 512 << 10)
-    assert "pim.rank_adders" in NOT_SWEPT and "ndp.channels / internal_bw_gbps" in NOT_SWEPT
+    assert "pim.rank_buffer_bytes" in NOT_SWEPT and "ndp.channels / internal_bw_gbps" in NOT_SWEPT
+    assert not any("rank_adders" in k for k in NOT_SWEPT)  # swept: the PIM family (tests/host/test_dse_pim.py)
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -101,7 +102,7 @@ def _composed_area(point, *, cache=True, progress=None):
 def test_small_grid_writes_the_pareto_table_and_figure(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(P, "core_area_power", _composed_area)
     out = tmp_path / "dse"
-    rc = main(["dse", "--out", str(out), "--small", "--jobs", "1", "--verilog", "none",
+    rc = main(["dse", "--out", str(out), "--small", "--families", "ndp", "--jobs", "1", "--verilog", "none",
                "--macs", "256,512,1024", "--area-budget-mm2", "40"])
     assert rc == 0
     rows = list(csv.DictReader(open(out / "points.csv")))
@@ -116,7 +117,8 @@ def test_small_grid_writes_the_pareto_table_and_figure(tmp_path, monkeypatch, ca
     front = list(csv.DictReader(open(out / "pareto.csv")))
     assert front and all(r["budget"] == "feasible" for r in front)
     md = (out / "pareto.md").read_text()
-    assert "## Front" in md and "## Not swept" in md and "pim.rank_adders" in md
+    assert "### Front, ndp" in md and "## Not swept" in md and "pim.rank_buffer_bytes" in md
+    assert "DIMM-PIM family" not in md and {r["family"] for r in rows} == {"ndp"}
     assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads((out / "dse.json").read_text())
     assert data["setup"]["area_budget_mm2"] == 40 and len(data["rows"]) == 3
@@ -128,7 +130,8 @@ def test_a_point_that_cannot_be_priced_is_a_row_and_none_priced_exits_1(tmp_path
         raise RuntimeError("no area for this point")
     monkeypatch.setattr(P, "core_area_power", broken)
     out = tmp_path / "dse"
-    rc = main(["dse", "--out", str(out), "--small", "--jobs", "1", "--verilog", "none", "--macs", "256"])
+    rc = main(["dse", "--out", str(out), "--small", "--families", "ndp", "--jobs", "1", "--verilog", "none",
+               "--macs", "256"])
     assert rc == 1
     rows = list(csv.DictReader(open(out / "points.csv")))
     assert rows[0]["status"] == "failed" and "no area for this point" in rows[0]["reason"]

@@ -182,3 +182,32 @@ def test_the_disk_cache_gives_the_same_areas_and_is_keyed_by_the_rtlil(tmp_path,
     # another design (two adders: a different top module's RTLIL) misses the cache for its top
     with pytest.raises(AssertionError, match="yosys ran"):
         module_areas("adders2", _Adders(2), cache_dir=tmp_path)
+
+
+class _DeadAdder(wiring.Component):
+    """Two FP16 adders, the second one's output read by nothing (dead logic: synthesis removes it)."""
+
+    def __init__(self):
+        super().__init__({"a": In(32), "y": Out(16)})
+
+    def elaborate(self, platform):
+        m = Module()
+        for k in range(2):
+            u = FPAdd(fmt=FP16)
+            m.submodules[f"u{k}"] = u
+            m.d.comb += [u.i.payload.as_value().eq(self.a ^ k), u.i.valid.eq(1), u.o.ready.eq(1)]
+            if k == 0:
+                m.d.comb += self.y.eq(u.o.payload.as_value())
+        return m
+
+
+def test_a_dead_unit_is_an_error_unless_pruned_then_left_out_and_listed():
+    with pytest.raises(ValueError, match="differ from the black boxes Yosys counted"):
+        module_areas("dead", _DeadAdder())
+    res = module_areas("dead", _DeadAdder(), prune_dead_units=True)
+    one = module_areas("adders1", _Adders(1))
+    (unit,) = [m for m, v in res["modules"].items() if v["class"] == "FPAdd"]
+    assert res["pruned"] == {"dead": {unit: 1}} and res["modules"][unit]["instances"] == 1
+    (unit1,) = [m for m, v in one["modules"].items() if v["class"] == "FPAdd"]
+    assert res["modules"][unit]["area_um2"] == one["modules"][unit1]["area_um2"]
+    assert one["pruned"] == {}
