@@ -85,9 +85,12 @@ class PIMConfig:
             raise ValueError(f"PIMConfig {self.name!r}: token sets = banks / bursts per token = {self.token_sets} "
                              f"exceeds the {self.elems_per_burst} probabilities one 64-bit broadcast carries "
                              f"(head_dim must be >= {self.banks * self.chips} for this organisation)")
-        if self.rank_adders < self.chips - 1 and self.chips > 1:
-            raise ValueError(f"PIMConfig {self.name!r}: rank_adders = {self.rank_adders} < chips - 1 = "
-                             f"{self.chips - 1} (one adder tree over the chips)")
+        if self.rank_adders < self.chips:
+            # the score tree needs chips - 1 adders, but the final context aggregation (the adder unit's
+            # accumulator mode, hdl/pim/adder_unit.py) adds lane c = chip c on adder c: one adder per chip
+            raise ValueError(f"PIMConfig {self.name!r}: rank_adders = {self.rank_adders} < chips = "
+                             f"{self.chips} (the adder unit's accumulator mode adds each chip's context lane "
+                             f"on its own adder)")
 
     # -- derived geometry ---------------------------------------------------------------------------------------
     @property

@@ -49,10 +49,9 @@ GRIDS = {
     "small": {"macs": (256, 512), "dram_buffer_kib": (1024,), "input_buffer_kib": (512,), "output_buffer_kib": (512,)},
 }
 
-#: The DIMM-PIM family's axes: axis -> (min, max), doc. rank_adders: <= 64 (hdl/pim/config.py PIMConfig) and >=
-#: chips = 8 at PAPER: PIMConfig allows chips - 1 = 7 (the score tree's adders), but the adder unit's accumulator
-#: mode adds lanes 0 .. rank_adders - 1 only (hdl/pim/adder_unit.py AdderUnit: acc_data = the adders' outputs),
-#: so with 7 the context lane of chip 7 has no adder -- read from the RTL, not a geometry to price.
+#: The DIMM-PIM family's axes: axis -> (min, max), doc. rank_adders: chips = 8 .. 64 at PAPER (hdl/pim/config.py
+#: PIMConfig: the adder unit's accumulator mode adds each chip's context lane on its own adder,
+#: hdl/pim/adder_unit.py, so fewer adders than chips is refused; the score tree alone would need chips - 1).
 PIM_AXES = {
     "rank_adders": ((8, 64), "FP16 adders of each rank PU (PIMConfig.rank_adders; PAPER 8)"),
 }

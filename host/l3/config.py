@@ -57,7 +57,7 @@ class HostMemoryConfig:
             raise ValueError(f"HostMemoryConfig.ranksets = {self.ranksets} outside [1, 32] (ranks per channel)")
         if not 1 <= self.capacity_gib <= 1 << 20:
             raise ValueError(f"HostMemoryConfig.capacity_gib = {self.capacity_gib} outside [1, 1048576] GiB")
-        self.pim_config                 # PIMConfig validates rank_adders (chips - 1 = 7 .. 64)
+        self.pim_config                 # PIMConfig validates rank_adders (chips = 8 .. 64)
 
     @property
     def pim_config(self):

@@ -111,8 +111,8 @@ FIELDS = {
     "pim": {"channels": Field(int, 1, 64, help="host memory channels (a multiple of the deployment's DP)"),
             "ranksets": Field(int, 1, 32, help="ranks per channel"),
             "capacity_gib": Field(float, 1.0, float(1 << 20), help="host memory, GiB"),
-            # hdl/pim/config.py PIMConfig: rank_adders >= chips - 1 = 7 (one adder tree over the 8 chips), <= 64
-            "rank_adders": Field(int, 7, 64, help="FP16 adders of each rank PU's adder unit (PAPER 8; a count "
+            # hdl/pim/config.py PIMConfig: rank_adders >= chips = 8 (one adder per chip's context lane), <= 64
+            "rank_adders": Field(int, 8, 64, help="FP16 adders of each rank PU's adder unit (PAPER 8; a count "
                                                   "needs its RTL calibration, python -m sim.bench.pim "
                                                   "--calibrate paper-a<N>)")},
 }

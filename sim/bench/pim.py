@@ -145,7 +145,7 @@ def calibration_config(name):
     n = int(m.group(1))
     make, lengths = table["paper"]
     base = make()
-    cfg = replace(base, rank_adders=n, name=f"{base.name}-a{n}")     # PIMConfig validates N (>= chips - 1)
+    cfg = replace(base, rank_adders=n, name=f"{base.name}-a{n}")     # PIMConfig validates N (>= chips)
     return (lambda: cfg), lengths
 
 

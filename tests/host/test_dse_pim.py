@@ -47,8 +47,8 @@ def test_calibration_names_paper_variants_and_rejects_bad_ones():
     assert (cfg.rank_adders, cfg.chips, cfg.banks, cfg.head_dim) == (16, 8, 16, 128)
     assert lengths == calibration_config("paper")[1]
     assert calibration_key(cfg) == calibration_key(_adders(16))
-    with pytest.raises(ValueError, match="rank_adders = 4 < chips - 1 = 7"):
-        calibration_config("paper-a4")[0]()
+    with pytest.raises(ValueError, match="rank_adders = 7 < chips = 8"):
+        calibration_config("paper-a7")[0]()
     with pytest.raises(ValueError, match="paper-a<N>"):
         calibration_config("paper-x16")
 

@@ -106,6 +106,12 @@ def test_adder_unit_bad_config():
     cfg = replace(TINY, dram=DRAMConfig(name="x", org=org, timing=TINY.dram.timing), head_dim=16)
     with pytest.raises(ValueError, match="chips = 1 must be a power of two"):
         AdderUnit(cfg)
+    # accumulator mode adds chip c's context lane on adder c: fewer adders than chips would drop the last chips'
+    # lanes (acc_data is the adders' outputs), so PIMConfig refuses it, though the score tree needs only chips - 1
+    from hdl.pim.config import PAPER
+    with pytest.raises(ValueError, match="rank_adders = 7 < chips = 8"):
+        replace(PAPER, rank_adders=7)
+    assert replace(PAPER, rank_adders=8).rank_adders == 8
 
 
 def test_adder_unit_lint(tmp_path):
