@@ -48,7 +48,7 @@ def e2e_pim_config(head_dim: int = 64, max_tokens: int = 2048, heads: int = 8, *
     buf = _pow2(4 * max_tokens)                 # two heads of max_tokens FP16 exponentials (overlap, L3 4.3)
     probe = _org(chips, 1 << 20, ranks, bank_groups)
     cfg0 = PIMConfig(name="probe", dram=DRAMConfig(name=probe.name, org=probe, timing=DDR4_3200_TIMING),
-                     head_dim=head_dim, rank_buffer_bytes=buf, rank_adders=max(chips - 1, 1))
+                     head_dim=head_dim, rank_buffer_bytes=buf, rank_adders=chips)
     rows = _pow2(heads * sum(region_rows(cfg0, max_tokens)))
     org = _org(chips, rows, ranks, bank_groups)
     tag = "" if bank_groups == 4 else f"-g{bank_groups}"
