@@ -146,7 +146,7 @@ class Descriptor:
             return (self.operand_dim0, self.operand_dim1)
         if self.is_mm:
             if self.grouped(config):
-                return (self.input_dim0, self.operand_dim0)
+                return (self.input_dim0, self._group_w(config))
             return (1 if self.op == DescOp.GEMV else self.input_dim0, self.operand_dim1)
         if self.is_softmax:
             return (self.input_dim0, self.input_dim1)
@@ -183,10 +183,14 @@ class Descriptor:
         if op == DescOp.GEMV:
             return self.operand_dim1
         if op == DescOp.GEMM:
-            return self.input_dim0 * (self.operand_dim0 if self.grouped(config) else self.operand_dim1)
+            return self.input_dim0 * (self._group_w(config) if self.grouped(config) else self.operand_dim1)
         if op == DescOp.SOFTMAX:
             return self.input_dim0 * (self.input_dim1 + ANCHOR_ELEMS)
         return 0
+
+    def _group_w(self, config) -> int:
+        """W of a GROUP GEMM's result rows: ``config.group_lanes`` (without a config, K: the rows of a K = W GEMM)."""
+        return config.group_lanes if config is not None and config.group_lanes else self.operand_dim0
 
     def _shape_ok(self, config) -> bool:
         t, op = self.type, self.op
@@ -198,8 +202,10 @@ class Descriptor:
             if op == DescOp.GEMV:
                 return self.input_dim0 == 1 and self.input_dim1 == self.operand_dim0
             if op == DescOp.GEMM:
-                if grp:         # rows of W, the operand W x lanes (one segment per row of a beat)
-                    return (self.input_dim1 == self.operand_dim0 == config.group_lanes
+                if grp:         # rows of K = n W, the operand K x lanes (one segment per row of a beat; n x
+                    #               words per PE row, at most the PE array's ceil(max_k / lanes))
+                    W, k = config.group_lanes, self.operand_dim0
+                    return (self.input_dim1 == k and k % W == 0 and 0 < k <= W * -(-config.max_k // config.lanes)
                             and self.operand_dim1 == config.lanes and rows_ok)
                 return self.input_dim1 == self.operand_dim0
             if op == DescOp.SOFTMAX and grp:
@@ -378,7 +384,8 @@ def gemv(base_addr: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=
 def gemm(base_addr: int, b: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=False, acc=False,
          partial=False, trans=False, group=False) -> Descriptor:
     """Y[B x N] = X[B x K] A[K x N] (a batch of B GEMVs sharing A), A at ``base_addr``. ``group``: the GROUP
-    flag (K = W = config.group_lanes, N = lanes, B a multiple of lanes / W; the result is B x W)."""
+    flag (K = n W with W = config.group_lanes, N = lanes, B a multiple of lanes / W, the input rows packed as
+    :func:`sim.golden.pe_array.gemm_group` takes them; the result is B x W)."""
     return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=dtype, base_addr=base_addr,
                       flags=_flags(keep, chain, acc, partial, trans, group),
                       operand_bytes=_nbytes(k, n, dtype), operand_dim0=k, operand_dim1=n,

@@ -189,7 +189,7 @@ class _Core(wiring.Component):
         c = dec.o.payload
         is_mm = (c.type == DescType.READ_COMPUTE) & ((c.op == DescOp.GEMV) | (c.op == DescOp.GEMM))
         res_rows = Mux(is_mm, Mux(c.op == DescOp.GEMV, 1, c.input_dim0), c.input_dim0)
-        res_cols = Mux(is_mm, Mux(c.group, c.operand_dim0, c.operand_dim1), c.input_dim1)   # (GROUP GEMM: R x W)
+        res_cols = Mux(is_mm, Mux(c.group, cfg.group_lanes, c.operand_dim1), c.input_dim1)   # (GROUP GEMM: R x W)
         valid_s = [kv[s] | pv[s] for s in range(NS)]
         hit_s = [valid_s[s] & (so[s] == c.owner) for s in range(NS)]
         any_hit, any_valid = Cat(*hit_s).any(), Cat(*valid_s).any()
@@ -367,7 +367,7 @@ class _Core(wiring.Component):
         ge = entry(rp_g)
         gc = ge.cmd
         K, N = gc.operand_dim0, gc.operand_dim1
-        # GROUP: the input's R rows of W are R / g PE rows of one packed beat each
+        # GROUP: the input's R rows of K = n W are R / g PE rows of n packed beats each
         gsh = exact_log2(cfg.group_segments) if cfg.group_lanes else 0
         B = Mux(gc.op == DescOp.GEMV, 1, Mux(gc.group, gc.input_dim0 >> gsh, gc.input_dim0))
         G = cfg.acc_columns
@@ -378,6 +378,8 @@ class _Core(wiring.Component):
         is_trans = (mode == PEMode.TRANS) | (mode == PEMode.TRANS_HALF)
         row_like = (mode == PEMode.ROW) | (mode == PEMode.ROW_GROUP)
         kw = (K + (L - 1)) >> lsh
+        if cfg.group_lanes:     # GROUP: K = n W, one x word per W-slice of the rows (hdl/ndp/pe_array.py ROW_GROUP)
+            kw = Mux(gc.group, K >> exact_log2(cfg.group_lanes), kw)
         gcols = Mux(is_trans, Mux(N - g_c > G, G, N - g_c), Mux(row_like, N >> lsh, 1))
         grp_beats = Mux(mode == PEMode.TRANS, (K >> lsh) * gcols, gcols >> 1)   # TRANS / TRANS_HALF
         full_grp = Mux(mode == PEMode.TRANS, (K >> lsh) * G, G >> 1)

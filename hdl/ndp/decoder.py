@@ -124,7 +124,7 @@ class DescriptorDecoder(wiring.Component):
         # Result shape rows x cols (descriptor module table): LOAD R x C, GEMV 1 x N, GEMM B x N (GROUP: R x W),
         # SOFTMAX R x (L + ANCHOR_ELEMS), STORE nothing; kept shape: GEMV/GEMM the result, SOFTMAX R x L.
         res_rows = Mux(is_load, opd.dim0, Mux(is_softmax | is_gemm, inp.dim0, Mux(is_gemv, 1, 0)))
-        res_cols = Mux(is_softmax, inp.dim1, Mux(grp, opd.dim0, opd.dim1))
+        res_cols = Mux(is_softmax, inp.dim1, Mux(grp, cfg.group_lanes, opd.dim1))
         out_cols = Mux(is_softmax, inp.dim1 + ANCHOR_ELEMS, res_cols)
         col_beats = (res_cols + (L - 1)) >> lsh
         in_row_beats = (inp.dim1 + (L - 1)) >> lsh
@@ -153,12 +153,15 @@ class DescriptorDecoder(wiring.Component):
         esize = ELEMENT_BYTES[DType.FP16]       # the only accepted dtype (UNKNOWN_DTYPE otherwise)
         has_input = s1.is_store | s1.is_rc
         has_operand = ~s1.is_softmax
-        # GROUP: a GEMM's operand is W x lanes and its input rows of W, a SOFTMAX's rows W long, the rows a
+        # GROUP: a GEMM's operand is K x lanes with K = n W (n x words per PE row, at most the PE array's x
+        # memory, ceil(max_k / lanes) words) and its input rows of K, a SOFTMAX's rows W long, the rows a
         # multiple of the segments g = lanes / W (whole beats)
         if cfg.group_lanes:
             gW, gseg = cfg.group_lanes, cfg.group_segments
             rows_bad = (inp.dim0 & (gseg - 1)) != 0
-            grp_gemm_bad = (opd.dim0 != gW) | (opd.dim1 != cfg.lanes) | rows_bad
+            k_max = gW * -(-cfg.max_k // L)
+            grp_gemm_bad = ((opd.dim0 & (gW - 1)) != 0) | (opd.dim0 == 0) | (opd.dim0 > k_max) \
+                | (opd.dim1 != cfg.lanes) | rows_bad
             grp_sm_bad = (inp.dim1 != gW) | rows_bad
         else:
             grp_gemm_bad = grp_sm_bad = Const(0)

@@ -27,11 +27,13 @@ figures; the bit-exact golden model is ``sim/golden/pe_array.py``.
   the tree, so ``ys`` is in column order. Every column's sum is the TRANS one, operation for operation: the
   results are bit-identical to TRANS, in half the A transfers (docs/ndp_pe_array.md).
 
-* ``ROW_GROUP`` (arrays built with ``group`` = W > 0; K = W, N = lanes): the row dataflow with one broadcast
-  per *segment* of W lanes. The x row holds ``lanes / W`` rows of W (one per segment); lane l of segment
-  s = l // W multiplies ``X[b, s W + k]``: ``Y[b, s W + j] = sum_k X[b, s W + k] A[k, s W + j]``, g = lanes / W
-  independent (1 x W) @ (W x W) products in one pass over A. Accumulation, K split and drain are ROW's
-  (nb = 1), operation for operation. Decode attention of lanes / W KV heads at once (docs/ndp_core.md).
+* ``ROW_GROUP`` (arrays built with ``group`` = W > 0; K = n W, n >= 1, N = lanes): the row dataflow with one
+  broadcast per *segment* of W lanes. A PE row's x is n words; word j holds ``lanes / W`` rows' elements
+  [j W, (j + 1) W) (one row per segment); lane l of segment s = l // W multiplies element k of its row, i.e.
+  lane s W + k mod W of x word k // W: ``Y[b, s W + c] = sum_k X_s[b, k] A[k, s W + c]``, g = lanes / W
+  independent (1 x K) @ (K x W) products in one pass over A. Accumulation, K split and drain are ROW's
+  (nb = 1), operation for operation. Decode attention of lanes / W KV heads at once (docs/ndp_core.md); K > W
+  lets a head dim of n W run on segments of W tokens.
 
 **Overlap.** A job flows through three stages, each with its own job registers: LOAD (x into one of two x
 banks), COMPUTE (A beats into one of two accumulator banks) and DRAIN (one bank out through ``y`` / ``ys``).
@@ -79,9 +81,9 @@ class PEArray(wiring.Component):
     ``cmd`` (in)
         ``mode`` (:class:`PEMode`), ``rows`` = B (1..batch), ``k`` = K (1..max_k), ``cols``: ROW nb = N / lanes
         (1..acc_columns), ROW_HALF 1, TRANS N (1..acc_columns), TRANS_HALF N (even, 2..2 acc_columns),
-        TRANS_PAIR N (even, 2..2 acc_columns; rows 1).
+        TRANS_PAIR N (even, 2..2 acc_columns; rows 1), ROW_GROUP 1 (K = n W, n <= ceil(max_k / lanes)).
     ``x`` (in)
-        ``B * ceil(K / lanes)`` beats, row by row (lanes past K are padding, ignored).
+        ``B * ceil(K / lanes)`` beats, row by row (lanes past K are padding, ignored); ROW_GROUP ``B * K / W``.
     ``a`` (in)
         ROW ``K * nb`` beats, ROW_HALF ``K / 2``, TRANS ``(K / lanes) * N``, TRANS_HALF ``N / 2``, TRANS_PAIR
         ``(K / lanes) * N / 2`` transfers of two beats (module docs). With ``a_beats=2`` the payload is two beats
@@ -164,6 +166,13 @@ class PEArray(wiring.Component):
             S = 1
         return {"steps": steps, "inner": inner, "S": S, "V": S * inner, "beats": steps * inner, "words": inner}
 
+    def x_words(self, mode, k: int) -> int:
+        """x words per PE row of a job: ``ceil(k / lanes)``, ROW_GROUP ``k / W`` (each word one W-slice of the
+        segments' rows, module docstring)."""
+        if PEMode(mode) == PEMode.ROW_GROUP:
+            return -(-k // self.group)
+        return -(-k // self.lanes)
+
     def phases(self, k: int, nb: int) -> int:
         """ROW K-split phases S of a job: ``min(ceil(min_nb / nb), k)`` for ``nb < min_nb``, else 1."""
         return self.job(PEMode.ROW, 1, k, nb)["S"]
@@ -191,7 +200,14 @@ class PEArray(wiring.Component):
         m = Module()
         L, NB, w = self.lanes, self.batch, self.acc_width
         lsh = self.levels
+        gsh = exact_log2(self.group) if self.group else 0
         fmt = ACCUMULATORS[self.acc]
+
+        def kw_of(mode, k):
+            """x words per row (:meth:`x_words`): ceil(k / lanes); ROW_GROUP k / W."""
+            if not self.group:
+                return (k + (L - 1)) >> lsh
+            return Mux(mode == PEMode.ROW_GROUP, (k + (self.group - 1)) >> gsh, (k + (L - 1)) >> lsh)
         AD, XD = self.acc_depth, max(self.x_depth, 2)
         half = L // 2
 
@@ -252,7 +268,7 @@ class PEArray(wiring.Component):
             p = self.cmd.payload
             m.d.sync += [
                 lj["mode"].eq(p.mode), lj["rows"].eq(p.rows), lj["k"].eq(p.k), l_cols.eq(p.cols),
-                lj["kw"].eq((p.k + (L - 1)) >> lsh), lj["bank"].eq(l_bank),
+                lj["kw"].eq(kw_of(p.mode, p.k)), lj["bank"].eq(l_bank),
                 ld_b.eq(0), ld_q.eq(0), l_busy.eq(1), l_loaded.eq(0), l_derive.eq(1),
             ]
         # steps / inner / S / V from mode, k, cols (registered: one cycle after the cmd)
@@ -331,6 +347,8 @@ class PEArray(wiring.Component):
         c_row_like = (cj["mode"] == PEMode.ROW) | (cj["mode"] == PEMode.ROW_GROUP)
         x_addr = Mux(c_row_like, c_k >> lsh,
                      Mux(cj["mode"] == PEMode.ROW_HALF, c_k >> (lsh - 1), c_k))
+        if self.group:      # ROW_GROUP: word k // W holds the segments' elements [k - k mod W, ...) (K = n W)
+            x_addr = Mux(cj["mode"] == PEMode.ROW_GROUP, c_k >> gsh, x_addr)
         x_idx = Mux(c_row_like, c_k[:lsh], Cat(Const(0, 1), c_k[:lsh - 1]))
         first_now = Mux(c_is_trans, c_k == 0, c_first)
         with m.If(issue):

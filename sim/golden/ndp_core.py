@@ -106,8 +106,9 @@ class StateTable:
     pointer. :meth:`check` gives the status of an accepted descriptor; :meth:`commit` applies an OK one and
     returns its slot index (or None)."""
 
-    def __init__(self, slots: int):
+    def __init__(self, slots: int, config=None):
         self.slots = slots
+        self.config = config            # the core's: a GROUP GEMM's result is R x group_lanes (K = n W)
         self.reset()
 
     def reset(self):
@@ -133,7 +134,7 @@ class StateTable:
         if ok and desc.chain:
             ok = self.kept[i] == (desc.input_dim0, desc.input_dim1)
         if ok and desc.acc:
-            ok = self.partial[i] == desc.result_shape()
+            ok = self.partial[i] == desc.result_shape(self.config)
         if ok:
             return ErrorCode.OK
         if i is None and any(self._valid(j) for j in range(self.slots)):
@@ -155,9 +156,9 @@ class StateTable:
                 self.victim = (self.victim + 1) % self.slots
             self.owner[i], self.kept[i], self.partial[i] = owner, None, None
         if desc.keep:
-            self.kept[i] = desc.result_shape()
+            self.kept[i] = desc.result_shape(self.config)
         if desc.partial:
-            self.partial[i] = desc.result_shape()
+            self.partial[i] = desc.result_shape(self.config)
         elif desc.acc:
             self.partial[i] = None
         return i
@@ -205,7 +206,7 @@ def _check_program(program):
 def statuses(program, config) -> list:
     """The completion status of every descriptor of ``program`` (decoder + state check), without executing."""
     _check_config(config)
-    table = StateTable(config.state_slots)
+    table = StateTable(config.state_slots, config)
     out = []
     for desc, _, owner in _entries(program):
         st = desc.validate(config)
@@ -240,7 +241,7 @@ class GoldenCore:
     def reset(self):
         """Clear the sequence counter and the state slots (memory is kept)."""
         self.seq = 0
-        self.table = StateTable(self.config.state_slots)
+        self.table = StateTable(self.config.state_slots, self.config)
         self._kept = [None] * self.config.state_slots        # FP16 uint16 (rows, cols)
         self._partial = [None] * self.config.state_slots     # accumulator bits (rows, cols)
 
@@ -299,10 +300,10 @@ class GoldenCore:
             return empty, None, None
         if desc.is_mm:
             a = self._operand(desc)
-            if desc.grouped(cfg):       # R rows of W = R / g PE rows of one beat; the result R x W
-                x = inp.reshape(-1, cfg.lanes)
+            if desc.grouped(cfg):       # R rows of K = n W: R / g PE rows of n beats; the result R x W
+                x = inp.reshape(-1, (desc.operand_dim0 // cfg.group_lanes) * cfg.lanes)
                 y = gemm_group(x, a, acc=cfg.acc, lanes=cfg.lanes, group=cfg.group_lanes)
-                y = y.reshape(desc.input_dim0, desc.input_dim1)
+                y = y.reshape(desc.input_dim0, cfg.group_lanes)
             else:
                 x = inp.reshape(desc.input_dim0, desc.input_dim1)
                 mode = mode_of(a.shape[0], a.shape[1], cfg.lanes, desc.trans)

@@ -124,18 +124,24 @@ def _operands(x_bits, a_bits):
 
 
 def gemm_group(x_bits, a_bits, *, acc: str = "fp16", lanes: int, group: int) -> np.ndarray:
-    """The ``row_group`` dataflow: X (B, lanes), A (W, lanes) with W = ``group`` -> Y (B, lanes) in the accumulator
-    format, ``Y[b, s W + j] = sum_k X[b, s W + k] A[k, s W + j]`` (module docs)."""
+    """The ``row_group`` dataflow: X (B, n lanes), A (K, lanes) with K = n W, W = ``group`` -> Y (B, lanes) in the
+    accumulator format. X's row b is n x words; word j holds, in its segment s, elements [j W, (j + 1) W) of
+    segment s's input row X_s[b] (module docs): ``Y[b, s W + c] = sum_k X_s[b, k] A[k, s W + c]``, each segment
+    the row dataflow's K split over its K."""
     _acc_dtype(acc)
     x = as_bits(x_bits, FP16, "X")
     a = as_bits(a_bits, FP16, "A")
     W = group
     if isinstance(W, bool) or not isinstance(W, (int, np.integer)) or W < 1 or W & (W - 1) or lanes % W:
         raise ValueError(f"group must be a power of two dividing lanes ({lanes}), got {group!r}")
-    if x.ndim != 2 or a.shape != (W, lanes) or x.shape[1] != lanes:
-        raise ValueError(f"row_group needs X (B, {lanes}) and A ({W}, {lanes}), got X{x.shape} A{a.shape}")
-    S = phases(W, lanes, lanes)
-    y = np.concatenate([_reduce_phases(_phase_sums(x[:, s * W:(s + 1) * W], a[:, s * W:(s + 1) * W], S, acc))
+    K = a.shape[0] if a.ndim == 2 else 0
+    if x.ndim != 2 or a.ndim != 2 or a.shape[1] != lanes or K < W or K % W or x.shape[1] != (K // W) * lanes:
+        raise ValueError(f"row_group needs X (B, n {lanes}) and A (n {W}, {lanes}), got X{x.shape} A{a.shape}")
+    n = K // W
+    S = phases(K, lanes, lanes)
+    xw = x.reshape(x.shape[0], n, lanes)            # (B, word j, lane)
+    y = np.concatenate([_reduce_phases(_phase_sums(xw[:, :, s * W:(s + 1) * W].reshape(x.shape[0], K),
+                                                   a[:, s * W:(s + 1) * W], S, acc))
                         for s in range(lanes // W)], axis=1)
     return _bits_out(y, acc)
 

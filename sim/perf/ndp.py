@@ -352,10 +352,11 @@ class NDPPerfModel:
                "chain": bool(d.chain), "keep": bool(d.keep)}
         if k in ("row", "trans"):
             grouped = d.grouped(cfg)
-            # GROUP: R rows of W are R / g PE rows of one packed beat (hdl/ndp/core.py), K = W, N = lanes
+            # GROUP: R rows of K = n W are R / g PE rows of n packed beats (hdl/ndp/core.py), N = lanes
             B = d.input_dim0 // cfg.group_segments if grouped else d.input_dim0
             K, N = d.operand_dim0, d.operand_dim1
-            out["x"] = B * -(-K // L)
+            kw = K // cfg.group_lanes if grouped else -(-K // L)       # x words per PE row
+            out["x"] = B * kw
             if k == "trans":
                 mode = PEMode.TRANS if K % L == 0 else PEMode.TRANS_HALF
             elif grouped:
@@ -413,7 +414,7 @@ class NDPPerfModel:
                     acc += ps[2]
                     ps[2] = acc / beats_first
             passes = [tuple(ps) for ps in passes]
-            out["x_first"] = min(B, cfg.pe_batch) * -(-K // L)     # the first job's x (the rest load meanwhile)
+            out["x_first"] = min(B, cfg.pe_batch) * kw             # the first job's x (the rest load meanwhile)
             out["passes"] = len(passes)
             out["pass"] = passes
         elif k == "softmax":

@@ -264,15 +264,20 @@ def test_group_descriptors():
     assert softmax(8, 128, keep=True, chain=True, group=True).validate(PAPER) == ok
     assert gemm(0, 8, 128, 512, chain=True, group=True).returned_elems(2, PAPER) == 8 * 128
     assert gemm(0, 256, 128, 512, group=True).validate(PAPER) == ok               # 64 query rows
+    # K = n W: a head dim of n W over n x words per PE row (up to the PE array's ceil(max_k / lanes) words)
+    two = gemm(0, 8, 256, 512, group=True)
+    assert two.validate(PAPER) == ok and two.result_shape(PAPER) == (8, 128) and two.input_beats(512, PAPER) == 4
+    assert gemm(0, 4, 512, 512, group=True).validate(PAPER) == ok
+    assert two.validate(replace(PAPER, max_k=512)) == ErrorCode.SHAPE_MISMATCH      # one x word: K <= W
     cases = {
         "rows-not-multiple-of-g": (gemm(0, 6, 128, 512, group=True), ErrorCode.SHAPE_MISMATCH),
-        "k-not-w": (gemm(0, 8, 256, 512, group=True), ErrorCode.SHAPE_MISMATCH),
+        "k-not-n-w": (gemm(0, 8, 192, 512, group=True), ErrorCode.SHAPE_MISMATCH),
         "n-not-lanes": (gemm(0, 8, 128, 1024, group=True), ErrorCode.SHAPE_MISMATCH),
         "softmax-row-not-w": (softmax(8, 256, group=True), ErrorCode.SHAPE_MISMATCH),
         "softmax-rows": (softmax(6, 128, group=True), ErrorCode.SHAPE_MISMATCH),
         "gemv": (replace(gemv(0, 128, 512), flags=32), ErrorCode.BAD_FLAGS),
         "trans": (gemm(0, 8, 128, 512, trans=True, group=True), ErrorCode.NOT_MULTIPLE),    # (TRANS K < lanes)
-        "trans-k": (gemm(0, 8, 512, 512, trans=True, group=True), ErrorCode.SHAPE_MISMATCH),
+        "trans-k": (gemm(0, 8, 512, 512, trans=True, group=True), ErrorCode.BAD_FLAGS),     # (K = 4 W: shape ok)
         "acc": (replace(gemm(0, 8, 128, 512, group=True), flags=32 | 4), ErrorCode.BAD_FLAGS),
         "too-many-rows": (gemm(0, 260, 128, 512, group=True), ErrorCode.BATCH_TOO_LARGE),
         "no-group-lanes": (gemm(0, 8, 128, 512, group=True), ErrorCode.BAD_FLAGS),

@@ -230,6 +230,47 @@ def test_half_beat_attention_shares():
 GROUP_CFG = replace(CFG, name="tiny-group", sfu_lanes=2, group_lanes=2, max_batch=8, sfu_fifo=8)
 
 
+def test_grouped_gemm_over_several_x_words():
+    """GROUP GEMMs with K = n W (n = 2, 3: a head dim of n W on segments of W tokens, docs/ndp_core.md): each PE
+    row's x is n words, word j the W-slice j of its g rows; bit-exact against the golden core on Verilator at full
+    rate and under random traffic, between K = W GEMMs and with a malformed K (not a multiple of W: refused,
+    nothing disturbed); the golden result is the logical product of the unpacked rows (float64 within FP32
+    rounding), and it is not the product with word 0 read twice (the mutant x select of K = W)."""
+    cfg, rng = GROUP_CFG, np.random.default_rng(21)
+    g, W, L = cfg.group_segments, cfg.group_lanes, cfg.lanes
+    prog, refs, base = [], [], 0
+    for R, n in ((4, 2), (8, 3), (4, 1), (8, 2)):
+        K = n * W
+        a = rand_bits(rng, (K, L), 0.5)
+        prog.append(stored(base, a))
+        rows = rand_bits(rng, (R, K))                       # logical rows: row r is segment r mod g of PE row r // g
+        packed = rows.reshape(R // g, g, n, W).transpose(0, 2, 1, 3).reshape(-1)   # (PE row, word j, segment, W)
+        prog.append((gemm(base, R, K, L, group=True), packed))
+        af = a.view(np.float16).astype(np.float64)
+        xf = rows.view(np.float16).astype(np.float64)
+        refs.append((len(prog) - 1, np.stack([xf[r] @ af[:, (r % g) * W:(r % g + 1) * W] for r in range(R)])))
+        base += -(-a.size * 2 // 64) * 64
+        if n == 2:
+            prog.append((gemm(0, 4, 3, 8, group=True), None))           # K = 3: not n W (SHAPE_MISMATCH)
+    # a K = 2 W GEMM kept (R x W, as the scores of a head dim of 2 W) and a GROUP SOFTMAX CHAINed on it
+    prog.append((gemm(0, 8, 2 * W, L, group=True, keep=True), rand_bits(rng, (8 * 2 * W,))))
+    prog.append((softmax(8, W, chain=True, group=True), None))
+    for traffic in (None, "random"):
+        run, y, cpl = run_core(get_backend("verilator"), prog, traffic=traffic, seed=7, config=cfg)
+        assert completions(run.outputs["cpl"]) == cpl and run.outputs["y"] == y
+    codes = [s for _, s in cpl]
+    assert codes.count(ErrorCode.SHAPE_MISMATCH) == 2 and codes.count(ErrorCode.OK) == len(prog) - 2
+    golden = GoldenCore(cfg, MEM_BYTES)
+    res = golden.run(prog)
+    for i, want in refs:
+        got = np.asarray(res[i].result, np.uint16).reshape(want.shape).view(np.float16).astype(np.float64)
+        assert np.allclose(got, want, rtol=2e-3, atol=2e-3), i
+    d, x = prog[1]                                              # R = 4 (one PE row), K = 2 W (two x words)
+    twice = x.reshape(1, 2, L)[:, [0, 0]].reshape(-1)         # word 0 where word 1 belongs
+    other = GoldenCore(cfg, MEM_BYTES).run(prog[:1] + [(d, twice)])
+    assert not np.array_equal(other[1].result, res[1].result)
+
+
 def test_grouped_attention():
     """Decode attention of g = 4 KV heads at once in the grouped dataflow (scores GEMM GROUP, SOFTMAX GROUP,
     context GEMM GROUP; issue 29), shares of 1-3 tiles, GQA 1 and 2, as one stream with malformed GROUP
@@ -253,7 +294,7 @@ def test_grouped_attention():
         refs.append([[reference_attention(q[b, s][None], k[s], v[s])[0] for s in range(g)] for b in range(B)])
     kb = kernels.attention_batch(entries, config=cfg)
     bad = [(replace(gemv(0, 2, 8), flags=32), rand_bits(rng, (1, 2))),
-           (gemm(0, 6, 2, 8, group=True), rand_bits(rng, (6, 2))), (gemm(0, 4, 4, 8, group=True), None)]
+           (gemm(0, 6, 2, 8, group=True), rand_bits(rng, (6, 2))), (gemm(0, 4, 3, 8, group=True), None)]
     stream = kb.entries()
     prog = prog + stream[:3] + bad + stream[3:]
     for backend, traffic in ((get_backend("verilator"), None), (get_backend("verilator"), "random"),

@@ -184,7 +184,10 @@ def test_group_config(backend):
     """A core with the grouped dataflow (group_lanes = 2 of 8 lanes): GROUP descriptors, well formed and mutated
     (shapes, rows, flags), decoded exactly as ``Descriptor.validate`` / ``command`` say, under random traffic."""
     cfg = replace(TINY, sfu_lanes=2, group_lanes=2, max_batch=8)
+    # K = n W (2, 4, 6, 64 = W x the PE array's 32 x words: accepted), K = 3, 66 or 0 (refused)
     ds = [gemm(0, 4, 2, 8, group=True, keep=True), gemm(0, 6, 2, 8, group=True), gemm(0, 4, 4, 8, group=True),
+          gemm(0, 4, 6, 8, group=True), gemm(0, 4, 64, 8, group=True), gemm(0, 4, 3, 8, group=True),
+          gemm(0, 4, 66, 8, group=True), gemm(0, 4, 0, 8, group=True),
           replace(gemv(0, 2, 8), flags=32), softmax(8, 2, group=True, keep=True, chain=True), softmax(4, 8, group=True),
           gemm(0, 4, 2, 8, group=True, trans=True), replace(gemm(0, 4, 2, 8, group=True), flags=32 | 8 | 16)]
     ds += descriptor_stream(seed=9, n=60, cfg=cfg)
@@ -192,7 +195,10 @@ def test_group_config(backend):
     check_outputs(run, ds, cfg=cfg)
     codes = {d.validate(cfg) for d in ds}
     assert {ErrorCode.OK, ErrorCode.SHAPE_MISMATCH, ErrorCode.BAD_FLAGS} <= codes
-    assert sum(d.grouped(cfg) and d.validate(cfg) == ErrorCode.OK for d in ds) >= 3
+    assert sum(d.grouped(cfg) and d.validate(cfg) == ErrorCode.OK for d in ds) >= 5
+    assert [ds[i].validate(cfg) for i in (2, 3, 4)] == [ErrorCode.OK] * 3
+    assert [ds[i].validate(cfg) for i in (5, 6)] == [ErrorCode.SHAPE_MISMATCH] * 2
+    assert ds[3].result_shape(cfg) == (4, 2) and ds[3].input_beats(8, cfg) == 3
 
 
 def test_instruction_buffer_is_an_ordered_fifo(backend):

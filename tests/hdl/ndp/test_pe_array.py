@@ -66,8 +66,8 @@ def stimulus(pe, jobs, rng):
     L = pe.lanes
     cmds, xs, as_, wy, my, ws = [], [], [], [], [], []
     for i, (mode, b, k, n) in enumerate(jobs):
-        if mode == "row_group":             # X (B, lanes): g rows of W; A (W, lanes)
-            x, _ = operands(rng, b, L, n, special=(i == 0))
+        if mode == "row_group":             # X (B, n lanes): g rows of K = n W, a W-slice per word; A (K, lanes)
+            x, _ = operands(rng, b, (k // pe.group) * L, n, special=(i == 0))
             _, a = operands(rng, b, k, n, special=(i == 0))
         else:
             x, a = operands(rng, b, k, n, special=(i == 0))
@@ -132,19 +132,19 @@ def test_pe_array_matches_golden(backend, acc):
         assert run.cycles > full.cycles
 
 
-GROUP_JOBS = {  # ROW_GROUP (W = group: K = W, N = lanes) between the other dataflows, back to back
-    "amaranth": [("row_group", 1, 2, 4), ("row", 2, 5, 8), ("row_group", 2, 2, 4), ("trans", 1, 8, 3),
-                 ("row_group", 1, 2, 4)],
-    "verilator": [("row_group", 2, 2, 8), ("row", 2, 40, 64), ("row_group", 1, 2, 8), ("row_group", 2, 2, 8),
-                  ("trans", 2, 16, 12), ("row_half", 1, 2, 4), ("row_group", 1, 2, 8)],
+GROUP_JOBS = {  # ROW_GROUP (W = group: K = n W, N = lanes) between the other dataflows, back to back
+    "amaranth": [("row_group", 1, 2, 4), ("row", 2, 5, 8), ("row_group", 2, 4, 4), ("trans", 1, 8, 3),
+                 ("row_group", 1, 6, 4), ("row_group", 2, 2, 4)],
+    "verilator": [("row_group", 2, 2, 8), ("row", 2, 40, 64), ("row_group", 1, 4, 8), ("row_group", 2, 8, 8),
+                  ("trans", 2, 16, 12), ("row_half", 1, 2, 4), ("row_group", 2, 6, 8), ("row_group", 1, 2, 8)],
 }
 
 
 def test_row_group_matches_golden(backend):
-    """``group`` = W: ROW_GROUP jobs (each segment of W lanes multiplies its own W inputs) against
-    ``gemm_group`` bit for bit, between jobs of the other dataflows, at full rate and under random gaps and
-    backpressure; the golden model is not a plain row GEMM (a mutant that broadcasts one x to every segment
-    differs)."""
+    """``group`` = W: ROW_GROUP jobs (each segment of W lanes multiplies its own input row, K = W and K = n W
+    over n x words) against ``gemm_group`` bit for bit, between jobs of the other dataflows, at full rate and under
+    random gaps and backpressure; the golden model is not a plain row GEMM (a mutant that broadcasts one x to every
+    segment differs), and at K = 2 W the second x word matters (a mutant reading word 0 twice differs)."""
     pe = PEArray(acc="fp32", group=2, **CONFIGS[backend.name])
     jobs = GROUP_JOBS[backend.name]
     full, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(13))
@@ -160,6 +160,13 @@ def test_row_group_matches_golden(backend):
     one_x = np.repeat(x[:, :2], L // 2, axis=0).reshape(2, L)        # segment 0's inputs everywhere
     assert not np.array_equal(gemm_group(x, a, acc="fp32", lanes=L, group=2),
                               gemm_group(one_x, a, acc="fp32", lanes=L, group=2))
+    x2, _ = operands(rng, 2, 2 * L, L)
+    _, a2 = operands(rng, 2, 4, L)
+    word0_twice = np.concatenate([x2[:, :L], x2[:, :L]], axis=1)
+    assert not np.array_equal(gemm_group(x2, a2, acc="fp32", lanes=L, group=2),
+                              gemm_group(word0_twice, a2, acc="fp32", lanes=L, group=2))
+    with pytest.raises(ValueError, match="row_group needs"):
+        gemm_group(x2, a2[:3], acc="fp32", lanes=L, group=2)     # K not a multiple of W
     with pytest.raises(ValueError, match="group"):
         PEArray(lanes=8, group=3)
 
