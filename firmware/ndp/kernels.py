@@ -360,22 +360,28 @@ def kv_store(k_bits, v_bits, layout: dict, *, config: NDPConfig) -> Kernel:
 
 def grouped_attention(head_dim: int, config) -> bool:
     """Whether KV heads of ``head_dim`` run in the grouped dataflow (descriptor flag GROUP): the core has one
-    (``config.group_lanes``) of exactly the head dim, so a beat holds ``lanes / head_dim`` heads."""
-    return _cfg(config).group_lanes > 0 and head_dim == config.group_lanes
+    (``config.group_lanes`` = W > 0) and the head dim is n W with n at most the PE array's x words
+    (``ceil(max_k / lanes)``): a beat holds the W tokens of ``lanes / W`` heads (a tile is W tokens of g heads,
+    the scores' K = n W over n x words, the context n GEMMs of one W-slice of the head dim each)."""
+    W = _cfg(config).group_lanes
+    return W > 0 and head_dim % W == 0 and 0 < head_dim // W <= -(-config.max_k // config.lanes)
 
 
 def kv_group_layout(d: int, l: int, *, config: NDPConfig, rows: int = 1, base: int = 0) -> dict:
-    """Regions of one device's KV share of g = ``config.group_segments`` KV heads of head dim ``d`` =
-    ``config.group_lanes`` = W (``l`` tokens, a multiple of W), for query groups of ``rows`` query heads per KV
-    head: ``{"group": g, "d", "l", "rows", "tiles": [(k_addr, v_addr, t0, t1), ...], "end"}``. Tile i holds the
-    tokens ``[t0, t1)`` (W of them) of the g heads: K as ``W x lanes`` (row ``d``: head s's keys of the tile's
-    tokens in lanes ``s W ..``), V as ``W x lanes`` (row ``t``: head s's value vector of token t in lanes
-    ``s W ..``): the operands of the GROUP scores and context (:func:`attention_grouped`)."""
+    """Regions of one device's KV share of g = ``config.group_segments`` KV heads of head dim ``d`` = n W
+    (W = ``config.group_lanes``; :func:`grouped_attention`; ``l`` tokens, a multiple of W), for query groups of
+    ``rows`` query heads per KV head: ``{"group": g, "d", "l", "rows", "tile": W, "slices": n, "tiles": [(k_addr,
+    v_addr, t0, t1), ...], "v_slices": [[v_addr of slice j, ...] per tile], "end"}``. Tile i holds the tokens
+    ``[t0, t1)`` (W of them) of the g heads: K as ``d x lanes`` (row ``dd``: head s's keys of the tile's tokens at
+    dim dd in lanes ``s W ..``), V as n slices of ``W x lanes``, each its own aligned region (``v_addr`` the first;
+    slice j, row ``t``: dims ``[j W, (j + 1) W)`` of head s's value vector of token t in lanes ``s W ..``): the
+    operands of the GROUP scores and contexts (:func:`attention_grouped`)."""
     _cfg(config)
     d, l, rows = _pos_int("d", d), _pos_int("l", l), _pos_int("rows", rows)
     if not grouped_attention(d, config):
-        raise ValueError(f"d ({d}) must equal config.group_lanes ({config.group_lanes}, > 0) for the grouped "
-                         f"attention of config {config.name!r}")
+        raise ValueError(f"d ({d}) must be n x config.group_lanes ({config.group_lanes}, > 0), n <= "
+                         f"ceil(max_k / lanes) = {-(-config.max_k // config.lanes)}, for the grouped attention of "
+                         f"config {config.name!r}")
     W, g = config.group_lanes, config.group_segments
     if l % W:
         raise ValueError(f"l ({l}) must be a multiple of the group width {W} (a tile is W tokens of every head)")
@@ -383,12 +389,13 @@ def kv_group_layout(d: int, l: int, *, config: NDPConfig, rows: int = 1, base: i
         raise ValueError(f"rows ({rows}) x {g} heads must be <= config.max_batch ({config.max_batch}) and their "
                          f"scores fit a state slot ({config.kept_slot_bytes} bytes)")
     spans = [(t0, t0 + W) for t0 in range(0, l, W)]
-    regions = []
+    regions, n = [], d // W
     for i in range(len(spans)):
-        regions += [(f"k{i}", W * config.lanes), (f"v{i}", W * config.lanes)]
+        regions += [(f"k{i}", d * config.lanes)] + [(f"v{i}_{j}", W * config.lanes) for j in range(n)]
     lay = _layout(base, config, regions)
-    return {"group": g, "d": d, "l": l, "rows": rows, "tile": W,
-            "tiles": [(lay[f"k{i}"], lay[f"v{i}"], t0, t1) for i, (t0, t1) in enumerate(spans)],
+    return {"group": g, "d": d, "l": l, "rows": rows, "tile": W, "slices": n,
+            "tiles": [(lay[f"k{i}"], lay[f"v{i}_0"], t0, t1) for i, (t0, t1) in enumerate(spans)],
+            "v_slices": [[lay[f"v{i}_{j}"] for j in range(n)] for i in range(len(spans))],
             "end": lay["end"]}
 
 
@@ -401,11 +408,13 @@ def kv_group_store(k_bits, v_bits, layout: dict, *, config: NDPConfig) -> Kernel
     if k.shape != (g, l, d) or v.shape != k.shape:
         raise ValueError(f"k_bits and v_bits must be (g, l, d) = ({g}, {l}, {d}), got {k.shape} and {v.shape}")
     ks = []
-    for k_addr, v_addr, t0, t1 in layout["tiles"]:
+    for (k_addr, _, t0, t1), v_addrs in zip(layout["tiles"], layout["v_slices"]):
         kt = k[:, t0:t1, :].transpose(2, 0, 1).reshape(d, g * (t1 - t0))     # row d: [head][token]
-        vt = v[:, t0:t1, :].transpose(1, 0, 2).reshape(t1 - t0, g * d)       # row t: [head][dim]
         ks.append(store_tensor(k_addr, kt, config=config))
-        ks.append(store_tensor(v_addr, vt, config=config))
+        W = t1 - t0
+        for j, v_addr in enumerate(v_addrs):                                 # slice j, row t: [head][dims of j]
+            vt = v[:, t0:t1, j * W:(j + 1) * W].transpose(1, 0, 2).reshape(W, g * W)
+            ks.append(store_tensor(v_addr, vt, config=config))
     return _concat(ks, "kv_group_store", {"l": l, "d": d, "group": g})
 
 
@@ -641,11 +650,13 @@ def attention_grouped(q, layout: dict, *, config: NDPConfig) -> Kernel:
     once, in the grouped dataflow (descriptor flag GROUP; docs/ndp_core.md "Grouped attention").
 
     ``q``: the pre-scaled queries (B, g, d): query row b (of a GQA group of B = ``layout["rows"]``) of every KV
-    head s. Per tile (W tokens of every head; R = B g rows of W, row b g + s = query b of head s):
+    head s. Per tile (W tokens of every head; R = B g rows, row b g + s = query b of head s; d = n W):
 
-    1. ``p = q K^T`` GEMM GROUP (R x W, operand W x lanes), KEEP;
+    1. ``p = q K^T`` GEMM GROUP (R x W, operand d x lanes; the input R rows of d packed as n words per PE row,
+       word j the W-slice j of its g rows), KEEP;
     2. SOFTMAX GROUP (R x W, CHAIN, KEEP): keeps ``e = exp(p - m)``, returns R anchors;
-    3. ``o = e V`` GEMM GROUP (R x W, CHAIN): the unnormalized partial outputs of the R rows, returned.
+    3. ``o = e V`` as n GEMMs GROUP (R x W each, CHAIN on the one kept ``e``, operand V slice j): dims
+       ``[j W, (j + 1) W)`` of the unnormalized partial outputs of the R rows, returned.
 
     ``results`` -> a list with one ``(o (B, g, d) uint16, m (B, g) uint16, sum (B, g) uint32)`` per tile; each
     (b, s) merges with :func:`sim.golden.attention.merge_partials` like :func:`attention_integral`'s."""
@@ -655,24 +666,29 @@ def attention_grouped(q, layout: dict, *, config: NDPConfig) -> Kernel:
     if qs.shape != (rows, g, d):
         raise ValueError(f"q must be (B, g, d) = ({rows}, {g}, {d}), got {qs.shape}")
     R, W, L = rows * g, layout["tile"], config.lanes
+    n = d // W
+    # the scores' input: per PE row (query b of the g heads), n words; word j = each head's dims [j W, (j + 1) W)
+    packed = qs.reshape(rows, g, n, W).transpose(0, 2, 1, 3).reshape(-1).copy()
     program = []
-    for k_addr, v_addr, t0, t1 in layout["tiles"]:
-        descs = [gemm(k_addr, R, W, L, keep=True, group=True), softmax(R, W, keep=True, chain=True, group=True),
-                 gemm(v_addr, R, W, L, chain=True, group=True)]
-        for name, desc in zip(("scores q K^T", "softmax", "context e V"), descs):
+    for (k_addr, _, t0, t1), v_addrs in zip(layout["tiles"], layout["v_slices"]):
+        descs = [gemm(k_addr, R, d, L, keep=True, group=True), softmax(R, W, keep=True, chain=True, group=True)]
+        descs += [gemm(v_addr, R, W, L, chain=True, group=True) for v_addr in v_addrs]
+        names = ["scores q K^T", "softmax"] + [f"context e V (slice {j})" for j in range(n)]
+        for name, desc in zip(names, descs):
             _checked(desc, config, f"attention_grouped {name} (d={d}, g={g}, rows={rows})")
-        program += [(descs[0], qs.reshape(R, W).copy()), (descs[1], None), (descs[2], None)]
+        program += [(descs[0], packed.copy())] + [(desc, None) for desc in descs[1:]]
 
     def assemble(res):
-        out = []
+        out, per = [], 2 + n
         for i in range(len(layout["tiles"])):
-            anc = res[3 * i + 1].reshape(rows, g, ANCHOR_ELEMS)
+            anc = res[per * i + 1].reshape(rows, g, ANCHOR_ELEMS)
             m = anc[..., 0].copy()
             s = anc[..., 1].astype(np.uint32) | (anc[..., 2].astype(np.uint32) << 16)
-            out.append((res[3 * i + 2].reshape(rows, g, d), m, s))
+            o = np.concatenate([res[per * i + 2 + j].reshape(rows, g, W) for j in range(n)], axis=2)
+            out.append((o, m, s))
         return out
     return Kernel("attention_grouped", program, {"d": d, "l": layout["l"], "rows": rows, "group": g,
-                                                 "tiles": len(layout["tiles"]), "tile": W}, assemble)
+                                                 "tiles": len(layout["tiles"]), "tile": W, "slices": n}, assemble)
 
 
 def attention_batch(entries, *, config: NDPConfig, pipelined: bool = False) -> Kernel:
@@ -728,8 +744,9 @@ def attention_batch(entries, *, config: NDPConfig, pipelined: bool = False) -> K
 def _pipeline_grouped(ks):
     """Issue order (indices into the concatenated programs of ``ks``) and owner offsets of a batch stream.
 
-    Grouped tiles (scores S, SOFTMAX SM, context C of :func:`attention_grouped`) in a run of consecutive grouped
-    entries are **software-pipelined**: S0, SM0, S1, C0, SM1, S2, C1, ..., so the PE array computes the next
+    Grouped tiles (scores S, SOFTMAX SM, context C -- its n slice GEMMs in order -- of :func:`attention_grouped`)
+    in a run of consecutive grouped entries are **software-pipelined**: S0, SM0, S1, C0, SM1, S2, C1, ..., so the
+    PE array computes the next
     tile's scores while the current tile's SOFTMAX runs on the SFU, and a tile's SOFTMAX output is written (the
     output writer is in order) before the next scores' results (issue 29). Successive
     tiles alternate between two owners (state slots), so a tile's scores never replace the kept result the
@@ -737,17 +754,17 @@ def _pipeline_grouped(ks):
     slot's last KEEP before it) has written it (hdl/ndp/core.py), not after every earlier descriptor. Per-head
     entries keep their order, owner 0."""
     order, owners, base = [], [], 0
-    run = []                                        # tiles (start index of S) of the current grouped run
+    run = []                        # tiles (start index of S, context slices) of the current grouped run
 
     def flush():
         n = len(run)
-        seq = [(run[0], 0), (run[0] + 1, 0)] if n else []           # S0, SM0
+        seq = [(run[0][0], 0), (run[0][0] + 1, 0)] if n else []     # S0, SM0
         for t in range(n):
             if t + 1 < n:
-                seq.append((run[t + 1], t + 1))                     # S_{t+1}
-            seq.append((run[t] + 2, t))                             # C_t
+                seq.append((run[t + 1][0], t + 1))                  # S_{t+1}
+            seq += [(run[t][0] + 2 + j, t) for j in range(run[t][1])]   # C_t (its slices)
             if t + 1 < n:
-                seq.append((run[t + 1] + 1, t + 1))                 # SM_{t+1}
+                seq.append((run[t + 1][0] + 1, t + 1))              # SM_{t+1}
         for i, t in seq:
             order.append(i)
             owners.append(t % 2)
@@ -755,7 +772,8 @@ def _pipeline_grouped(ks):
     for k in ks:
         n = len(k.program)
         if k.name == "attention_grouped":
-            run.extend(range(base, base + n, 3))
+            per = 2 + k.meta["slices"]
+            run.extend((i, k.meta["slices"]) for i in range(base, base + n, per))
         else:
             flush()
             order.extend(range(base, base + n))

@@ -253,6 +253,19 @@ def paper_figures(model=None) -> dict:
                                   "roofline_efficiency": max(mem_s, mac_s) / t_stream,
                                   "efficiency_per_pair": mem_s / t_pairs, "efficiency_per_head": mem_s / t_head,
                                   "grouped": bool(t_stream < t_head)})
+    # the same at segments of 64 lanes (group_lanes = sfu_lanes = 64: 8 KV heads x 64 tokens per tile, the head dim
+    # 128 as K = 2 W over two x words and two context slices; docs/ndp_core.md): not PAPER, because GQA groups lose
+    attention_w64 = []
+    cfg64 = replace(m.config, name="paper-w64", group_lanes=64, sfu_lanes=64, sfu_fifo=32)
+    m64 = NDPPerfModel(cfg64, m.memory, m.cal, overlap=m.overlap)
+    for name, kvh, qh, hd in ATTN_MODELS:
+        for share in ATTN_SHARES:
+            for b in (1, 32):
+                tok = np.full(b, share)
+                kv_bytes = b * kvh * share * hd * 2 * 2
+                mem_s = m.memory.stream(-(-kv_bytes // m.memory.line_bytes)) * m.memory.ratio / m.hz
+                attention_w64.append({"model": name, "share_tokens": share, "batch": b,
+                                      "efficiency": mem_s / m64.attention_batch_s(tok, hd, qh, kvh)})
     # back to back: 32 E4 descriptors (rank 16, D = 4096, batch 1, 128 KiB each) vs the same 4 MiB in the
     # largest descriptors the firmware issues (one E4 at D = 16384, R = 128: 8 K-tiles of 512 KiB)
     small = m.program_cycles([e for _ in range(32) for e in m.kernel_program("e4", 4096, 16, 1)])
@@ -267,7 +280,7 @@ def paper_figures(model=None) -> dict:
             "gemm_batch4_min_frac_alone": min(g["alone"] for g in r128),
             "gemm_batch4_min_frac_alone_d4096": min(g["alone"] for g in r128 if g["D"] >= 4096),
             "gemm_batch4_min_frac_all_ranks": min(g["steady"] for g in gemm_b4), "gemm_batch4": gemm_b4,
-            "load_eff": load_eff, "attention_batch": attention,
+            "load_eff": load_eff, "attention_batch": attention, "attention_batch_w64": attention_w64,
             "gemm_shape": {"kernel": "e4", "D": 4096, "R": 128, "batch": 256},
             "back_to_back_frac": large / small, "back_to_back_cycles": {"32_small": small, "one_large": large},
             "shapes": shapes}
@@ -351,6 +364,21 @@ def main(argv=None):
         print(f"   {name:>18} {len(prog):>3} desc  RTL {c:>6}  model {mc:>8.1f}  {100 * _err(mc, c):+.2f}%  "
               f"pipelined: RTL {cp} ({100 * (cp - c) / c:+.1f}%)  model {mp:>8.1f}  {100 * _err(mp, cp):+.2f}%")
     out["rtl"]["validation_grouped"] = grows
+    # the same at a head dim of 2 W (GROUP K = 2 W, two context slices): the W = 64 variant's path, not issued at
+    # PAPER and not calibrated on; its error is its own figure (model_rtl_max_rel_err_2w), not the hosts' model's
+    from sim.perf.ndp import grouped_programs_2w
+    rows2w, errs2w = [], []
+    piped2w = grouped_programs_2w(gcfg, pipelined=True)
+    for name, prog in grouped_programs_2w(gcfg).items():
+        for order, pr in (("plain", prog), ("pipelined", piped2w[name])):
+            c = rtl_cycles(pr, gcfg, gdut, _verilator())
+            mc = gmodel.program_cycles(pr)
+            rows2w.append({"name": name, "order": order, "descriptors": len(pr), "rtl_cycles": c,
+                           "model_cycles": mc, "rel_err": _err(mc, c)})
+            errs2w.append(_err(mc, c))
+            print(f"   {name:>24} {order:>9} {len(pr):>3} desc  RTL {c:>6}  model {mc:>8.1f}  {100 * _err(mc, c):+.2f}%")
+    out["rtl"]["validation_grouped_2w"] = rows2w
+    out["model_rtl_max_rel_err_2w"] = max(abs(e) for e in errs2w)
     # pipelined streams with a GEMV after each SOFTMAX, on the grouped DUT with its FIFO in front of the SFU
     # (config.sfu_fifo) and without it: the GEMV's input waits behind the SOFTMAX's in the input feeder unless the
     # FIFO takes the SOFTMAX's rows (sim.perf.ndp.mixed_programs)
@@ -433,17 +461,20 @@ def main(argv=None):
               f"({100 * _err(mc, cyc):+.2f}%)")
     out["model_rtl_max_rel_err"] = max(abs(e) for e in errs)
     print(f"\n   model vs RTL: max |error| {100 * out['model_rtl_max_rel_err']:.2f}% over {len(errs)} RTL runs "
-          f"(RTL-measured, tiny slice)")
+          f"(RTL-measured, tiny slice); at a head dim of 2 W (not PAPER's path, not calibrated on): "
+          f"{100 * out['model_rtl_max_rel_err_2w']:.2f}%")
 
     print("\n5. Paper geometry (512 lanes x 2 PE rows at 1 GHz, 64 LPDDR5X-8533 channels): MODEL figures "
           "(NDPPerfModel.paper(), not RTL)")
     pf = paper_figures()
     out.update({k: pf[k] for k in ("gemv_device_bw_frac", "gemv_delivered_bw_frac", "gemm_peak_frac",
                                    "back_to_back_frac", "gemm_batch4_min_frac", "load_eff", "attention_batch",
-                                   "shapes")})
+                                   "attention_batch_w64", "shapes")})
     out["paper_model"] = {k: v for k, v in pf.items() if k != "shapes"}
     out["figure_sources"] = {
         "model_rtl_max_rel_err": "RTL-measured (tiny slice, Verilator) vs the model on the same shapes",
+        "model_rtl_max_rel_err_2w": "RTL-measured (tiny grouped slice, Verilator) vs the model on grouped streams at "
+                                    "a head dim of 2 W (the W = 64 variant's path; not PAPER's, not calibrated on)",
         "gemv_device_bw_frac": "model, paper geometry (E4 D=14336 R=128 batch 1; of 64 x LPDDR5X-8533 peak)",
         "gemv_delivered_bw_frac": "model, paper geometry (E4 D=14336 R=128 batch 1; of the device memory model's "
                                   "bandwidth on the same bytes read alone)",
@@ -460,6 +491,9 @@ def main(argv=None):
                            "alone / device time (efficiency_per_pair: the pairs priced one by one from idle); "
                            "roofline_efficiency = max(that memory time, the MACs at the 2.048 TFLOPS peak) / device "
                            "time (a GQA group of 4 needs twice the MAC time of the memory time)",
+        "attention_batch_w64": "model, the paper geometry with segments of 64 lanes (group_lanes = sfu_lanes = 64, "
+                               "sfu_fifo 32: a tile is 8 KV heads x 64 tokens, head dim 128 = K 2 W over two x words, "
+                               "two context slices; not PAPER), batch 1 and 32, efficiency as attention_batch",
         "load_eff": "model, paper geometry: E2 LOADs; efficiency = bytes / min(device peak BW, CXL 3.1 128 GB/s) / "
                     "max(device time, first granule's time + bytes / link BW); device_efficiency = bytes / device "
                     "peak BW / device time"}
@@ -487,6 +521,11 @@ def main(argv=None):
             print(f"   {name:>11} {share:>6} " + " ".join(
                 f"{100 * row[b]['efficiency']:>6.1f}% ({100 * row[b]['efficiency_per_pair']:>4.1f}%)"
                 for b in ATTN_BATCHES))
+    print("   the same with segments of 64 lanes (group_lanes = sfu_lanes = 64; not PAPER), batch 1 / 32: " + "; ".join(
+        f"{name} " + ", ".join(f"{share}: " + " / ".join(
+            f"{100 * a['efficiency']:.1f}%" for a in pf["attention_batch_w64"]
+            if a["model"] == name and a["share_tokens"] == share) for share in ATTN_SHARES)
+        for name, *_ in ATTN_MODELS))
     print(f"   back to back: 32 E4 (R=16, D=4096) reach {100 * pf['back_to_back_frac']:.1f}% of the bandwidth of the "
           f"same 4 MiB in 512 KiB descriptors")
     print(f"   memory model: {pf['memory_model']}")

@@ -754,10 +754,11 @@ class NDPPerfModel:
     def uses_grouped(self, head_dim, q_heads, kv_heads) -> bool:
         """Whether a layer's decode attention of this shape runs in the grouped dataflow
         (kernels.attention_grouped, ``lanes / group_lanes`` KV heads per entry): the model prices it so
-        (``grouped_attention``), the head dim is the core's ``group_lanes``, the KV heads fill whole groups and
-        a GQA group's rows fit the descriptor (rows x segments <= max_batch)."""
+        (``grouped_attention``), the head dim is n x the core's ``group_lanes`` (kernels.grouped_attention), the
+        KV heads fill whole groups and a GQA group's rows fit the descriptor (rows x segments <= max_batch)."""
+        from firmware.ndp.kernels import grouped_attention
         cfg = self.config
-        if not (self.grouped_attention and cfg.group_lanes and head_dim == cfg.group_lanes):
+        if not (self.grouped_attention and grouped_attention(head_dim, cfg)):
             return False
         segs = cfg.group_segments
         return kv_heads % segs == 0 and (q_heads // kv_heads) * segs <= cfg.max_batch
@@ -1004,26 +1005,27 @@ def rtl_group_config():
     return replace(cfg, name="tiny-group", sfu_lanes=2, group_lanes=2, max_batch=8, sfu_fifo=8), mem
 
 
-def _group_entries(config, B, l, n, rng):
+def _group_entries(config, B, l, n, rng, d=None):
     """``n`` grouped attention entries (kernels.kv_group_layout, one after the other from address 0) of ``B`` query
-    rows over ``l`` tokens, random queries from ``rng``."""
+    rows over ``l`` tokens at head dim ``d`` (default the group width W), random queries from ``rng``."""
     from firmware.ndp import kernels as K
     g, W = config.group_segments, config.group_lanes
+    d = d or W
     ents, base = [], 0
     for _ in range(n):
-        lay = K.kv_group_layout(W, l, config=config, rows=B, base=base)
+        lay = K.kv_group_layout(d, l, config=config, rows=B, base=base)
         base = lay["end"]
-        ents.append(((rng.standard_normal((B, g, W))).astype(np.float16).view(np.uint16), lay))
+        ents.append(((rng.standard_normal((B, g, d))).astype(np.float16).view(np.uint16), lay))
     return ents
 
 
 def _grouped_stream(config, specs, seed, pipelined, name):
-    """{name(B, l, n): the descriptor entries of kernels.attention_batch over :func:`_group_entries`} per (B, l, n)
-    of ``specs`` (one random stream for all)."""
+    """{name(B, l, n[, d]): the descriptor entries of kernels.attention_batch over :func:`_group_entries`} per
+    (B, l, n[, head dim]) of ``specs`` (one random stream for all)."""
     from firmware.ndp import kernels as K
     rng = np.random.default_rng(seed)
-    return {name(B, l, n): K.attention_batch(_group_entries(config, B, l, n, rng), config=config,
-                                             pipelined=pipelined).entries() for B, l, n in specs}
+    return {name(*s): K.attention_batch(_group_entries(config, *s[:3], rng, *s[3:]), config=config,
+                                        pipelined=pipelined).entries() for s in specs}
 
 
 def grouped_programs(config, seed=0, pipelined=False):
@@ -1033,6 +1035,16 @@ def grouped_programs(config, seed=0, pipelined=False):
     software-pipelined (``attention_batch(pipelined=True)``, the order the hosts issue)."""
     return _grouped_stream(config, ((1, 2, 8), (1, 8, 8), (2, 4, 6), (1, 16, 3)), seed, pipelined,
                            lambda B, l, n: f"att_grouped_b{B}_l{l}_x{n}")
+
+
+def grouped_programs_2w(config, seed=1, pipelined=False):
+    """Grouped attention streams at a head dim of 2 W (the scores' K = 2 W over two x words, two context slices;
+    kernels.attention_grouped): (query rows B, tokens per share, entries) = (1, 4, 6), (2, 2, 4). Not issued at
+    PAPER (W = 128 = the head dim) and not in the calibration: they price the W = 64 variant
+    (docs/ndp_core.md)."""
+    W = config.group_lanes
+    return _grouped_stream(config, ((1, 4, 6, 2 * W), (2, 2, 4, 2 * W)), seed, pipelined,
+                           lambda B, l, n, d: f"att_grouped_d{d}_b{B}_l{l}_x{n}")
 
 
 def calibration_group_programs(config):
