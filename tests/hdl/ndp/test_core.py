@@ -230,6 +230,44 @@ def test_half_beat_attention_shares():
 GROUP_CFG = replace(CFG, name="tiny-group", sfu_lanes=2, group_lanes=2, max_batch=8, sfu_fifo=8)
 
 
+def grouped_shares(cfg, rng, d, shapes):
+    """STOREs, ``attention_batch`` entries and float64 references of grouped shares (g KV heads of head dim ``d``)
+    of ``shapes`` = [(query rows B, tokens), ...], laid out one after the other from address 0."""
+    from sim.golden.attention import reference_attention, prepare_query
+    g = cfg.group_segments
+    base, prog, entries, refs = 0, [], [], []
+    for B, l in shapes:
+        lay = kernels.kv_group_layout(d, l, config=cfg, rows=B, base=base)
+        base = lay["end"]
+        k, v = rand_bits(rng, (g, l, d), 0.5), rand_bits(rng, (g, l, d), 0.5)
+        q = rand_bits(rng, (B, g, d))
+        prog += kernels.kv_group_store(k, v, lay, config=cfg).program
+        entries.append((np.stack([[prepare_query(q[b, s]) for s in range(g)] for b in range(B)]), lay))
+        refs.append([[reference_attention(q[b, s][None], k[s], v[s])[0] for s in range(g)] for b in range(B)])
+    return prog, entries, refs
+
+
+def check_grouped_partials(cfg, stores, entries, refs):
+    """On the golden core after ``stores``: every (query, head)'s partials of the plain stream merge to the float64
+    attention, and the pipelined order gives the same partials, bit for bit."""
+    from sim.golden.attention import merge_partials
+    golden = GoldenCore(cfg, MEM_BYTES)
+    golden.run(stores)
+    kb = kernels.attention_batch(entries, config=cfg)
+    kp = kernels.attention_batch(entries, config=cfg, pipelined=True)
+    plain = kb.results(golden.run(kb.entries()))
+    for (_, lay), parts, ref in zip(entries, plain, refs):
+        for b in range(lay["rows"]):
+            for s in range(cfg.group_segments):
+                got = merge_partials({(0, i): (o[b, s], m[b, s], sm[b, s]) for i, (o, m, sm) in enumerate(parts)})
+                np.testing.assert_allclose(np.asarray(got, np.float64).reshape(-1), ref[b][s].reshape(-1),
+                                           rtol=2e-2, atol=2e-3)
+    piped = kp.results(golden.run(kp.entries()))
+    for a, b in zip(plain, piped):
+        for ta, tb in zip(a, b):
+            assert all(np.array_equal(u, v) for u, v in zip(ta, tb))
+
+
 def test_grouped_gemm_over_several_x_words():
     """GROUP GEMMs with K = n W (n = 2, 3: a head dim of n W on segments of W tokens, docs/ndp_core.md): each PE
     row's x is n words, word j the W-slice j of its g rows; bit-exact against the golden core on Verilator at full
@@ -279,19 +317,11 @@ def test_grouped_attention():
     Amaranth's simulator under random traffic; the host merges every (query, head)'s partials to the float64
     attention; the NDP performance model holds the RTL within 3 % on grouped streams, plain and pipelined, and on a
     pipelined stream mixed with GEMVs (none calibrated on)."""
-    from sim.golden.attention import merge_partials, reference_attention, prepare_query
     cfg, rng = GROUP_CFG, np.random.default_rng(3)
     g, W = cfg.group_segments, cfg.group_lanes
     assert kernels.grouped_attention(W, cfg) and not kernels.grouped_attention(W, CFG)
-    base, prog, entries, refs = 0, [], [], []
-    for B, l in ((1, 4), (2, 2), (1, 6)):
-        lay = kernels.kv_group_layout(W, l, config=cfg, rows=B, base=base)
-        base = lay["end"]
-        k, v = rand_bits(rng, (g, l, W), 0.5), rand_bits(rng, (g, l, W), 0.5)
-        q = rand_bits(rng, (B, g, W))
-        prog += kernels.kv_group_store(k, v, lay, config=cfg).program
-        entries.append((np.stack([[prepare_query(q[b, s]) for s in range(g)] for b in range(B)]), lay))
-        refs.append([[reference_attention(q[b, s][None], k[s], v[s])[0] for s in range(g)] for b in range(B)])
+    prog, entries, refs = grouped_shares(cfg, rng, W, ((1, 4), (2, 2), (1, 6)))
+    stores = list(prog)
     kb = kernels.attention_batch(entries, config=cfg)
     bad = [(replace(gemv(0, 2, 8), flags=32), rand_bits(rng, (1, 2))),
            (gemm(0, 6, 2, 8, group=True), rand_bits(rng, (6, 2))), (gemm(0, 4, 3, 8, group=True), None)]
@@ -341,20 +371,7 @@ def test_grouped_attention():
     merr = (model.program_cycles(mixed) - run.cycles) / run.cycles
     print(f"{mname}: RTL {run.cycles} cycles, model {100 * merr:+.2f} %")
     assert abs(merr) <= 0.03, (mname, run.cycles, merr)
-    golden = GoldenCore(cfg, MEM_BYTES)
-    golden.run(prog[:len(prog) - len(kb.program) - len(bad)])
-    for (_, lay), parts, ref in zip(entries, kb.results(golden.run(kb.entries())), refs):
-        for b in range(lay["rows"]):
-            for s in range(g):
-                got = merge_partials({(0, i): (o[b, s], m[b, s], sm[b, s]) for i, (o, m, sm) in enumerate(parts)})
-                np.testing.assert_allclose(np.asarray(got, np.float64).reshape(-1), ref[b][s].reshape(-1),
-                                           rtol=2e-2, atol=2e-3)
-    # the pipelined order gives the same partials, bit for bit
-    kp = kernels.attention_batch(entries, config=cfg, pipelined=True)
-    plain, piped = kb.results(golden.run(kb.entries())), kp.results(golden.run(kp.entries()))
-    for a, b in zip(plain, piped):
-        for ta, tb in zip(a, b):
-            assert all(np.array_equal(u, v) for u, v in zip(ta, tb))
+    check_grouped_partials(cfg, stores, entries, refs)
 
 
 def test_grouped_attention_head_dim_of_two_segments():
@@ -364,21 +381,12 @@ def test_grouped_attention_head_dim_of_two_segments():
     software-pipelined, bit-exact against the golden core on Verilator (full rate and random traffic); the host
     merges every (query, head)'s partials to the float64 attention, and both orders give the same partials; the
     NDP performance model (calibrated at head dim W only) within 5 % (measured -2.1 % plain, -1.2 % pipelined)."""
-    from sim.golden.attention import merge_partials, reference_attention, prepare_query
     cfg, rng = GROUP_CFG, np.random.default_rng(8)
-    g, W = cfg.group_segments, cfg.group_lanes
+    W = cfg.group_lanes
     d = 2 * W
     assert kernels.grouped_attention(d, cfg) and not kernels.grouped_attention(d + 1, cfg)
-    base, prog, entries, refs = 0, [], [], []
-    for B, l in ((1, 4), (2, 2), (1, 6)):
-        lay = kernels.kv_group_layout(d, l, config=cfg, rows=B, base=base)
-        base = lay["end"]
-        assert lay["slices"] == 2
-        k, v = rand_bits(rng, (g, l, d), 0.5), rand_bits(rng, (g, l, d), 0.5)
-        q = rand_bits(rng, (B, g, d))
-        prog += kernels.kv_group_store(k, v, lay, config=cfg).program
-        entries.append((np.stack([[prepare_query(q[b, s]) for s in range(g)] for b in range(B)]), lay))
-        refs.append([[reference_attention(q[b, s][None], k[s], v[s])[0] for s in range(g)] for b in range(B)])
+    prog, entries, refs = grouped_shares(cfg, rng, d, ((1, 4), (2, 2), (1, 6)))
+    assert all(lay["slices"] == 2 for _, lay in entries)
     kb = kernels.attention_batch(entries, config=cfg)
     kp = kernels.attention_batch(entries, config=cfg, pipelined=True)
     assert len(kb.program) == (2 + 2) * (4 + 2 + 6) // W                # scores, SOFTMAX, 2 slices per tile
@@ -392,19 +400,7 @@ def test_grouped_attention_head_dim_of_two_segments():
             err = (model.program_cycles(prog + stream) - run.cycles) / run.cycles
             print(f"head dim 2 W stream: RTL {run.cycles} cycles, model {100 * err:+.2f} %")
             assert abs(err) <= 0.05, (run.cycles, err)
-    golden = GoldenCore(cfg, MEM_BYTES)
-    golden.run(prog)
-    plain = kb.results(golden.run(kb.entries()))
-    for (_, lay), parts, ref in zip(entries, plain, refs):
-        for b in range(lay["rows"]):
-            for s in range(g):
-                got = merge_partials({(0, i): (o[b, s], m[b, s], sm[b, s]) for i, (o, m, sm) in enumerate(parts)})
-                np.testing.assert_allclose(np.asarray(got, np.float64).reshape(-1), ref[b][s].reshape(-1),
-                                           rtol=2e-2, atol=2e-3)
-    piped = kp.results(golden.run(kp.entries()))
-    for a, b in zip(plain, piped):
-        for ta, tb in zip(a, b):
-            assert all(np.array_equal(u, v) for u, v in zip(ta, tb))
+    check_grouped_partials(cfg, prog, entries, refs)
 
 
 def test_back_to_back_descriptors_overlap():
