@@ -85,6 +85,10 @@ class NDPConfig:
       multiplies the input row of *its own segment*. Decode attention of ``lanes / W`` KV heads of head dim W
       at once (docs/ndp_core.md, "Grouped attention"). 0 (no GROUP), or a power of two with
       ``sfu_lanes <= W <= lanes / 4`` (a SOFTMAX row of ``lanes / 2`` is the half-beat share's).
+    * ``group_narrow``: GROUP descriptors may also carry the flag NARROW: segments of W / 2 (``2 lanes / W`` of
+      them per beat), chosen per descriptor, so one core runs short shares as tiles of W / 2 tokens of twice the
+      heads and long ones (or GQA groups) at W (docs/ndp_core.md, "Narrow tiles"). Needs ``group_lanes`` >= 2 and
+      ``sfu_lanes <= W / 2`` (a NARROW SOFTMAX row is W / 2 long).
     * ``sfu_fifo``: depth, in SFU words (``sfu_lanes`` FP16), of a FIFO between the core's input feeder and the
       SFU (0: none, the feeder hands words straight to the SFU). The SFU takes a row only into one of its two row
       slots, so without it the feeder (in order for the PE array and the SFU) waits on the SFU's progress, and the
@@ -113,6 +117,7 @@ class NDPConfig:
     gemv_pairs: bool = False
     group_lanes: int = 0          # 0: no grouped dataflow (PEMode.ROW_GROUP, the GROUP flag)
     sfu_fifo: int = 0             # 0: no FIFO in front of the SFU
+    group_narrow: bool = False    # GROUP descriptors may also take segments of group_lanes / 2 (flag NARROW)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -162,11 +167,30 @@ class NDPConfig:
                                                                    self.sfu_lanes <= g <= self.lanes // 4)):
             raise ValueError(f"{who}: group_lanes must be 0 or a power of two in sfu_lanes "
                              f"({self.sfu_lanes})..lanes / 4 ({self.lanes // 4}), got {g!r}")
+        if not isinstance(self.group_narrow, bool):
+            raise ValueError(f"{who}: group_narrow must be a bool, got {self.group_narrow!r}")
+        if self.group_narrow and not (g >= 2 and self.sfu_lanes <= g // 2):
+            raise ValueError(f"{who}: group_narrow needs group_lanes >= 2 and sfu_lanes ({self.sfu_lanes}) <= "
+                             f"group_lanes / 2, got group_lanes={g}")
 
     @property
     def group_segments(self) -> int:
         """Segments of a beat in the grouped dataflow: ``lanes / group_lanes`` (0 without it)."""
         return self.lanes // self.group_lanes if self.group_lanes else 0
+
+    def group_width(self, narrow: bool = False) -> int:
+        """Segment width of a GROUP descriptor: ``group_lanes``, or half of it with the flag NARROW
+        (``group_narrow``)."""
+        if narrow and not self.group_narrow:
+            raise ValueError(f"NDPConfig {self.name!r}: NARROW needs group_narrow")
+        return self.group_lanes >> int(bool(narrow))
+
+    @property
+    def group_widths(self) -> tuple:
+        """The segment widths GROUP descriptors may take, widest first (empty without the grouped dataflow)."""
+        if not self.group_lanes:
+            return ()
+        return (self.group_lanes, self.group_lanes // 2) if self.group_narrow else (self.group_lanes,)
 
     @property
     def peak_flops(self) -> float:

@@ -57,6 +57,8 @@ that made it (the requester queue, carried beside the descriptor on the core's `
   the operand's segment s (the row dataflow with a per-segment broadcast, ``hdl.ndp.pe_array.PEMode.ROW_GROUP``).
   SOFTMAX: R rows of W (the partial softmax of each, R anchors). Decode attention of g KV heads of head dim W in
   one pass (docs/ndp_core.md, "Grouped attention"). Shapes otherwise: SHAPE_MISMATCH.
+* ``NARROW`` (bit 6; with GROUP, on a core with ``config.group_narrow``): the same with W / 2 in place of W
+  (segments of W / 2, ``2 lanes / W`` to a beat): short KV shares as tiles of W / 2 tokens of twice the heads.
 
 Without the state a CHAIN or ACC needs, the descriptor completes with NO_CHAIN_INPUT, or FOREIGN_STATE if
 the owner has no state at all while another owner does: nothing is read either way.
@@ -70,7 +72,7 @@ from amaranth.lib import data, enum
 __all__ = [
     "CODE_BITS", "FIELD_BITS", "ADDR_BITS", "HEADER_BITS", "DESCRIPTOR_BITS", "FLIT_BYTES", "SEQ_BITS",
     "DescType", "DescOp", "DType", "ELEMENT_BYTES", "ErrorCode", "FLAG_KEEP", "FLAG_CHAIN", "FLAG_ACC",
-    "FLAG_PARTIAL", "FLAG_TRANS", "FLAG_GROUP", "FLAG_BITS", "OWNER_BITS", "ANCHOR_ELEMS", "DECODER_CODES", "CONTROL_CODES",
+    "FLAG_PARTIAL", "FLAG_TRANS", "FLAG_GROUP", "FLAG_NARROW", "FLAG_BITS", "OWNER_BITS", "ANCHOR_ELEMS", "DECODER_CODES", "CONTROL_CODES",
     "REQUEST_LAYOUT",
     "HEADER_LAYOUT", "TENSOR_LAYOUT", "DESCRIPTOR_LAYOUT", "command_layout",
 ]
@@ -82,13 +84,15 @@ HEADER_BITS = 20       # Type + OP + data type (PLoRA IV-C: "into 20 bits")
 DESCRIPTOR_BITS = 204  # PLoRA IV-C: "This 204-bit layout"
 FLIT_BYTES = 256       # PLoRA IV-C: "fits one 256-Byte CXL 3.1 flit"
 SEQ_BITS = 16          # decoder sequence number (descriptors accepted, modulo 2**16): project choice
-FLAG_BITS = 6          # header.flags: KEEP, CHAIN, ACC, PARTIAL, TRANS, GROUP (project choice, the header's spare bits)
+FLAG_BITS = 7          # header.flags: KEEP, CHAIN, ACC, PARTIAL, TRANS, GROUP, NARROW (project choice, the header's
+                       # spare bits: 20 - 3 x 4 code bits = 8)
 FLAG_KEEP = 1          # result stays in the owner's state slot (not returned; SOFTMAX still returns its anchors)
 FLAG_CHAIN = 2         # input = the owner's KEPT result, not GPU data
 FLAG_ACC = 4           # result += the owner's partial (accumulator format) before rounding / keeping / returning
 FLAG_PARTIAL = 8       # result (after ACC) kept as the owner's partial in the accumulator format, not returned
 FLAG_TRANS = 16        # operand stored k-major in blocks of `lanes` rows: GEMV-PE dataflow (lane = k)
 FLAG_GROUP = 32        # rows of config.group_lanes packed to beats; GEMM: each beat segment its own input row (issue 29)
+FLAG_NARROW = 64       # with GROUP (config.group_narrow): segments of group_lanes / 2 instead of group_lanes
 OWNER_BITS = 32        # owner of a descriptor (CXL front end: PASID << 8 | queue; project choice)
 ANCHOR_ELEMS = 3       # SOFTMAX anchor slots per row: max (FP16), sum (FP32 as two FP16 slots, low half first)
 
@@ -147,7 +151,8 @@ class ErrorCode(enum.Enum, shape=5):
     NOT_MULTIPLE = 13      # GEMV/GEMM: N (TRANS: K) not a multiple of lanes nor lanes/2 (then K, resp. N, even);
                            # SOFTMAX L not a multiple of lanes; STORE bytes not a multiple of align_bytes
     BAD_FLAGS = 14         # a flag on LOAD/STORE; ACC/PARTIAL/TRANS on SOFTMAX; ACC/PARTIAL without TRANS;
-                           # KEEP with PARTIAL; GROUP on GEMV, with TRANS/ACC/PARTIAL or without group_lanes
+                           # KEEP with PARTIAL; GROUP on GEMV, with TRANS/ACC/PARTIAL or without group_lanes;
+                           # NARROW without GROUP or without config.group_narrow
     NO_CHAIN_INPUT = 15    # (control unit) CHAIN / ACC without the owner's kept result / partial of that shape
     WINDOW_VIOLATION = 16  # (CXL front end) operand lines outside the queue's window; never reaches the core
     FOREIGN_STATE = 17     # (control unit) CHAIN / ACC from an owner with no state while another owner has state
@@ -214,6 +219,7 @@ def command_layout(config) -> data.StructLayout:
         "partial": 1,
         "trans": 1,
         "group": 1,
+        "narrow": 1,
         "base_addr": ADDR_BITS,
         "operand_dim0": FIELD_BITS,
         "operand_dim1": FIELD_BITS,
