@@ -12,7 +12,7 @@ from amaranth.lib import data
 
 from hdl.ndp.descriptor import (
     CODE_BITS, FIELD_BITS, ADDR_BITS, HEADER_BITS, DESCRIPTOR_BITS, FLIT_BYTES, SEQ_BITS, FLAG_BITS,
-    FLAG_KEEP, FLAG_CHAIN, FLAG_ACC, FLAG_PARTIAL, FLAG_TRANS, FLAG_GROUP, OWNER_BITS, ANCHOR_ELEMS, DescType, DescOp, DType,
+    FLAG_KEEP, FLAG_CHAIN, FLAG_ACC, FLAG_PARTIAL, FLAG_TRANS, FLAG_GROUP, FLAG_NARROW, OWNER_BITS, ANCHOR_ELEMS, DescType, DescOp, DType,
     ELEMENT_BYTES, ErrorCode, DESCRIPTOR_LAYOUT, REQUEST_LAYOUT, command_layout,
 )
 
@@ -112,6 +112,16 @@ class Descriptor:
     def group(self) -> bool:
         return bool(self.flags & FLAG_GROUP)
 
+    @property
+    def narrow(self) -> bool:
+        return bool(self.flags & FLAG_NARROW)
+
+    def narrowed(self, config=None) -> bool:
+        """Whether the NARROW semantics apply (segments of ``config.group_lanes / 2``): the NARROW flag on a
+        :meth:`grouped` descriptor of a core with ``group_narrow`` (otherwise the flag is BAD_FLAGS and the shapes
+        are checked at W)."""
+        return self.narrow and self.grouped(config) and (config is None or config.group_narrow)
+
     def grouped(self, config=None) -> bool:
         """Whether the GROUP semantics apply (packed rows of ``config.group_lanes``; GEMM R x W results): the
         GROUP flag on a GEMM or SOFTMAX, on a core with ``group_lanes`` (``config`` None: assumed so)."""
@@ -146,7 +156,7 @@ class Descriptor:
             return (self.operand_dim0, self.operand_dim1)
         if self.is_mm:
             if self.grouped(config):
-                return (self.input_dim0, self._group_w(config))
+                return (self.input_dim0, self.group_width(config))
             return (1 if self.op == DescOp.GEMV else self.input_dim0, self.operand_dim1)
         if self.is_softmax:
             return (self.input_dim0, self.input_dim1)
@@ -183,14 +193,17 @@ class Descriptor:
         if op == DescOp.GEMV:
             return self.operand_dim1
         if op == DescOp.GEMM:
-            return self.input_dim0 * (self._group_w(config) if self.grouped(config) else self.operand_dim1)
+            return self.input_dim0 * (self.group_width(config) if self.grouped(config) else self.operand_dim1)
         if op == DescOp.SOFTMAX:
             return self.input_dim0 * (self.input_dim1 + ANCHOR_ELEMS)
         return 0
 
-    def _group_w(self, config) -> int:
-        """W of a GROUP GEMM's result rows: ``config.group_lanes`` (without a config, K: the rows of a K = W GEMM)."""
-        return config.group_lanes if config is not None and config.group_lanes else self.operand_dim0
+    def group_width(self, config) -> int:
+        """W of a GROUP GEMM's result rows: ``config.group_lanes``, half of it with NARROW (:meth:`narrowed`)
+        (without a config, K: the rows of a K = W GEMM)."""
+        if config is not None and config.group_lanes:
+            return config.group_lanes >> int(self.narrowed(config))
+        return self.operand_dim0
 
     def _shape_ok(self, config) -> bool:
         t, op = self.type, self.op
@@ -198,18 +211,19 @@ class Descriptor:
             return self.input_dim0 == self.operand_dim0 and self.input_dim1 == self.operand_dim1
         if t == DescType.READ_COMPUTE:
             grp = self.grouped(config)
-            rows_ok = grp and self.input_dim0 % config.group_segments == 0
+            W = self.group_width(config) if grp else 0
+            rows_ok = grp and self.input_dim0 % (config.lanes // W) == 0
             if op == DescOp.GEMV:
                 return self.input_dim0 == 1 and self.input_dim1 == self.operand_dim0
             if op == DescOp.GEMM:
                 if grp:         # rows of K = n W, the operand K x lanes (one segment per row of a beat; n x
                     #               words per PE row, at most the PE array's ceil(max_k / lanes))
-                    W, k = config.group_lanes, self.operand_dim0
+                    k = self.operand_dim0
                     return (self.input_dim1 == k and k % W == 0 and 0 < k <= W * -(-config.max_k // config.lanes)
                             and self.operand_dim1 == config.lanes and rows_ok)
                 return self.input_dim1 == self.operand_dim0
             if op == DescOp.SOFTMAX and grp:
-                return self.input_dim1 == config.group_lanes and rows_ok
+                return self.input_dim1 == W and rows_ok
         return True
 
     def _not_multiple(self, config) -> bool:
@@ -231,6 +245,8 @@ class Descriptor:
         if self.type != DescType.READ_COMPUTE:
             return f != 0
         if self.group and (not self.grouped(config) or f & (FLAG_ACC | FLAG_PARTIAL | FLAG_TRANS)):
+            return True
+        if self.narrow and not self.narrowed(config):       # NARROW: with GROUP, on a core with group_narrow
             return True
         if self.op == DescOp.SOFTMAX:
             return bool(f & (FLAG_ACC | FLAG_PARTIAL | FLAG_TRANS))
@@ -316,6 +332,7 @@ class Descriptor:
             "status": status, "seq": seq, "owner": owner, "type": self.type, "op": self.op, "dtype": self.dtype,
             "keep": int(self.keep), "chain": int(self.chain), "acc": int(self.acc), "partial": int(self.partial),
             "trans": int(self.trans), "group": int(self.grouped(config)),
+            "narrow": int(self.narrowed(config)),
             "base_addr": self.base_addr if opd else 0,
             "operand_dim0": self.operand_dim0 if opd else 0, "operand_dim1": self.operand_dim1 if opd else 0,
             "input_dim0": self.input_dim0 if inp else 0, "input_dim1": self.input_dim1 if inp else 0,
@@ -366,9 +383,10 @@ def request(desc: "Descriptor | int", owner: int = 0) -> int:
     return raw | owner << DESCRIPTOR_BITS
 
 
-def _flags(keep=False, chain=False, acc=False, partial=False, trans=False, group=False):
+def _flags(keep=False, chain=False, acc=False, partial=False, trans=False, group=False, narrow=False):
     return ((FLAG_KEEP if keep else 0) | (FLAG_CHAIN if chain else 0) | (FLAG_ACC if acc else 0)
-            | (FLAG_PARTIAL if partial else 0) | (FLAG_TRANS if trans else 0) | (FLAG_GROUP if group else 0))
+            | (FLAG_PARTIAL if partial else 0) | (FLAG_TRANS if trans else 0) | (FLAG_GROUP if group else 0)
+            | (FLAG_NARROW if narrow else 0))
 
 
 def gemv(base_addr: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=False, acc=False,
@@ -382,22 +400,24 @@ def gemv(base_addr: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=
 
 
 def gemm(base_addr: int, b: int, k: int, n: int, *, dtype=DType.FP16, keep=False, chain=False, acc=False,
-         partial=False, trans=False, group=False) -> Descriptor:
+         partial=False, trans=False, group=False, narrow=False) -> Descriptor:
     """Y[B x N] = X[B x K] A[K x N] (a batch of B GEMVs sharing A), A at ``base_addr``. ``group``: the GROUP
     flag (K = n W with W = config.group_lanes, N = lanes, B a multiple of lanes / W, the input rows packed as
-    :func:`sim.golden.pe_array.gemm_group` takes them; the result is B x W)."""
+    :func:`sim.golden.pe_array.gemm_group` takes them; the result is B x W). ``narrow``: the NARROW flag (with
+    ``group``: W = config.group_lanes / 2)."""
     return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=dtype, base_addr=base_addr,
-                      flags=_flags(keep, chain, acc, partial, trans, group),
+                      flags=_flags(keep, chain, acc, partial, trans, group, narrow),
                       operand_bytes=_nbytes(k, n, dtype), operand_dim0=k, operand_dim1=n,
                       input_bytes=_nbytes(b, k, dtype), input_dim0=b, input_dim1=k)
 
 
-def softmax(rows: int, cols: int, *, dtype=DType.FP16, keep=False, chain=False, group=False) -> Descriptor:
+def softmax(rows: int, cols: int, *, dtype=DType.FP16, keep=False, chain=False, group=False,
+            narrow=False) -> Descriptor:
     """Partial softmax of ``rows x cols`` scores (GPU input, or the kept scores with ``chain``): the exponentials
     and per-row anchors (max, FP32 sum). No device-resident operand (base address and operand fields 0).
-    ``group``: rows of ``config.group_lanes`` packed to beats."""
+    ``group``: rows of ``config.group_lanes`` packed to beats (``narrow``: of half of it)."""
     return Descriptor(type=DescType.READ_COMPUTE, op=DescOp.SOFTMAX, dtype=dtype, base_addr=0,
-                      operand_bytes=0, operand_dim0=0, operand_dim1=0, flags=_flags(keep, chain, group=group),
+                      operand_bytes=0, operand_dim0=0, operand_dim1=0, flags=_flags(keep, chain, group=group, narrow=narrow),
                       input_bytes=_nbytes(rows, cols, dtype), input_dim0=rows, input_dim1=cols)
 
 

@@ -29,7 +29,7 @@ from ..fp.pipeline import Pipeline
 from .config import NDPConfig
 from .descriptor import (REQUEST_LAYOUT, SEQ_BITS, DescType, DescOp, DType, ELEMENT_BYTES, ErrorCode,
                          DECODER_CODES, ANCHOR_ELEMS, FLAG_KEEP, FLAG_CHAIN, FLAG_ACC, FLAG_PARTIAL, FLAG_TRANS,
-                         FLAG_GROUP, command_layout)
+                         FLAG_GROUP, FLAG_NARROW, command_layout)
 
 __all__ = ["InstructionBuffer", "DescriptorDecoder"]
 
@@ -121,10 +121,14 @@ class DescriptorDecoder(wiring.Component):
         # GROUP (a core with group_lanes): the input, the result and the kept result are rows of W packed into
         # beats (R W / lanes beats), and a GEMM's result is R x W
         grp = (((flags & FLAG_GROUP) != 0) & (is_gemm | is_softmax)) if cfg.group_lanes else Const(0)
+        # NARROW (a core with group_narrow, on a GROUP descriptor): W / 2 in place of W (else BAD_FLAGS, the shapes
+        # checked at W)
+        nar = (grp & ((flags & FLAG_NARROW) != 0)) if cfg.group_narrow else Const(0)
+        gw = Mux(nar, cfg.group_lanes // 2, cfg.group_lanes) if cfg.group_narrow else Const(cfg.group_lanes)
         # Result shape rows x cols (descriptor module table): LOAD R x C, GEMV 1 x N, GEMM B x N (GROUP: R x W),
         # SOFTMAX R x (L + ANCHOR_ELEMS), STORE nothing; kept shape: GEMV/GEMM the result, SOFTMAX R x L.
         res_rows = Mux(is_load, opd.dim0, Mux(is_softmax | is_gemm, inp.dim0, Mux(is_gemv, 1, 0)))
-        res_cols = Mux(is_softmax, inp.dim1, Mux(grp, cfg.group_lanes, opd.dim1))
+        res_cols = Mux(is_softmax, inp.dim1, Mux(grp, gw, opd.dim1))
         out_cols = Mux(is_softmax, inp.dim1 + ANCHOR_ELEMS, res_cols)
         col_beats = (res_cols + (L - 1)) >> lsh
         in_row_beats = (inp.dim1 + (L - 1)) >> lsh
@@ -139,7 +143,7 @@ class DescriptorDecoder(wiring.Component):
             result_elems=res_rows * res_cols,
             kept_beats=Mux(grp, (res_rows * res_cols) >> lsh, res_rows * col_beats),
             col_beats=col_beats,
-            rc_input_beats=Mux(grp, (inp.dim0 * inp.dim1) >> lsh, inp.dim0 * in_row_beats), grp=grp,
+            rc_input_beats=Mux(grp, (inp.dim0 * inp.dim1) >> lsh, inp.dim0 * in_row_beats), grp=grp, nar=nar,
             anchor_elems=inp.dim0 * ANCHOR_ELEMS,
         )
 
@@ -150,19 +154,28 @@ class DescriptorDecoder(wiring.Component):
         keep, chain = (flags & FLAG_KEEP) != 0, (flags & FLAG_CHAIN) != 0
         acc, partial, trans = (flags & FLAG_ACC) != 0, (flags & FLAG_PARTIAL) != 0, (flags & FLAG_TRANS) != 0
         group, grp = (flags & FLAG_GROUP) != 0, s1.grp
+        narrow, nar = (flags & FLAG_NARROW) != 0, s1.nar
         esize = ELEMENT_BYTES[DType.FP16]       # the only accepted dtype (UNKNOWN_DTYPE otherwise)
         has_input = s1.is_store | s1.is_rc
         has_operand = ~s1.is_softmax
         # GROUP: a GEMM's operand is K x lanes with K = n W (n x words per PE row, at most the PE array's x
         # memory, ceil(max_k / lanes) words) and its input rows of K, a SOFTMAX's rows W long, the rows a
         # multiple of the segments g = lanes / W (whole beats)
+        # (NARROW: W / 2 and 2 g)
         if cfg.group_lanes:
             gW, gseg = cfg.group_lanes, cfg.group_segments
-            rows_bad = (inp.dim0 & (gseg - 1)) != 0
-            k_max = gW * -(-cfg.max_k // L)
-            grp_gemm_bad = ((opd.dim0 & (gW - 1)) != 0) | (opd.dim0 == 0) | (opd.dim0 > k_max) \
-                | (opd.dim1 != cfg.lanes) | rows_bad
-            grp_sm_bad = (inp.dim1 != gW) | rows_bad
+            xw = -(-cfg.max_k // L)
+            if cfg.group_narrow:
+                gWd = Mux(nar, gW // 2, gW)
+                rows_bad = (inp.dim0 & Mux(nar, 2 * gseg - 1, gseg - 1)) != 0
+                k_bad = Mux(nar, ((opd.dim0 & (gW // 2 - 1)) != 0) | (opd.dim0 > gW // 2 * xw),
+                            ((opd.dim0 & (gW - 1)) != 0) | (opd.dim0 > gW * xw))
+            else:
+                gWd = gW
+                rows_bad = (inp.dim0 & (gseg - 1)) != 0
+                k_bad = ((opd.dim0 & (gW - 1)) != 0) | (opd.dim0 > gW * xw)
+            grp_gemm_bad = k_bad | (opd.dim0 == 0) | (opd.dim1 != cfg.lanes) | rows_bad
+            grp_sm_bad = (inp.dim1 != gWd) | rows_bad
         else:
             grp_gemm_bad = grp_sm_bad = Const(0)
         shape_bad = Mux(
@@ -193,7 +206,7 @@ class DescriptorDecoder(wiring.Component):
                       | (s1.is_mm & (acc | partial) & (s1.result_elems > cfg.partial_slot_elems))
                       | (s1.is_mm & ~trans & (s1.col_beats > cfg.acc_columns)))
         # GROUP: GEMM and SOFTMAX of a core with group_lanes, never with TRANS / ACC / PARTIAL
-        bad_group = group & (~grp | trans | acc | partial)
+        bad_group = (group & (~grp | trans | acc | partial)) | (narrow & ~nar)
         bad_flags = Mux(~s1.is_rc, flags != 0,
                         Mux(s1.is_softmax, acc | partial | trans | bad_group,
                             ((acc | partial) & ~trans) | (keep & partial) | bad_group))
@@ -231,7 +244,7 @@ class DescriptorDecoder(wiring.Component):
                 cmd.op.eq(h.op),
                 cmd.dtype.eq(h.dtype),
                 cmd.keep.eq(keep), cmd.chain.eq(chain), cmd.acc.eq(acc), cmd.partial.eq(partial),
-                cmd.trans.eq(trans), cmd.group.eq(grp),
+                cmd.trans.eq(trans), cmd.group.eq(grp), cmd.narrow.eq(nar),
                 cmd.output_elems.eq(s1.output_elems),
                 cmd.input_beats.eq(input_beats),
                 cmd.ret_elems.eq(ret_elems),

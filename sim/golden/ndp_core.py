@@ -301,9 +301,10 @@ class GoldenCore:
         if desc.is_mm:
             a = self._operand(desc)
             if desc.grouped(cfg):       # R rows of K = n W: R / g PE rows of n beats; the result R x W
-                x = inp.reshape(-1, (desc.operand_dim0 // cfg.group_lanes) * cfg.lanes)
-                y = gemm_group(x, a, acc=cfg.acc, lanes=cfg.lanes, group=cfg.group_lanes)
-                y = y.reshape(desc.input_dim0, cfg.group_lanes)
+                W = desc.group_width(cfg)                       # (NARROW: group_lanes / 2)
+                x = inp.reshape(-1, (desc.operand_dim0 // W) * cfg.lanes)
+                y = gemm_group(x, a, acc=cfg.acc, lanes=cfg.lanes, group=W)
+                y = y.reshape(desc.input_dim0, W)
             else:
                 x = inp.reshape(desc.input_dim0, desc.input_dim1)
                 mode = mode_of(a.shape[0], a.shape[1], cfg.lanes, desc.trans)

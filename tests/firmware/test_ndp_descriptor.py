@@ -60,12 +60,12 @@ def test_enum_codes_are_documented():
 
 
 def test_encode_places_fields_at_their_offsets():
-    d = Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=DType.FP16, flags=0x36, reserved=0x2,
+    d = Descriptor(type=DescType.READ_COMPUTE, op=DescOp.GEMM, dtype=DType.FP16, flags=0x76, reserved=0x1,
                    base_addr=0x0123_4567_89AB_CDEF, operand_bytes=0x11111, operand_dim0=0x22222,
                    operand_dim1=0x33333, input_bytes=0x44444, input_dim0=0x55555, input_dim1=0x66666)
     v = d.encode()
-    assert v & 0xF == 3 and (v >> 4) & 0xF == 2 and (v >> 8) & 0xF == 1 and (v >> 12) & 0x3F == 0x36
-    assert (v >> 18) & 0x3 == 0x2
+    assert v & 0xF == 3 and (v >> 4) & 0xF == 2 and (v >> 8) & 0xF == 1 and (v >> 12) & 0x7F == 0x76
+    assert (v >> 19) & 0x1 == 0x1
     assert (v >> 20) & ((1 << 64) - 1) == 0x0123_4567_89AB_CDEF
     for k, val in enumerate((0x11111, 0x22222, 0x33333, 0x44444, 0x55555, 0x66666)):
         assert (v >> (84 + 20 * k)) & 0xFFFFF == val
@@ -78,7 +78,7 @@ def u(bits):
 
 
 descriptors = st.builds(
-    Descriptor, type=u(4), op=u(4), dtype=u(4), flags=u(6), reserved=u(2), base_addr=u(64),
+    Descriptor, type=u(4), op=u(4), dtype=u(4), flags=u(7), reserved=u(1), base_addr=u(64),
     operand_bytes=u(20), operand_dim0=u(20), operand_dim1=u(20),
     input_bytes=u(20), input_dim0=u(20), input_dim1=u(20))
 
@@ -109,7 +109,7 @@ def test_known_codes_become_enum_members():
 
 
 @pytest.mark.parametrize("field,value", [
-    ("type", 16), ("op", -1), ("dtype", 1.0), ("reserved", 4), ("flags", 64), ("base_addr", 1 << 64),
+    ("type", 16), ("op", -1), ("dtype", 1.0), ("reserved", 2), ("flags", 128), ("base_addr", 1 << 64),
     ("operand_bytes", 1 << 20), ("operand_dim0", -1), ("input_dim1", 1 << 20), ("input_bytes", True),
 ])
 def test_descriptor_rejects_out_of_range_fields(field, value):
@@ -190,7 +190,7 @@ del BAD["input-padded-large"]
 GOOD_CASES = {
     "gemv": GOOD, "gemm": gemm(0, 4, 16, 16), "softmax-edge": softmax(4, 248), "load": load(0, 32, 32),
     "store": store(0, 32, 32), "load-ignores-input": replace(load(0, 2, 2), input_bytes=7, input_dim0=0),
-    "reserved-ignored": replace(GOOD, reserved=0x3), "addr-edge": gemv((1 << 24) - 1024, 16, 32),
+    "reserved-ignored": replace(GOOD, reserved=0x1), "addr-edge": gemv((1 << 24) - 1024, 16, 32),
     "gemv-k8": gemv(0, 8, 8), "gemm-b1": gemm(0, 1, 8, 16), "load-odd": load(64, 3, 5),
     "softmax-ignores-operand": replace(softmax(4, 8), base_addr=3, operand_dim0=0, operand_bytes=5),
     "keep-chain": gemm(0, 2, 16, 8, keep=True, chain=True), "softmax-keep": softmax(1, 248, keep=True),

@@ -13,7 +13,7 @@ import pytest
 
 from hdl.ndp.config import TINY, PAPER
 from hdl.ndp.decoder import DescriptorDecoder, InstructionBuffer
-from hdl.ndp.descriptor import DescOp, DType, ErrorCode, DECODER_CODES
+from hdl.ndp.descriptor import DescOp, DType, ErrorCode, DECODER_CODES, FLAG_BITS, FLAG_GROUP, FLAG_NARROW
 from firmware.ndp.descriptor import decode, gemv, gemm, softmax, load, store
 from sim.backends import Traffic, stream_ports
 
@@ -21,7 +21,8 @@ from sim.backends import Traffic, stream_ports
 def valid_descriptor(rng, cfg):
     """A random well-formed descriptor that fits ``cfg`` (TINY-sized shapes, so it fits PAPER too)."""
     kinds = ["gemv", "gemm", "gemm-half", "trans", "trans-half", "softmax", "load", "store"]
-    kind = rng.choice(kinds + (["group", "group-softmax"] if cfg.group_lanes else []))
+    kind = rng.choice(kinds + (["group", "group-softmax"] if cfg.group_lanes else [])
+                      + (["narrow", "narrow-softmax"] if cfg.group_narrow else []))
     base = cfg.align_bytes * rng.randrange(0, (cfg.device_bytes - 8192) // cfg.align_bytes)
     flags = {"keep": rng.random() < 0.3, "chain": rng.random() < 0.3}
     tflags = dict(flags, trans=True, acc=rng.random() < 0.3, partial=rng.random() < 0.3)
@@ -44,6 +45,11 @@ def valid_descriptor(rng, cfg):
         return gemm(base, g * rng.randint(1, cfg.max_batch // g), cfg.group_lanes, cfg.lanes, group=True, **flags)
     if kind == "group-softmax":
         return softmax(g * rng.randint(1, 4), cfg.group_lanes, group=True, **flags)
+    if kind == "narrow":        # segments of W / 2: 2 g rows to a beat, K = n W / 2
+        return gemm(base, 2 * g * rng.randint(1, cfg.max_batch // (2 * g)), cfg.group_lanes // 2 * rng.randint(1, 3),
+                    cfg.lanes, group=True, narrow=True, **flags)
+    if kind == "narrow-softmax":
+        return softmax(2 * g * rng.randint(1, 2), cfg.group_lanes // 2, group=True, narrow=True, **flags)
     if kind == "load":
         return load(base, rng.randint(1, 16), rng.randint(1, 64))
     return store(base, rng.randint(1, 16), 32 * rng.randint(1, 2))
@@ -92,7 +98,7 @@ def mutate(rng, d, cfg):
                            gemm(0, 2, 7, 4), gemv(0, 4, 7, trans=True),
                            softmax(2, rng.randint(1, 7)), store(0, 1, rng.randint(1, 31))])
     if f == "flags":
-        return replace(d, flags=rng.randrange(64))
+        return replace(d, flags=rng.randrange(1 << FLAG_BITS))
     return decode(rng.getrandbits(204))
 
 
@@ -199,6 +205,34 @@ def test_group_config(backend):
     assert [ds[i].validate(cfg) for i in (2, 3, 4)] == [ErrorCode.OK] * 3
     assert [ds[i].validate(cfg) for i in (5, 6)] == [ErrorCode.SHAPE_MISMATCH] * 2
     assert ds[3].result_shape(cfg) == (4, 2) and ds[3].input_beats(8, cfg) == 3
+
+
+def test_group_narrow_config(backend):
+    """A core with NARROW GROUP descriptors (group_lanes = 4 of 16 lanes, group_narrow: segments of 4 or 2 per
+    descriptor): the shapes at W / 2 (K = n W / 2, rows of W / 2, rows a multiple of 2 g) accepted, the W-shapes
+    refused under NARROW and the W / 2 shapes without it, NARROW without GROUP or on a core without group_narrow
+    BAD_FLAGS; decoded as ``Descriptor.validate`` / ``command`` say, under random traffic."""
+    cfg = replace(TINY, macs=32, lanes=16, sfu_lanes=2, group_lanes=4, group_narrow=True, max_batch=16)
+    ds = [gemm(0, 8, 2, 16, group=True, narrow=True, keep=True), gemm(0, 8, 6, 16, group=True, narrow=True),
+          softmax(8, 2, group=True, narrow=True, keep=True, chain=True), gemm(0, 4, 4, 16, group=True),
+          gemm(0, 4, 2, 16, group=True, narrow=True), gemm(0, 8, 3, 16, group=True, narrow=True),
+          softmax(8, 4, group=True, narrow=True), gemm(0, 8, 2, 16, group=True), softmax(8, 2, group=True),  # (W = 4)
+          replace(gemm(0, 8, 2, 16), flags=FLAG_NARROW), replace(softmax(8, 16), flags=FLAG_NARROW),
+          gemm(0, 8, 2 * 16, 16, group=True, narrow=True), gemm(0, 8, 2 * 16 + 2, 16, group=True, narrow=True)]  # K <= W/2 x 16 x words
+    ds += descriptor_stream(seed=11, n=60, cfg=cfg)
+    _, run = run_decoder(backend, ds, cfg=cfg, traffic="random")
+    check_outputs(run, ds, cfg=cfg)
+    assert [d.validate(cfg) for d in ds[:13]] == [
+        ErrorCode.OK, ErrorCode.OK, ErrorCode.OK, ErrorCode.OK, ErrorCode.SHAPE_MISMATCH, ErrorCode.SHAPE_MISMATCH,
+        ErrorCode.SHAPE_MISMATCH, ErrorCode.SHAPE_MISMATCH, ErrorCode.SHAPE_MISMATCH, ErrorCode.BAD_FLAGS,
+        ErrorCode.BAD_FLAGS,
+        ErrorCode.OK, ErrorCode.SHAPE_MISMATCH]
+    assert ds[1].result_shape(cfg) == (8, 2) and ds[1].input_beats(16, cfg) == 3
+    assert sum(d.narrowed(cfg) and d.validate(cfg) == ErrorCode.OK for d in ds) >= 6
+    # the same NARROW GEMM on a core without group_narrow: BAD_FLAGS (its shape checked at W: fine here)
+    plain = replace(cfg, group_narrow=False)
+    assert gemm(0, 4, 4, 16, group=True, narrow=True).validate(plain) == ErrorCode.BAD_FLAGS
+    assert replace(gemm(0, 4, 4, 16, group=True), flags=FLAG_GROUP).validate(plain) == ErrorCode.OK
 
 
 def test_instruction_buffer_is_an_ordered_fifo(backend):
