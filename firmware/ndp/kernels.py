@@ -358,16 +358,21 @@ def kv_store(k_bits, v_bits, layout: dict, *, config: NDPConfig) -> Kernel:
     return _concat(ks, "kv_store", {"l": k.shape[0], "d": k.shape[1]})
 
 
-def grouped_attention(head_dim: int, config) -> bool:
+def grouped_attention(head_dim: int, config, narrow: bool = False) -> bool:
     """Whether KV heads of ``head_dim`` run in the grouped dataflow (descriptor flag GROUP): the core has one
     (``config.group_lanes`` = W > 0) and the head dim is n W with n at most the PE array's x words
     (``ceil(max_k / lanes)``): a beat holds the W tokens of ``lanes / W`` heads (a tile is W tokens of g heads,
-    the scores' K = n W over n x words, the context n GEMMs of one W-slice of the head dim each)."""
-    W = _cfg(config).group_lanes
+    the scores' K = n W over n x words, the context n GEMMs of one W-slice of the head dim each). ``narrow``: the
+    same at W / 2 (flag NARROW; needs ``config.group_narrow``)."""
+    cfg = _cfg(config)
+    if narrow and not cfg.group_narrow:
+        return False
+    W = cfg.group_lanes >> int(bool(narrow))
     return W > 0 and head_dim % W == 0 and 0 < head_dim // W <= -(-config.max_k // config.lanes)
 
 
-def kv_group_layout(d: int, l: int, *, config: NDPConfig, rows: int = 1, base: int = 0) -> dict:
+def kv_group_layout(d: int, l: int, *, config: NDPConfig, rows: int = 1, base: int = 0,
+                    narrow: bool = False) -> dict:
     """Regions of one device's KV share of g = ``config.group_segments`` KV heads of head dim ``d`` = n W
     (W = ``config.group_lanes``; :func:`grouped_attention`; ``l`` tokens, a multiple of W), for query groups of
     ``rows`` query heads per KV head: ``{"group": g, "d", "l", "rows", "tile": W, "slices": n, "tiles": [(k_addr,
@@ -375,14 +380,24 @@ def kv_group_layout(d: int, l: int, *, config: NDPConfig, rows: int = 1, base: i
     ``[t0, t1)`` (W of them) of the g heads: K as ``d x lanes`` (row ``dd``: head s's keys of the tile's tokens at
     dim dd in lanes ``s W ..``), V as n slices of ``W x lanes``, each its own aligned region (``v_addr`` the first;
     slice j, row ``t``: dims ``[j W, (j + 1) W)`` of head s's value vector of token t in lanes ``s W ..``): the
-    operands of the GROUP scores and contexts (:func:`attention_grouped`)."""
+    operands of the GROUP scores and contexts (:func:`attention_grouped`).
+
+    ``narrow`` (a core with ``config.group_narrow``): tiles of W / 2 tokens of 2 g heads (the NARROW descriptors):
+    a short share is not padded to W tokens (docs/ndp_core.md, "Narrow tiles"); the layout records
+    ``"narrow": True``."""
     _cfg(config)
     d, l, rows = _pos_int("d", d), _pos_int("l", l), _pos_int("rows", rows)
-    if not grouped_attention(d, config):
-        raise ValueError(f"d ({d}) must be n x config.group_lanes ({config.group_lanes}, > 0), n <= "
+    if not isinstance(narrow, bool):
+        raise ValueError(f"narrow must be a bool, got {narrow!r}")
+    if narrow and not config.group_narrow:
+        raise ValueError(f"narrow tiles need config.group_narrow (config {config.name!r} has none)")
+    if not grouped_attention(d, config, narrow):
+        raise ValueError(f"d ({d}) must be n x the group width {config.group_lanes >> int(narrow)} "
+                         f"(config.group_lanes {config.group_lanes}{' / 2' if narrow else ''}, > 0), n <= "
                          f"ceil(max_k / lanes) = {-(-config.max_k // config.lanes)}, for the grouped attention of "
                          f"config {config.name!r}")
-    W, g = config.group_lanes, config.group_segments
+    W = config.group_lanes >> int(narrow)
+    g = config.lanes // W
     if l % W:
         raise ValueError(f"l ({l}) must be a multiple of the group width {W} (a tile is W tokens of every head)")
     if rows * g > config.max_batch or rows * W * g * 2 > config.kept_slot_bytes:
@@ -393,7 +408,7 @@ def kv_group_layout(d: int, l: int, *, config: NDPConfig, rows: int = 1, base: i
     for i in range(len(spans)):
         regions += [(f"k{i}", d * config.lanes)] + [(f"v{i}_{j}", W * config.lanes) for j in range(n)]
     lay = _layout(base, config, regions)
-    return {"group": g, "d": d, "l": l, "rows": rows, "tile": W, "slices": n,
+    return {"group": g, "d": d, "l": l, "rows": rows, "tile": W, "slices": n, "narrow": narrow,
             "tiles": [(lay[f"k{i}"], lay[f"v{i}_0"], t0, t1) for i, (t0, t1) in enumerate(spans)],
             "v_slices": [[lay[f"v{i}_{j}"] for j in range(n)] for i in range(len(spans))],
             "end": lay["end"]}
@@ -671,8 +686,10 @@ def attention_grouped(q, layout: dict, *, config: NDPConfig) -> Kernel:
     packed = qs.reshape(rows, g, n, W).transpose(0, 2, 1, 3).reshape(-1).copy()
     program = []
     for (k_addr, _, t0, t1), v_addrs in zip(layout["tiles"], layout["v_slices"]):
-        descs = [gemm(k_addr, R, d, L, keep=True, group=True), softmax(R, W, keep=True, chain=True, group=True)]
-        descs += [gemm(v_addr, R, W, L, chain=True, group=True) for v_addr in v_addrs]
+        nar = layout.get("narrow", False)          # (NARROW: W = group_lanes / 2)
+        descs = [gemm(k_addr, R, d, L, keep=True, group=True, narrow=nar),
+                 softmax(R, W, keep=True, chain=True, group=True, narrow=nar)]
+        descs += [gemm(v_addr, R, W, L, chain=True, group=True, narrow=nar) for v_addr in v_addrs]
         names = ["scores q K^T", "softmax"] + [f"context e V (slice {j})" for j in range(n)]
         for name, desc in zip(names, descs):
             _checked(desc, config, f"attention_grouped {name} (d={d}, g={g}, rows={rows})")

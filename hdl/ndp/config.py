@@ -266,7 +266,8 @@ PAPER = NDPConfig(
     state_slots=4,                 # design choice: 4 concurrent requesters keep state without evicting each other
     acc_columns=32,                # design choice: N / lanes <= 32 (row mode), N <= 32 ... see docs/ndp_core.md
     max_k=16384,                   # D up to 14336 ([issue11] item 3) in one descriptor when the operand fits
-    sfu_lanes=128,                 # design choice: softmax is < 1 % of the attention MACs (docs/ndp_core.md)
+    sfu_lanes=64,                  # design choice: softmax is < 1 % of the attention MACs (docs/ndp_core.md); 64 =
+                                   # group_lanes / 2, so a NARROW tile's softmax row is one SFU word (issue 29)
     max_batch=256,
     acc="fp32",
     instr_buffer_depth=64,         # design choice (not in the paper): one 256 B flit per entry, 16 KiB of SRAM
@@ -278,10 +279,13 @@ PAPER = NDPConfig(
                                    # 1066.7 MHz CK, so a GEMV takes two beats per cycle on the two PE rows
     group_lanes=128,               # design choice (issue 29): segments of 128 lanes = the head dim of every model
                                    # the host serves (Llama-2-7B/13B, Llama-3-8B, Qwen: head_dim 128 in their
-                                   # config.json, host/models), so a beat holds 4 KV heads; = sfu_lanes, so a
-                                   # grouped softmax row is one SFU word
-    sfu_fifo=16,                   # design choice (issue 29): a grouped SOFTMAX of a GQA group of 4 is 4 x 4 = 16
-                                   # rows of one SFU word (docs/ndp_core.md); 16 x 2,048 bits = 4 KiB of flops
+                                   # config.json, host/models), so a beat holds 4 KV heads; a grouped softmax
+                                   # row is two SFU words
+    group_narrow=True,             # design choice (issue 29): NARROW tiles of 64 tokens x 8 KV heads for short
+                                   # shares (a 64-token share is not padded to 128), chosen per descriptor; the
+                                   # 128-lane tiles stay for long shares and GQA groups (docs/ndp_core.md)
+    sfu_fifo=32,                   # design choice (issue 29): a grouped SOFTMAX of a GQA group of 4 is 4 x 4 = 16
+                                   # rows of two SFU words (docs/ndp_core.md); 32 x 1,024 bits = 4 KiB of flops
 )
 
 NDP_PRESETS = {c.name: c for c in (TINY, PAPER)}

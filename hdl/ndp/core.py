@@ -189,7 +189,8 @@ class _Core(wiring.Component):
         c = dec.o.payload
         is_mm = (c.type == DescType.READ_COMPUTE) & ((c.op == DescOp.GEMV) | (c.op == DescOp.GEMM))
         res_rows = Mux(is_mm, Mux(c.op == DescOp.GEMV, 1, c.input_dim0), c.input_dim0)
-        res_cols = Mux(is_mm, Mux(c.group, cfg.group_lanes, c.operand_dim1), c.input_dim1)   # (GROUP GEMM: R x W)
+        gw = Mux(c.narrow, cfg.group_lanes // 2, cfg.group_lanes) if cfg.group_narrow else cfg.group_lanes
+        res_cols = Mux(is_mm, Mux(c.group, gw, c.operand_dim1), c.input_dim1)   # (GROUP GEMM: R x W; NARROW W / 2)
         valid_s = [kv[s] | pv[s] for s in range(NS)]
         hit_s = [valid_s[s] & (so[s] == c.owner) for s in range(NS)]
         any_hit, any_valid = Cat(*hit_s).any(), Cat(*valid_s).any()
@@ -345,6 +346,7 @@ class _Core(wiring.Component):
             "cols": bits_for(2 * cfg.acc_columns), "x_start": in_pb, "x_count": FIELD_BITS,
             "a_start": dr_pb + psh, "a_count": FIELD_BITS, "row0": FIELD_BITS, "col0": FIELD_BITS,
             "first": 1, "last": 1, "free_in": FIELD_BITS, "free_lines": FIELD_BITS,
+            "narrow": 1,                        # (ROW_GROUP at W / 2: the descriptor's NARROW)
         })
         JQ = JOB_RING
         jb = bits_for(2 * JQ - 1)
@@ -367,9 +369,11 @@ class _Core(wiring.Component):
         ge = entry(rp_g)
         gc = ge.cmd
         K, N = gc.operand_dim0, gc.operand_dim1
-        # GROUP: the input's R rows of K = n W are R / g PE rows of n packed beats each
+        # GROUP: the input's R rows of K = n W are R / g PE rows of n packed beats each (NARROW: R / 2 g rows of
+        # 2 n beats)
         gsh = exact_log2(cfg.group_segments) if cfg.group_lanes else 0
-        B = Mux(gc.op == DescOp.GEMV, 1, Mux(gc.group, gc.input_dim0 >> gsh, gc.input_dim0))
+        nar = gc.narrow if cfg.group_narrow else Const(0)
+        B = Mux(gc.op == DescOp.GEMV, 1, Mux(gc.group, gc.input_dim0 >> (gsh + nar), gc.input_dim0))
         G = cfg.acc_columns
         mode = Signal(PEMode)
         m.d.comb += mode.eq(Mux(gc.trans, Mux((K & (L - 1)) == 0, PEMode.TRANS, PEMode.TRANS_HALF),
@@ -379,7 +383,8 @@ class _Core(wiring.Component):
         row_like = (mode == PEMode.ROW) | (mode == PEMode.ROW_GROUP)
         kw = (K + (L - 1)) >> lsh
         if cfg.group_lanes:     # GROUP: K = n W, one x word per W-slice of the rows (hdl/ndp/pe_array.py ROW_GROUP)
-            kw = Mux(gc.group, K >> exact_log2(cfg.group_lanes), kw)
+            gl = exact_log2(cfg.group_lanes)
+            kw = Mux(gc.group, Mux(nar, K >> (gl - 1), K >> gl) if cfg.group_narrow else K >> gl, kw)
         gcols = Mux(is_trans, Mux(N - g_c > G, G, N - g_c), Mux(row_like, N >> lsh, 1))
         grp_beats = Mux(mode == PEMode.TRANS, (K >> lsh) * gcols, gcols >> 1)   # TRANS / TRANS_HALF
         full_grp = Mux(mode == PEMode.TRANS, (K >> lsh) * G, G >> 1)
@@ -412,6 +417,7 @@ class _Core(wiring.Component):
                 last = last_pass & last_grp
                 m.d.comb += [
                     jr.kind.eq(KIND_PE), jr.mode.eq(Mux(pair, PEMode.TRANS_PAIR, mode)), jr.rows.eq(rows_p),
+                    jr.narrow.eq(gc.group & nar),
                     jr.k.eq(K),
                     jr.cols.eq(Mux(is_trans, gcols, Mux(row_like, N >> lsh, 1))),
                     jr.x_start.eq(g_in + g_p * kw), jr.x_count.eq(rows_p * kw),
@@ -458,6 +464,8 @@ class _Core(wiring.Component):
             pe.cmd.payload.mode.eq(xj.mode), pe.cmd.payload.rows.eq(xj.rows), pe.cmd.payload.k.eq(xj.k),
             pe.cmd.payload.cols.eq(xj.cols),
         ]
+        if cfg.group_narrow:
+            m.d.comb += pe.cmd.payload.narrow.eq(xj.narrow)
         # the SFU's job shape (row0 = R, k = L_len): R rows of L_len / sfu_lanes sub-beats
         m.d.comb += [
             sfu.cmd.valid.eq(x_busy & (x_kind == KIND_SFU) & ~x_cmd_sent),
@@ -838,7 +846,7 @@ class NDPCore(wiring.Component):
                              f"{32 * L}), got {mem_burst_bits}")
         self.pe = PEArray(lanes=L, batch=config.pe_batch, acc=config.acc, max_k=config.max_k,
                           acc_columns=config.acc_columns, a_beats=2 if config.gemv_pairs else 1,
-                          group=config.group_lanes)
+                          group=config.group_lanes, narrow=config.group_narrow)
         SL = config.sfu_lanes
         self.sfu = SoftmaxUnit(lanes=SL, max_len=-(-config.max_k // SL) * SL, max_rows=self.in_cap)
         self.request_layout = data.StructLayout({

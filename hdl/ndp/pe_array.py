@@ -33,7 +33,9 @@ figures; the bit-exact golden model is ``sim/golden/pe_array.py``.
   lane s W + k mod W of x word k // W: ``Y[b, s W + c] = sum_k X_s[b, k] A[k, s W + c]``, g = lanes / W
   independent (1 x K) @ (K x W) products in one pass over A. Accumulation, K split and drain are ROW's
   (nb = 1), operation for operation. Decode attention of lanes / W KV heads at once (docs/ndp_core.md); K > W
-  lets a head dim of n W run on segments of W tokens.
+  lets a head dim of n W run on segments of W tokens. Arrays built with ``narrow`` also take ROW_GROUP jobs at
+  segments of W / 2 (the cmd's ``narrow`` bit; 2 lanes / W segments, K = n W / 2, x words of W / 2-slices),
+  chosen per job: a 2:1 choice of each lane's broadcast.
 
 **Overlap.** A job flows through three stages, each with its own job registers: LOAD (x into one of two x
 banks), COMPUTE (A beats into one of two accumulator banks) and DRAIN (one bank out through ``y`` / ``ys``).
@@ -81,7 +83,8 @@ class PEArray(wiring.Component):
     ``cmd`` (in)
         ``mode`` (:class:`PEMode`), ``rows`` = B (1..batch), ``k`` = K (1..max_k), ``cols``: ROW nb = N / lanes
         (1..acc_columns), ROW_HALF 1, TRANS N (1..acc_columns), TRANS_HALF N (even, 2..2 acc_columns),
-        TRANS_PAIR N (even, 2..2 acc_columns; rows 1), ROW_GROUP 1 (K = n W, n <= ceil(max_k / lanes)).
+        TRANS_PAIR N (even, 2..2 acc_columns; rows 1), ROW_GROUP 1 (K = n W, n <= ceil(max_k / lanes)); with
+        ``narrow``, a ``narrow`` bit (ROW_GROUP at W / 2: K = n W / 2).
     ``x`` (in)
         ``B * ceil(K / lanes)`` beats, row by row (lanes past K are padding, ignored); ROW_GROUP ``B * K / W``.
     ``a`` (in)
@@ -103,7 +106,7 @@ class PEArray(wiring.Component):
     drain_latency = loop_latency + 1
 
     def __init__(self, *, lanes: int = 4, batch: int = 1, acc: str = "fp16", max_k: int = 64,
-                 acc_columns: int = 16, a_beats: int = 1, group: int = 0):
+                 acc_columns: int = 16, a_beats: int = 1, group: int = 0, narrow: bool = False):
         if lanes < 2 or lanes & (lanes - 1):
             raise ValueError(f"lanes must be a power of two >= 2, got {lanes}")
         if batch < 1:
@@ -120,7 +123,12 @@ class PEArray(wiring.Component):
         if isinstance(group, bool) or not isinstance(group, int) or group < 0 or group & (group - 1) \
                 or group > lanes // 2:
             raise ValueError(f"group must be 0 or a power of two <= lanes / 2 ({lanes // 2}), got {group!r}")
+        if not isinstance(narrow, bool) or (narrow and group < 2):
+            raise ValueError(f"narrow must be a bool, True only with group >= 2, got narrow={narrow!r} with "
+                             f"group={group}")
         self.group = group
+        #: ROW_GROUP jobs may take segments of ``group / 2`` (the cmd's ``narrow`` bit)
+        self.narrow = narrow
         self.a_beats = a_beats
         self.lanes = lanes
         self.batch = batch
@@ -133,8 +141,10 @@ class PEArray(wiring.Component):
         self.levels = exact_log2(lanes)
         #: ``ys``: a word read in cycle t gives its scalar at the tree output in cycle t + tree_latency.
         self.tree_latency = 1 + FPAdd.latency * self.levels
-        self.cmd_layout = data.StructLayout({
-            "mode": PEMode, "rows": bits_for(batch), "k": bits_for(max_k), "cols": bits_for(2 * acc_columns)})
+        cmd = {"mode": PEMode, "rows": bits_for(batch), "k": bits_for(max_k), "cols": bits_for(2 * acc_columns)}
+        if narrow:
+            cmd["narrow"] = 1           # ROW_GROUP: segments of group / 2
+        self.cmd_layout = data.StructLayout(cmd)
         super().__init__({
             "cmd": In(stream.Signature(self.cmd_layout)),
             "x": In(stream.Signature(unsigned(16 * lanes))),
@@ -166,11 +176,11 @@ class PEArray(wiring.Component):
             S = 1
         return {"steps": steps, "inner": inner, "S": S, "V": S * inner, "beats": steps * inner, "words": inner}
 
-    def x_words(self, mode, k: int) -> int:
+    def x_words(self, mode, k: int, narrow: bool = False) -> int:
         """x words per PE row of a job: ``ceil(k / lanes)``, ROW_GROUP ``k / W`` (each word one W-slice of the
-        segments' rows, module docstring)."""
+        segments' rows, module docstring; ``narrow``: W = group / 2)."""
         if PEMode(mode) == PEMode.ROW_GROUP:
-            return -(-k // self.group)
+            return -(-k // (self.group >> int(bool(narrow))))
         return -(-k // self.lanes)
 
     def phases(self, k: int, nb: int) -> int:
@@ -203,11 +213,14 @@ class PEArray(wiring.Component):
         gsh = exact_log2(self.group) if self.group else 0
         fmt = ACCUMULATORS[self.acc]
 
-        def kw_of(mode, k):
-            """x words per row (:meth:`x_words`): ceil(k / lanes); ROW_GROUP k / W."""
+        def kw_of(mode, k, narrow):
+            """x words per row (:meth:`x_words`): ceil(k / lanes); ROW_GROUP k / W (narrow: k / (W / 2))."""
             if not self.group:
                 return (k + (L - 1)) >> lsh
-            return Mux(mode == PEMode.ROW_GROUP, (k + (self.group - 1)) >> gsh, (k + (L - 1)) >> lsh)
+            kg = (k + (self.group - 1)) >> gsh
+            if self.narrow:
+                kg = Mux(narrow, (k + (self.group // 2 - 1)) >> (gsh - 1), kg)
+            return Mux(mode == PEMode.ROW_GROUP, kg, (k + (L - 1)) >> lsh)
         AD, XD = self.acc_depth, max(self.x_depth, 2)
         half = L // 2
 
@@ -222,6 +235,7 @@ class PEArray(wiring.Component):
                 S=Signal(range(self.min_nb + 1), name=f"{prefix}_S"),
                 V=Signal(range(AD + 1), name=f"{prefix}_V"),
                 bank=Signal(name=f"{prefix}_bank"),
+                narrow=Signal(name=f"{prefix}_narrow"),          # (ROW_GROUP at group / 2; 0 without narrow)
             )
 
         def copy(dst, src):
@@ -268,7 +282,8 @@ class PEArray(wiring.Component):
             p = self.cmd.payload
             m.d.sync += [
                 lj["mode"].eq(p.mode), lj["rows"].eq(p.rows), lj["k"].eq(p.k), l_cols.eq(p.cols),
-                lj["kw"].eq(kw_of(p.mode, p.k)), lj["bank"].eq(l_bank),
+                lj["kw"].eq(kw_of(p.mode, p.k, p.narrow if self.narrow else 0)), lj["bank"].eq(l_bank),
+                lj["narrow"].eq(p.narrow if self.narrow else 0),
                 ld_b.eq(0), ld_q.eq(0), l_busy.eq(1), l_loaded.eq(0), l_derive.eq(1),
             ]
         # steps / inner / S / V from mode, k, cols (registered: one cycle after the cmd)
@@ -344,16 +359,19 @@ class PEArray(wiring.Component):
         s1_mode = Signal(PEMode)
         s1_bank = Signal()
         s1_rows = Signal(range(self.batch + 1))
+        s1_narrow = Signal()
         c_row_like = (cj["mode"] == PEMode.ROW) | (cj["mode"] == PEMode.ROW_GROUP)
         x_addr = Mux(c_row_like, c_k >> lsh,
                      Mux(cj["mode"] == PEMode.ROW_HALF, c_k >> (lsh - 1), c_k))
         if self.group:      # ROW_GROUP: word k // W holds the segments' elements [k - k mod W, ...) (K = n W)
-            x_addr = Mux(cj["mode"] == PEMode.ROW_GROUP, c_k >> gsh, x_addr)
+            xg = Mux(cj["narrow"], c_k >> (gsh - 1), c_k >> gsh) if self.narrow else c_k >> gsh
+            x_addr = Mux(cj["mode"] == PEMode.ROW_GROUP, xg, x_addr)
         x_idx = Mux(c_row_like, c_k[:lsh], Cat(Const(0, 1), c_k[:lsh - 1]))
         first_now = Mux(c_is_trans, c_k == 0, c_first)
         with m.If(issue):
             m.d.sync += [s1_beat.eq(self.a.payload), s1_first.eq(first_now), s1_idx.eq(x_idx),
-                         s1_mode.eq(cj["mode"]), s1_bank.eq(cj["bank"]), s1_rows.eq(cj["rows"])]
+                         s1_mode.eq(cj["mode"]), s1_bank.eq(cj["bank"]), s1_rows.eq(cj["rows"]),
+                         s1_narrow.eq(cj["narrow"])]
         m.d.sync += [ch_valid[0].eq(issue), ch_v[0].eq(v_now), ch_bank[0].eq(cj["bank"])]
         for i in range(1, depth):
             m.d.sync += [ch_valid[i].eq(ch_valid[i - 1]), ch_v[i].eq(ch_v[i - 1]), ch_bank[i].eq(ch_bank[i - 1])]
@@ -411,6 +429,13 @@ class PEArray(wiring.Component):
                 sw = xw[16 * GW * seg:16 * GW * (seg + 1)]
                 m.d.comb += sx.eq(sw.word_select(s1_idx[:exact_log2(GW)], 16) if GW > 1 else sw)
                 segx.append(sx)
+            # (narrow: segments of GW / 2, element k mod (GW / 2) of the segment's own inputs)
+            segn = []
+            for seg in range(2 * L // GW if self.narrow else 0):
+                sx = Signal(16, name=f"segn_{b}_{seg}")
+                sw = xw[16 * (GW // 2) * seg:16 * (GW // 2) * (seg + 1)]
+                m.d.comb += sx.eq(sw.word_select(s1_idx[:exact_log2(GW) - 1], 16) if GW > 2 else sw)
+                segn.append(sx)
             for lane in range(L):
                 aligned = xw[16 * lane:16 * lane + 16]
                 folded = xw[16 * (lane % half):16 * (lane % half) + 16]
@@ -419,7 +444,8 @@ class PEArray(wiring.Component):
                 other = Mux(s1_mode == PEMode.ROW_HALF, even if lane < half else odd,
                             Mux(s1_mode == PEMode.TRANS_HALF, folded, aligned))
                 if GW:
-                    other = Mux(s1_mode == PEMode.ROW_GROUP, segx[lane // GW], other)
+                    gx = Mux(s1_narrow, segn[lane // (GW // 2)], segx[lane // GW]) if self.narrow else segx[lane // GW]
+                    other = Mux(s1_mode == PEMode.ROW_GROUP, gx, other)
                 m.d.comb += xval.eq(Mux(s1_mode == PEMode.ROW, bcast, other))
                 a_lo = s1_beat[16 * lane:16 * (lane + 1)]
                 if self.a_beats == 2 and b == 1:        # TRANS_PAIR: row 1 takes the transfer's second beat

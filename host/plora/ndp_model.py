@@ -117,7 +117,7 @@ class NDPDeviceSpec:
         1,024 MACs up, else ``min(128, macs / 2)`` (design choice: the paper's beat of 512 lanes is one memory
         clock of the device (1 KiB per CK), so a larger core adds PE rows, which a batch uses, rather than lanes,
         which would pad short KV shares and small LoRA ranks to a wider beat; a smaller core has the beat of one
-        head dim (128 lanes, the SFU's width) with rows for the rest, at least two so GEMVs still run two beats
+        head dim (128 lanes, PAPER's group_lanes) with rows for the rest, at least two so GEMVs still run two beats
         per cycle, ``gemv_pairs``. Checked by the property test: no kernel the host issues gets slower with more
         MACs, tests/host/plora/test_plora_ndp_model.py), the three buffers' sizes and ``max_batch``. Fields
         the RTL has no counterpart for raise ValueError naming them: ``buffers`` (the core has one set of
@@ -137,13 +137,14 @@ class NDPDeviceSpec:
         if m < 4 or m & (m - 1):
             raise ValueError(f"the calibrated NDP model needs macs (= ndp TFLOPS x 500 at 1 GHz) a power of two >= 4 "
                              f"(lanes x macs / lanes PE rows), got {m}; e.g. --ndp-tflops 0.512, 1.024, 2.048, 4.096")
-        lanes = PAPER.lanes if m >= 2 * PAPER.lanes else min(PAPER.sfu_lanes, m // 2)
+        lanes = PAPER.lanes if m >= 2 * PAPER.lanes else min(PAPER.group_lanes, m // 2)
         sfu = min(PAPER.sfu_lanes, lanes)
         group = PAPER.group_lanes if lanes >= 4 * PAPER.group_lanes else 0     # NDPConfig: group_lanes <= lanes / 4
         try:
             return replace(PAPER, name=f"plora-{lanes}x{m // lanes}-{self.channels}ch", macs=m, lanes=lanes,
                            pe_batch=m // lanes,
-                           sfu_lanes=sfu, group_lanes=group, input_buffer_bytes=self.input_buffer_bytes,
+                           sfu_lanes=sfu, group_lanes=group, group_narrow=PAPER.group_narrow and group > 0,
+                           input_buffer_bytes=self.input_buffer_bytes,
                            dram_buffer_bytes=self.dram_buffer_bytes, output_buffer_bytes=self.output_buffer_bytes,
                            max_batch=self.max_batch)     # (capacity: the host's bookkeeping, not the core's timing)
         except ValueError as exc:

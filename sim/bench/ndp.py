@@ -231,7 +231,8 @@ def paper_figures(model=None) -> dict:
     # shares' K and V bytes alone (its stream of those lines: refresh, row switches and first latency included);
     # "per_pair" is the same batch priced pair by pair from an idle device (attention_s, before the stream);
     # "per_head" the stream with every (request, KV head) pair its own kernel (kernels.attention_integral: the
-    # design before the grouped kernel, NDPPerfModel(grouped_attention=False)); "grouped": whether the host issues
+    # design before the grouped kernel, NDPPerfModel(grouped_attention=False)); "kernel": what the host issues for
+    # the share (per pair, W tiles or NARROW tiles of W / 2, the cheapest); "grouped": whether the host issues
     # the grouped kernel (4 KV heads per entry) for this share
     attention = []
     m_head = NDPPerfModel(m.config, m.memory, m.cal, overlap=m.overlap, grouped_attention=False)
@@ -243,6 +244,8 @@ def paper_figures(model=None) -> dict:
                 t_stream = m.attention_batch_s(tok, hd, qh, kvh)
                 t_head = m_head.attention_batch_s(tok, hd, qh, kvh)
                 t_pairs = float(np.sum(m.attention_s(tok, hd, qh, kvh)))
+                units = []          # the kernel the host issues for the share (0 per pair, 1 W tiles, 2 NARROW)
+                m._attention_vec(tok[:1], hd, qh, kvh, m._attention_inc, units)
                 kv_bytes = b * kvh * share * hd * 2 * 2
                 mem_s = m.memory.stream(-(-kv_bytes // m.memory.line_bytes)) * m.memory.ratio / m.hz
                 # scores and context: 2 x (q_heads x share x head dim) MACs per request
@@ -252,11 +255,13 @@ def paper_figures(model=None) -> dict:
                                   "memory_alone_s": mem_s, "mac_peak_s": mac_s, "efficiency": mem_s / t_stream,
                                   "roofline_efficiency": max(mem_s, mac_s) / t_stream,
                                   "efficiency_per_pair": mem_s / t_pairs, "efficiency_per_head": mem_s / t_head,
-                                  "grouped": bool(t_stream < t_head)})
-    # the same at segments of 64 lanes (group_lanes = sfu_lanes = 64: 8 KV heads x 64 tokens per tile, the head dim
-    # 128 as K = 2 W over two x words and two context slices; docs/ndp_core.md): not PAPER, because GQA groups lose
+                                  "grouped": bool(t_stream < t_head),
+                                  "kernel": ("per_pair", "grouped_w", "grouped_narrow")[int(units[0][0])]})
+    # the same on a core-wide W = 64 (group_lanes = sfu_lanes = 64, no NARROW: 8 KV heads x 64 tokens per tile, the
+    # head dim 128 as K = 2 W over two x words and two context slices; docs/ndp_core.md): not PAPER, because GQA
+    # groups lose there; PAPER chooses the width per descriptor (NARROW)
     attention_w64 = []
-    cfg64 = replace(m.config, name="paper-w64", group_lanes=64, sfu_lanes=64, sfu_fifo=32)
+    cfg64 = replace(m.config, name="paper-w64", group_lanes=64, sfu_lanes=64, sfu_fifo=32, group_narrow=False)
     m64 = NDPPerfModel(cfg64, m.memory, m.cal, overlap=m.overlap)
     for name, kvh, qh, hd in ATTN_MODELS:
         for share in ATTN_SHARES:
@@ -378,6 +383,23 @@ def main(argv=None):
             errs2w.append(_err(mc, c))
             print(f"   {name:>24} {order:>9} {len(pr):>3} desc  RTL {c:>6}  model {mc:>8.1f}  {100 * _err(mc, c):+.2f}%")
     out["rtl"]["validation_grouped_2w"] = rows2w
+    # NARROW tiles (W / 2 per descriptor; PAPER's short shares) on the NARROW DUT (16 lanes, W = 4 / 2), plain and
+    # pipelined, not calibrated on: part of model_rtl_max_rel_err (the hosts issue them at PAPER)
+    from sim.perf.ndp import rtl_narrow_config, narrow_programs
+    ncfg, nmem = rtl_narrow_config()
+    ndut = NDPBurstSystem(config=ncfg, burst_bits=nmem.line_bytes * 8, depth=512)
+    nmodel = NDPPerfModel(ncfg, nmem)
+    nrows = []
+    npiped = narrow_programs(ncfg, pipelined=True)
+    for name, prog in narrow_programs(ncfg).items():
+        for order, pr in (("plain", prog), ("pipelined", npiped[name])):
+            c = rtl_cycles(pr, ncfg, ndut, _verilator())
+            mc = nmodel.program_cycles(pr)
+            nrows.append({"name": name, "order": order, "descriptors": len(pr), "rtl_cycles": c,
+                          "model_cycles": mc, "rel_err": _err(mc, c)})
+            errs.append(_err(mc, c))
+            print(f"   {name:>38} {order:>9} {len(pr):>3} desc  RTL {c:>6}  model {mc:>8.1f}  {100 * _err(mc, c):+.2f}%")
+    out["rtl"]["validation_narrow"] = nrows
     out["model_rtl_max_rel_err_2w"] = max(abs(e) for e in errs2w)
     # pipelined streams with a GEMV after each SOFTMAX, on the grouped DUT with its FIFO in front of the SFU
     # (config.sfu_fifo) and without it: the GEMV's input waits behind the SOFTMAX's in the input feeder unless the

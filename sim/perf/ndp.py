@@ -339,7 +339,8 @@ class NDPPerfModel:
         kernel repeats its tiles' shapes). The returned dict is shared: read it, do not change it."""
         k = _kind(d)
         key = (k, d.operand_bytes, d.operand_dim0, d.operand_dim1, d.input_dim0, d.input_dim1, d.input_bytes,
-               bool(d.chain), bool(d.keep), d.returned_elems(), d.grouped(self.config))
+               bool(d.chain), bool(d.keep), d.returned_elems(2, self.config), d.grouped(self.config),
+               d.narrowed(self.config))
         got = self._scache.get(key)
         if got is None:
             got = self._scache[key] = self._shape(d, k)
@@ -352,10 +353,12 @@ class NDPPerfModel:
                "chain": bool(d.chain), "keep": bool(d.keep)}
         if k in ("row", "trans"):
             grouped = d.grouped(cfg)
-            # GROUP: R rows of K = n W are R / g PE rows of n packed beats (hdl/ndp/core.py), N = lanes
-            B = d.input_dim0 // cfg.group_segments if grouped else d.input_dim0
+            # GROUP: R rows of K = n W are R / g PE rows of n packed beats (hdl/ndp/core.py), N = lanes (NARROW:
+            # W / 2, 2 g)
+            Wd = d.group_width(cfg) if grouped else 0
+            B = d.input_dim0 // (L // Wd) if grouped else d.input_dim0
             K, N = d.operand_dim0, d.operand_dim1
-            kw = K // cfg.group_lanes if grouped else -(-K // L)       # x words per PE row
+            kw = K // Wd if grouped else -(-K // L)       # x words per PE row
             out["x"] = B * kw
             if k == "trans":
                 mode = PEMode.TRANS if K % L == 0 else PEMode.TRANS_HALF
@@ -435,7 +438,7 @@ class NDPPerfModel:
             out["x"] = -(-d.input_bytes // (2 * L))
             out["pass"] = [(out["x"], 0, None, 0, False)]
             out["passes"] = 1
-        out["ret"] = -(-d.returned_elems() // L)
+        out["ret"] = -(-d.returned_elems(2, cfg) // L)
         return out
 
     def program_cycles(self, program) -> float:
@@ -577,7 +580,8 @@ class NDPPerfModel:
 
     def kernel_program(self, name, *args):
         """The firmware's descriptor program of kernel ``name`` ('e2', 'e3', 'e4', 'attention') for shape
-        ``args`` (e2: (d, r); e3 / e4: (d, r, batch); attention: (head_dim, tokens, group))."""
+        ``args`` (e2: (d, r); e3 / e4: (d, r, batch); attention: (head_dim, tokens, group); attention_grouped:
+        (head_dim, tokens, group[, entries[, narrow]]))."""
         from firmware.ndp import kernels as K
         cfg = self.config
         if name in ("e2", "e3", "e4"):
@@ -593,12 +597,14 @@ class NDPPerfModel:
             lay = K.kv_layout(hd, tokens, config=replace(cfg, device_bytes=1 << 62), rows=g)
             return K.attention_integral(np.zeros((g, hd), np.uint16), lay, config=cfg).program
         if name == "attention_grouped":
-            # n entries of the same shape as one batch stream (kernels.attention_batch)
-            hd, tokens, g, *n = args
-            lay = K.kv_group_layout(hd, tokens, config=replace(cfg, device_bytes=1 << 62), rows=g)
-            q = np.zeros((g, cfg.group_segments, hd), np.uint16)
+            # n entries of the same shape as one batch stream (kernels.attention_batch); narrow: the NARROW tiles
+            hd, tokens, g, *rest = args
+            n, narrow = (rest + [1, 0][len(rest):])[:2]
+            lay = K.kv_group_layout(hd, tokens, config=replace(cfg, device_bytes=1 << 62), rows=g,
+                                    narrow=bool(narrow))
+            q = np.zeros((g, lay["group"], hd), np.uint16)
             # the hosts issue the batch's grouped entries software-pipelined over two owners (docs/ndp_core.md)
-            return K.attention_batch([(q, lay)] * (n[0] if n else 1), config=cfg, pipelined=True).entries()
+            return K.attention_batch([(q, lay)] * n, config=cfg, pipelined=True).entries()
         raise ValueError(f"unknown kernel {name!r}; allowed: e2, e3, e4, attention, attention_grouped")
 
     def kernel_cycles(self, name, *args) -> float:
@@ -711,8 +717,9 @@ class NDPPerfModel:
         return float(out[0]) if np.ndim(tokens) == 0 else out
 
     def _attention_vec(self, tokens, head_dim, q_heads, kv_heads, fn, units=None, kernel=None):
-        """Per request: ``fn``'s cycles of its entries, in seconds (the grouped kernel where it is the cheaper).
-        ``units`` (a list): the kernel chosen per request (True: grouped) and its entries per request are appended;
+        """Per request: ``fn``'s cycles of its entries, in seconds (the grouped kernel, at the segment width where
+        it is the cheapest, where it beats the per-pair one). ``units`` (a list): the kernel chosen per request (0:
+        per pair, 1: grouped at W, 2: grouped at W / 2, NARROW) and its entries per request are appended;
         ``kernel``: that choice, imposed (an array from ``units``)."""
         head_dim, q_heads, kv_heads = _pos("head_dim", head_dim), _pos("q_heads", q_heads), _pos("kv_heads", kv_heads)
         if q_heads % kv_heads:
@@ -730,68 +737,77 @@ class NDPPerfModel:
         for v in np.unique(padded):
             if v > 0:
                 out[padded == v] = kv_heads * fn(head_dim, int(v), g) / self.hz
-        grouped = np.zeros(tok.shape, bool)
+        grouped = np.zeros(tok.shape, np.int8)
         n_entries = np.full(tok.shape, float(kv_heads))
-        if self.uses_grouped(head_dim, q_heads, kv_heads):
-            # the grouped kernel (kv_heads / segs entries of segs heads, the share in whole tiles of W tokens)
-            # where it is faster: the host issues, per share, the cheaper of the two kernels (both exact)
-            W, segs = cfg.group_lanes, cfg.group_segments
-            fg = _GROUPED[fn.__name__].__get__(self)
+        fg = _GROUPED[fn.__name__].__get__(self)
+        for code, W in enumerate(cfg.group_widths, 1):
+            narrow = int(W < cfg.group_lanes)
+            if not self.uses_grouped(head_dim, q_heads, kv_heads, narrow=bool(narrow)):
+                continue
+            # the grouped kernel (kv_heads / segs entries of segs heads, the share in whole tiles of W tokens;
+            # NARROW: W / 2, twice the heads) where it is faster: the host issues, per share, the cheapest of the
+            # kernels (all exact)
+            segs = cfg.lanes // W
             pg = np.ceil(tok / W) * W
             for v in np.unique(pg):
                 if v > 0:
                     sel = pg == v
-                    tg = (kv_heads // segs) * fg(head_dim, int(v), g) / self.hz
-                    use = (tg < out[sel]) if kernel is None else np.asarray(kernel)[sel]
+                    tg = (kv_heads // segs) * fg(head_dim, int(v), g, narrow) / self.hz
+                    use = (tg < out[sel]) if kernel is None else (np.asarray(kernel)[sel] == code)
                     idx = np.flatnonzero(sel)[use]
                     out[idx] = tg
-                    grouped[idx] = True
+                    grouped[idx] = code
                     n_entries[idx] = kv_heads // segs
         if units is not None:
             units += [grouped, n_entries]
         return float(out[0]) if scalar else out
 
-    def uses_grouped(self, head_dim, q_heads, kv_heads) -> bool:
-        """Whether a layer's decode attention of this shape runs in the grouped dataflow
-        (kernels.attention_grouped, ``lanes / group_lanes`` KV heads per entry): the model prices it so
-        (``grouped_attention``), the head dim is n x the core's ``group_lanes`` (kernels.grouped_attention), the
-        KV heads fill whole groups and a GQA group's rows fit the descriptor (rows x segments <= max_batch)."""
+    def uses_grouped(self, head_dim, q_heads, kv_heads, narrow: bool = False) -> bool:
+        """Whether a layer's decode attention of this shape can run in the grouped dataflow
+        (kernels.attention_grouped, ``lanes / group_lanes`` KV heads per entry; ``narrow``: the NARROW tiles,
+        twice the heads): the model prices it so (``grouped_attention``), the head dim is n x the segment width
+        (kernels.grouped_attention), the KV heads fill whole groups and a GQA group's rows fit the descriptor (rows
+        x segments <= max_batch)."""
         from firmware.ndp.kernels import grouped_attention
         cfg = self.config
-        if not (self.grouped_attention and grouped_attention(head_dim, cfg)):
+        if not (self.grouped_attention and grouped_attention(head_dim, cfg, narrow)):
             return False
-        segs = cfg.group_segments
+        segs = cfg.group_segments << int(bool(narrow))
         return kv_heads % segs == 0 and (q_heads // kv_heads) * segs <= cfg.max_batch
 
-    def _attg_inc(self, hd, tokens, g):
+    def _attg_inc(self, hd, tokens, g, narrow=0):
         """:meth:`_attention_inc` of one grouped entry (``lanes / group_lanes`` KV heads, ``tokens`` a multiple
-        of W): the stream of three entries minus that of two (kernels.attention_batch); beyond four tiles
-        extrapolated per tile."""
-        key = ("attg_inc", hd, tokens, g)
+        of W; ``narrow``: the NARROW tiles, W / 2): the stream of three entries minus that of two
+        (kernels.attention_batch); beyond four tiles extrapolated per tile."""
+        key = ("attg_inc", hd, tokens, g) + ((1,) if narrow else ())
         if key not in self._kcache:
-            W = self.config.group_lanes
+            W = self.config.group_lanes >> int(bool(narrow))
             n = tokens // W
             if n <= 4:
-                t = self.kernel_cycles("attention_grouped", hd, tokens, g, 3) \
-                    - self.kernel_cycles("attention_grouped", hd, tokens, g, 2)
+                t = self._attg_kernel(hd, tokens, g, 3, narrow) - self._attg_kernel(hd, tokens, g, 2, narrow)
             else:
-                t4 = self._attg_inc(hd, 4 * W, g)
-                t3 = self._attg_inc(hd, 3 * W, g)
+                t4 = self._attg_inc(hd, 4 * W, g, narrow)
+                t3 = self._attg_inc(hd, 3 * W, g, narrow)
                 t = t4 + (n - 4) * (t4 - t3)
             self._kcache[key] = t
         return self._kcache[key]
 
-    def _attg_cycles(self, hd, tokens, g):
-        """:meth:`_attention_cycles` of one grouped entry, from an idle device."""
-        key = ("attg", hd, tokens, g)
+    def _attg_kernel(self, hd, tokens, g, n, narrow):
+        """kernel_cycles of ``n`` grouped entries (the cache keys of the W tiles as before NARROW existed)."""
+        args = (hd, tokens, g) + ((n,) if n != 1 or narrow else ()) + ((1,) if narrow else ())
+        return self.kernel_cycles("attention_grouped", *args)
+
+    def _attg_cycles(self, hd, tokens, g, narrow=0):
+        """:meth:`_attention_cycles` of one grouped entry, from an idle device (``narrow``: the NARROW tiles)."""
+        key = ("attg", hd, tokens, g) + ((1,) if narrow else ())
         if key not in self._kcache:
-            W = self.config.group_lanes
+            W = self.config.group_lanes >> int(bool(narrow))
             n = tokens // W
             if n <= 4:
-                t = self.kernel_cycles("attention_grouped", hd, tokens, g)
+                t = self._attg_kernel(hd, tokens, g, 1, narrow)
             else:
-                t4 = self.kernel_cycles("attention_grouped", hd, 4 * W, g)
-                t3 = self.kernel_cycles("attention_grouped", hd, 3 * W, g)
+                t4 = self._attg_kernel(hd, 4 * W, g, 1, narrow)
+                t3 = self._attg_kernel(hd, 3 * W, g, 1, narrow)
                 t = t4 + (n - 4) * (t4 - t3)
             self._kcache[key] = t
         return self._kcache[key]
@@ -1005,18 +1021,47 @@ def rtl_group_config():
     return replace(cfg, name="tiny-group", sfu_lanes=2, group_lanes=2, max_batch=8, sfu_fifo=8), mem
 
 
-def _group_entries(config, B, l, n, rng, d=None):
-    """``n`` grouped attention entries (kernels.kv_group_layout, one after the other from address 0) of ``B`` query
-    rows over ``l`` tokens at head dim ``d`` (default the group width W), random queries from ``rng``."""
+def rtl_narrow_config():
+    """tests/hdl/ndp/test_core.py's NARROW DUT: twice the tiny datapath (16 lanes x 2 PE rows, so that a NARROW
+    tile is 2 tokens) with segments of W = 4 or, per descriptor, W / 2 = 2 lanes (4 or 8 per beat, as PAPER's
+    128 / 64 of 512; a 2-lane SFU; GQA groups of 2 at 8 heads) on the grouped DUT's burst memory."""
+    cfg, mem = rtl_group_config()
+    return replace(cfg, name="tiny-narrow", macs=32, lanes=16, sfu_lanes=2, group_lanes=4, group_narrow=True,
+                   max_batch=16), mem
+
+
+def _group_entries(config, B, l, n, rng, d=None, base=0, narrow=False):
+    """``n`` grouped attention entries (kernels.kv_group_layout, one after the other from ``base``) of ``B`` query
+    rows over ``l`` tokens at head dim ``d`` (default the group width W), random queries from ``rng``;
+    ``narrow``: NARROW tiles."""
     from firmware.ndp import kernels as K
-    g, W = config.group_segments, config.group_lanes
-    d = d or W
-    ents, base = [], 0
+    d = d or config.group_lanes
+    ents = []
     for _ in range(n):
-        lay = K.kv_group_layout(d, l, config=config, rows=B, base=base)
+        lay = K.kv_group_layout(d, l, config=config, rows=B, base=base, narrow=narrow)
         base = lay["end"]
-        ents.append(((rng.standard_normal((B, g, d))).astype(np.float16).view(np.uint16), lay))
+        ents.append(((rng.standard_normal((B, lay["group"], d))).astype(np.float16).view(np.uint16), lay))
     return ents
+
+
+def narrow_programs(config, seed=2, pipelined=False):
+    """Streams with NARROW tiles on ``config`` (:func:`rtl_narrow_config`; head dim W, so a NARROW share has two
+    context slices): shares of (query rows B, tokens, NARROW) = all NARROW; all NARROW, longer; NARROW and W-wide
+    shares mixed in one stream. Not in the calibration. ``pipelined``: the order the hosts issue."""
+    from firmware.ndp import kernels as K
+    specs = {"att_narrow_b1l6_b2l4_b1l2": ((1, 6, True), (2, 4, True), (1, 2, True)),
+             "att_narrow_b2l8_b1l16": ((2, 8, True), (1, 16, True)),
+             "att_widths_b1l6n_b2l4_b2l4n_b1l8_b1l2n": ((1, 6, True), (2, 4, False), (2, 4, True), (1, 8, False),
+                                                        (1, 2, True))}
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, spec in specs.items():
+        ents, base = [], 0
+        for B, l, nar in spec:
+            ents += _group_entries(config, B, l, 1, rng, base=base, narrow=nar)
+            base = ents[-1][1]["end"]
+        out[name] = K.attention_batch(ents, config=config, pipelined=pipelined).entries()
+    return out
 
 
 def _grouped_stream(config, specs, seed, pipelined, name):
@@ -1087,7 +1132,7 @@ def rtl_cycles(program, config, dut, backend):
     """Cycles of ``program`` (entries (Descriptor, input[, owner]); owner 0 if absent) on the RTL ``dut``; every
     completion must be OK."""
     from sim.golden.ndp_core import x_beats
-    n_y = sum(-(-e[0].returned_elems() // config.lanes) for e in program)
+    n_y = sum(-(-e[0].returned_elems(2, config) // config.lanes) for e in program)
     reqs = [e[0].request(e[2] if len(e) == 3 else 0) for e in program]
     run = backend.run_streams(dut, {"desc": reqs, "x": x_beats(program, config)},
                               {"y": n_y, "cpl": len(program)}, max_cycles=2_000_000)

@@ -13,7 +13,7 @@ import pytest
 
 from hdl.ndp.config import TINY
 from hdl.ndp.core import NDPCore
-from hdl.ndp.descriptor import ErrorCode
+from hdl.ndp.descriptor import ErrorCode, FLAG_NARROW
 from hdl.memctl.commands import Cmd
 from hdl.memctl.timing import DDR4_3200_TINY
 from firmware.ndp.descriptor import gemv, gemm, softmax, load, store
@@ -232,12 +232,12 @@ GROUP_CFG = replace(CFG, name="tiny-group", sfu_lanes=2, group_lanes=2, max_batc
 
 def grouped_shares(cfg, rng, d, shapes):
     """STOREs, ``attention_batch`` entries and float64 references of grouped shares (g KV heads of head dim ``d``)
-    of ``shapes`` = [(query rows B, tokens), ...], laid out one after the other from address 0."""
+    of ``shapes`` = [(query rows B, tokens[, narrow]), ...], laid out one after the other from address 0."""
     from sim.golden.attention import reference_attention, prepare_query
-    g = cfg.group_segments
     base, prog, entries, refs = 0, [], [], []
-    for B, l in shapes:
-        lay = kernels.kv_group_layout(d, l, config=cfg, rows=B, base=base)
+    for B, l, *nar in shapes:
+        lay = kernels.kv_group_layout(d, l, config=cfg, rows=B, base=base, narrow=bool(nar and nar[0]))
+        g = lay["group"]
         base = lay["end"]
         k, v = rand_bits(rng, (g, l, d), 0.5), rand_bits(rng, (g, l, d), 0.5)
         q = rand_bits(rng, (B, g, d))
@@ -258,7 +258,7 @@ def check_grouped_partials(cfg, stores, entries, refs):
     plain = kb.results(golden.run(kb.entries()))
     for (_, lay), parts, ref in zip(entries, plain, refs):
         for b in range(lay["rows"]):
-            for s in range(cfg.group_segments):
+            for s in range(lay["group"]):
                 got = merge_partials({(0, i): (o[b, s], m[b, s], sm[b, s]) for i, (o, m, sm) in enumerate(parts)})
                 np.testing.assert_allclose(np.asarray(got, np.float64).reshape(-1), ref[b][s].reshape(-1),
                                            rtol=2e-2, atol=2e-3)
@@ -403,6 +403,52 @@ def test_grouped_attention_head_dim_of_two_segments():
     check_grouped_partials(cfg, prog, entries, refs)
 
 
+#: NARROW tiles on twice the tiny datapath (16 lanes x 2 PE rows, so that W / 2 tiles are 2 tokens): segments of
+#: W = 4 or, per descriptor, W / 2 = 2 lanes (4 or 8 per beat, as PAPER's 128 / 64 of 512); a 2-lane SFU (<= W / 2);
+#: GQA groups of 2 at 8 heads
+NARROW_CFG = replace(GROUP_CFG, name="tiny-narrow", macs=32, lanes=16, sfu_lanes=2, group_lanes=4, group_narrow=True,
+                     max_batch=16)
+
+
+def test_grouped_attention_narrow_tiles():
+    """NARROW tiles (issue 29: a short share as tiles of W / 2 tokens of twice the heads, chosen per descriptor):
+    narrow and W-wide grouped shares in one stream, GQA 1 and 2, head dims W / 2 and W (the scores' K = 2 (W / 2)
+    over two x words at W / 2), plain and software-pipelined, with malformed NARROW descriptors among them (NARROW
+    without GROUP, rows not a multiple of 2 g: refused, nothing disturbed): bit-exact against the golden core on
+    Verilator at full rate and under random traffic; the host merges every (query, head)'s partials to the
+    float64 attention, and both orders give the same partials; the NDP performance model (not calibrated on NARROW)
+    within 5 % of the RTL, printed."""
+    cfg, rng = NARROW_CFG, np.random.default_rng(31)
+    W = cfg.group_lanes
+    assert kernels.grouped_attention(W, cfg, narrow=True) and not kernels.grouped_attention(W, GROUP_CFG, narrow=True)
+    shapes = ((1, 6, True), (2, 4), (2, 4, True), (1, 8), (1, 2, True))      # tokens: 3, 1, 2, 2, 1 tiles
+    prog, entries, refs = grouped_shares(cfg, rng, W, shapes)
+    # (the narrow shares: head dim W = 2 x W / 2: the scores over two x words, two context slices)
+    assert [(lay["group"], lay["slices"]) for _, lay in entries] == [(8, 2), (4, 1), (8, 2), (4, 1), (8, 2)]
+    kb = kernels.attention_batch(entries, config=cfg)
+    kp = kernels.attention_batch(entries, config=cfg, pipelined=True)
+    assert sum(d.narrowed(cfg) for d, *_ in kb.program) == (2 + 2) * (3 + 2 + 1)   # scores, SOFTMAX, 2 slices
+    bad = [(replace(gemm(0, 8, 2, 16), flags=FLAG_NARROW), rand_bits(rng, (8, 2))),
+           (gemm(0, 4, 2, 16, group=True, narrow=True), rand_bits(rng, (4, 2)))]
+    from sim.perf.ndp import NDPPerfModel, rtl_narrow_config
+    assert rtl_narrow_config()[0] == cfg
+    model = NDPPerfModel(cfg, rtl_narrow_config()[1])
+    plain = kb.entries()
+    for i, (stream, traffic) in enumerate(((plain[:4] + bad + plain[4:], None), (plain, "random"),
+                                           (kp.entries(), None))):
+        run, y, cpl = run_core(get_backend("verilator"), prog + stream, traffic=traffic, seed=6, config=cfg)
+        assert completions(run.outputs["cpl"]) == cpl and run.outputs["y"] == y
+        codes = [s for _, s in cpl]
+        assert codes.count(ErrorCode.OK) == len(prog) + len(plain)
+        if i == 0:
+            assert codes.count(ErrorCode.BAD_FLAGS) == 1 and codes.count(ErrorCode.SHAPE_MISMATCH) == 1
+        if traffic is None and len(stream) == len(plain):   # the model on the pipelined stream: printed, 5 %
+            err = (model.program_cycles(prog + stream) - run.cycles) / run.cycles
+            print(f"NARROW stream: RTL {run.cycles} cycles, model {100 * err:+.2f} %")
+            assert abs(err) <= 0.05, (run.cycles, err)
+    check_grouped_partials(cfg, prog, entries, refs)
+
+
 def test_back_to_back_descriptors_overlap():
     """Small TRANS GEMVs back to back (one LoRA E4 per adapter) keep the PE array busy: the operand reads of
     the next descriptor run while the previous computes, drains and returns. 16 of them cost at most 10 %
@@ -482,10 +528,14 @@ def test_bad_construction():
 def test_half_beat_and_grouped_core_verilog_is_lint_clean(tmp_path):
     """The core with the grouped dataflow and a 2-lane SFU (GROUP_CFG: the PE array's ROW_GROUP segment
     multiplexers, the GROUP decoder rules, and the half-beat SOFTMAX gearboxes of an SFU at most half a beat wide;
-    the `tiny` preset that `make lint` writes has neither) is lint-clean Verilog."""
+    the `tiny` preset that `make lint` writes has neither), and with NARROW tiles (NARROW_CFG), is lint-clean
+    Verilog."""
     from sim.backends.verilog import write_verilog, lint
     assert kernels.half_beat_shares(GROUP_CFG) and GROUP_CFG.group_lanes
     # the memory port as `make lint`'s preset has it (a tag on the requests: no zero-width signal)
     paths = write_verilog(tmp_path, {"ndp_core_grouped": lambda: NDPCore(config=GROUP_CFG, mem_burst_bits=BURST_BITS,
-                                                                         mem_addr_bits=16, mem_tag_width=8)})
+                                                                         mem_addr_bits=16, mem_tag_width=8),
+                                     # and with NARROW tiles (the W / 2 segment multiplexers and decoder rules)
+                                     "ndp_core_narrow": lambda: NDPCore(config=NARROW_CFG, mem_burst_bits=BURST_BITS,
+                                                                        mem_addr_bits=16, mem_tag_width=8)})
     assert lint(paths) == []

@@ -257,7 +257,7 @@ def test_sfu_fifo_depth_is_validated():
     """``NDPConfig.sfu_fifo`` (the FIFO in front of the SFU): 0..4096 words, an int; out of range names the field
     and the range."""
     from hdl.ndp.config import PAPER
-    assert PAPER.sfu_fifo == 16 and TINY.sfu_fifo == 0
+    assert PAPER.sfu_fifo == 32 and TINY.sfu_fifo == 0
     for bad in (-1, 4097, 2.0, True):
         with pytest.raises(ValueError, match=r"sfu_fifo must be an int in 0\.\.4096"):
             replace(TINY, sfu_fifo=bad)

@@ -66,8 +66,11 @@ def stimulus(pe, jobs, rng):
     L = pe.lanes
     cmds, xs, as_, wy, my, ws = [], [], [], [], [], []
     for i, (mode, b, k, n) in enumerate(jobs):
+        narrow = mode == "row_group_narrow"     # ROW_GROUP at W = group / 2 (arrays built with narrow)
+        mode = "row_group" if narrow else mode
+        W = pe.group >> int(narrow)
         if mode == "row_group":             # X (B, n lanes): g rows of K = n W, a W-slice per word; A (K, lanes)
-            x, _ = operands(rng, b, (k // pe.group) * L, n, special=(i == 0))
+            x, _ = operands(rng, b, (k // W) * L, n, special=(i == 0))
             _, a = operands(rng, b, k, n, special=(i == 0))
         else:
             x, a = operands(rng, b, k, n, special=(i == 0))
@@ -75,8 +78,10 @@ def stimulus(pe, jobs, rng):
         xp = np.zeros((b, kb * L), np.uint16)
         xp[:, :x.shape[1]] = x
         cols = {"row": n // L, "row_half": 1, "row_group": 1}.get(mode, n)
-        cmds.append(pe.cmd_layout.const({"mode": PEMode[mode.upper()], "rows": b, "k": k, "cols": cols})
-                    .as_value().value)
+        cmd = {"mode": PEMode[mode.upper()], "rows": b, "k": k, "cols": cols}
+        if pe.narrow:
+            cmd["narrow"] = int(narrow)
+        cmds.append(pe.cmd_layout.const(cmd).as_value().value)
         xs += lane_words(xp, L)
         beats = a_beats(mode, a, L, n)
         if pe.a_beats == 2:
@@ -86,7 +91,7 @@ def stimulus(pe, jobs, rng):
                 beats = [bt | (int(rng.integers(0, 1 << 62)) << (16 * L)) for bt in beats]
         as_ += beats
         if mode == "row_group":
-            y = gemm_group(x, a, acc=pe.acc, lanes=L, group=pe.group)
+            y = gemm_group(x, a, acc=pe.acc, lanes=L, group=W)
         else:
             y = gemm_mode(x, a, acc=pe.acc, lanes=L, mode=mode)
         if mode in ("row", "row_group"):
@@ -169,6 +174,39 @@ def test_row_group_matches_golden(backend):
         gemm_group(x2, a2[:3], acc="fp32", lanes=L, group=2)     # K not a multiple of W
     with pytest.raises(ValueError, match="group"):
         PEArray(lanes=8, group=3)
+
+
+NARROW_JOBS = {  # ROW_GROUP at W = lanes / 2 and (narrow) W = lanes / 4 per job, among the other dataflows
+    "amaranth": [("row_group_narrow", 1, 2, 4), ("row_group", 2, 4, 4), ("row", 2, 5, 8),
+                 ("row_group_narrow", 2, 6, 4), ("row_group", 1, 8, 4), ("row_group_narrow", 1, 4, 4)],
+    "verilator": [("row_group_narrow", 2, 2, 8), ("row_group", 2, 8, 8), ("row", 2, 40, 64),
+                  ("row_group_narrow", 1, 6, 8), ("trans", 2, 16, 12), ("row_group_narrow", 2, 8, 8),
+                  ("row_group", 1, 4, 8), ("row_group_narrow", 1, 2, 8)],
+}
+
+
+def test_row_group_narrow_matches_golden(backend):
+    """``narrow``: ROW_GROUP jobs at W = group (lanes / 2) and at W = group / 2, chosen per job by the cmd's
+    ``narrow`` bit, against ``gemm_group`` at that W, bit for bit, at full rate and under random traffic; a mutant
+    that ignores the bit (every job at W = group) differs; ``narrow`` needs a group of at least 2."""
+    pe = PEArray(acc="fp32", group=CONFIGS[backend.name]["lanes"] // 2, narrow=True, **CONFIGS[backend.name])
+    jobs = NARROW_JOBS[backend.name]
+    full, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(17))
+    assert np.array_equal(gy, wy) and np.array_equal(gs, ws), \
+        f"{int((gy != wy).sum())} y / {int((gs != ws).sum())} ys mismatches"
+    tr = Traffic.random(stream_ports(pe), seed=10, valid_prob=0.75, ready_prob=0.6)
+    run, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(17), tr)
+    assert np.array_equal(gy, wy) and np.array_equal(gs, ws), "mismatch under random traffic"
+    W = pe.group
+    assert pe.x_words(PEMode.ROW_GROUP, 2 * W, narrow=True) == 4 and pe.x_words(PEMode.ROW_GROUP, 2 * W) == 2
+    rng = np.random.default_rng(2)
+    L = pe.lanes
+    x, _ = operands(rng, 2, 2 * L, L)
+    _, a = operands(rng, 2, W, L)
+    assert not np.array_equal(gemm_group(x, a, acc="fp32", lanes=L, group=W // 2),   # K = W: two words at W / 2
+                              gemm_group(x[:, :L], a, acc="fp32", lanes=L, group=W))    # one word at W
+    with pytest.raises(ValueError, match="narrow"):
+        PEArray(lanes=8, group=1, narrow=True)
 
 
 PAIR_JOBS = {  # TRANS_PAIR among the other dataflows (noise in the unused half), hazard stalls (N / 2 < 8)

@@ -202,11 +202,12 @@ def test_paper_attention_batch_stream_prices_the_whole_program():
 
 
 def test_paper_grouped_attention_stream_prices_the_whole_program():
-    """The grouped decode attention (kernels.attention_grouped: 4 KV heads of head dim 128 per entry; issue 29) in
-    the model at the paper geometry: ``attention_batch_s`` within 3 % of the model run over the batch's whole
-    program in the order the hosts issue it (software-pipelined; shares of 1-200 tokens, where the host issues the
-    grouped kernel; GQA 1 and 4), that order over 15 % faster than the plain one, and faster than the per-head
-    kernel on those shares; ``grouped_attention=False`` prices the per-head kernel only."""
+    """The grouped decode attention (kernels.attention_grouped: 4 KV heads of head dim 128 per entry, or 8 in
+    NARROW tiles of 64 tokens; issue 29) in the model at the paper geometry: ``attention_batch_s`` within 3 % of the
+    model run over the batch's whole program in the order the hosts issue it (software-pipelined; shares of 1-200
+    tokens, each in the tiles the model chooses for it: NARROW ones among them for GQA 1; GQA 1 and 4), that order
+    over 15 % faster than the plain one, and faster than the per-head kernel on those shares;
+    ``grouped_attention=False`` prices the per-head kernel only."""
     from firmware.ndp import kernels as K
     from hdl.ndp.config import PAPER
     from dataclasses import replace
@@ -216,13 +217,17 @@ def test_paper_grouped_attention_stream_prices_the_whole_program():
     rng = np.random.default_rng(2)
     for g, kvh in ((1, 8), (4, 4)):
         toks = rng.integers(1, 200, size=6)
+        units = []
+        m._attention_vec(toks, 128, g * kvh, kvh, m._attention_inc, units)
+        assert set(units[0]) <= {1, 2} and (2 in units[0]) == (g == 1)     # (NARROW: 8 KV heads per entry)
         entries, base = [], 0
-        for t in toks:
-            padded = int(-(-t // 128) * 128)
-            for _ in range(kvh // 4):
-                kv = K.kv_group_layout(128, padded, config=big, rows=g, base=base)
+        for t, code in zip(toks, units[0]):
+            W = 128 >> int(code == 2)
+            padded = int(-(-t // W) * W)
+            for _ in range(kvh // (512 // W)):
+                kv = K.kv_group_layout(128, padded, config=big, rows=g, base=base, narrow=bool(code == 2))
                 base = kv["end"]
-                entries.append((np.zeros((g, 4, 128), np.uint16), kv))
+                entries.append((np.zeros((g, kv["group"], 128), np.uint16), kv))
         # the batch as the hosts issue it: software-pipelined over two owners
         whole = m.program_cycles(K.attention_batch(entries, config=big, pipelined=True).entries()) / 1e9
         plain = m.program_cycles(K.attention_batch(entries, config=big).program) / 1e9
@@ -232,6 +237,7 @@ def test_paper_grouped_attention_stream_prices_the_whole_program():
         assert whole < 0.85 * plain
         assert est < per_head.attention_batch_s(toks, 128, g * kvh, kvh)
     assert not m.uses_grouped(128, 6, 3) and not m.uses_grouped(64, 32, 32)
+    assert m.uses_grouped(64, 32, 32, narrow=True) and not m.uses_grouped(128, 16, 4, narrow=True)
 
 
 def test_writer_waveform_reader_reads_the_core_and_refuses_a_missing_signal(tmp_path):
