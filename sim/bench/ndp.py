@@ -306,7 +306,7 @@ def attention_figure(attention: list, path) -> Path:
                       key=lambda a: a["share_tokens"])
         x = [a["share_tokens"] for a in rows]
         line, = ax.plot(x, [100 * a["efficiency"] for a in rows], marker="o",
-                        label=f"{name}: batch stream, grouped kernel (pipelined) where faster")
+                        label=f"{name}: batch stream, grouped kernel (W or NARROW tiles, pipelined) where faster")
         ax.plot(x, [100 * a["efficiency_per_head"] for a in rows], marker="s", linestyle=":",
                 color=line.get_color(), label=f"{name}: batch stream, one kernel per KV head (before)")
         ax.plot(x, [100 * a["efficiency_per_pair"] for a in rows], marker="x", linestyle="--",
@@ -369,8 +369,8 @@ def main(argv=None):
         print(f"   {name:>18} {len(prog):>3} desc  RTL {c:>6}  model {mc:>8.1f}  {100 * _err(mc, c):+.2f}%  "
               f"pipelined: RTL {cp} ({100 * (cp - c) / c:+.1f}%)  model {mp:>8.1f}  {100 * _err(mp, cp):+.2f}%")
     out["rtl"]["validation_grouped"] = grows
-    # the same at a head dim of 2 W (GROUP K = 2 W, two context slices): the W = 64 variant's path, not issued at
-    # PAPER and not calibrated on; its error is its own figure (model_rtl_max_rel_err_2w), not the hosts' model's
+    # the same at a head dim of 2 W (GROUP K = 2 W, two context slices): the structure of PAPER's NARROW tiles at
+    # head dim 128 = 2 x 64 (and of the W = 64 variant), not calibrated on; its own figure (model_rtl_max_rel_err_2w)
     from sim.perf.ndp import grouped_programs_2w
     rows2w, errs2w = [], []
     piped2w = grouped_programs_2w(gcfg, pipelined=True)
@@ -483,7 +483,8 @@ def main(argv=None):
               f"({100 * _err(mc, cyc):+.2f}%)")
     out["model_rtl_max_rel_err"] = max(abs(e) for e in errs)
     print(f"\n   model vs RTL: max |error| {100 * out['model_rtl_max_rel_err']:.2f}% over {len(errs)} RTL runs "
-          f"(RTL-measured, tiny slice); at a head dim of 2 W (not PAPER's path, not calibrated on): "
+          f"(RTL-measured, tiny slice; the NARROW streams among them); at a head dim of 2 W on the 8-lane DUT (the "
+          f"structure of PAPER's NARROW tiles, not calibrated on): "
           f"{100 * out['model_rtl_max_rel_err_2w']:.2f}%")
 
     print("\n5. Paper geometry (512 lanes x 2 PE rows at 1 GHz, 64 LPDDR5X-8533 channels): MODEL figures "
@@ -496,7 +497,8 @@ def main(argv=None):
     out["figure_sources"] = {
         "model_rtl_max_rel_err": "RTL-measured (tiny slice, Verilator) vs the model on the same shapes",
         "model_rtl_max_rel_err_2w": "RTL-measured (tiny grouped slice, Verilator) vs the model on grouped streams at "
-                                    "a head dim of 2 W (the W = 64 variant's path; not PAPER's, not calibrated on)",
+                                    "a head dim of 2 W (the structure of PAPER's NARROW tiles at head dim 128 = 2 x "
+                                    "64, on the 8-lane DUT; not calibrated on)",
         "gemv_device_bw_frac": "model, paper geometry (E4 D=14336 R=128 batch 1; of 64 x LPDDR5X-8533 peak)",
         "gemv_delivered_bw_frac": "model, paper geometry (E4 D=14336 R=128 batch 1; of the device memory model's "
                                   "bandwidth on the same bytes read alone)",
