@@ -372,33 +372,31 @@ def main(argv=None):
     # the same at a head dim of 2 W (GROUP K = 2 W, two context slices): the structure of PAPER's NARROW tiles at
     # head dim 128 = 2 x 64 (and of the W = 64 variant), not calibrated on; its own figure (model_rtl_max_rel_err_2w)
     from sim.perf.ndp import grouped_programs_2w
-    rows2w, errs2w = [], []
-    piped2w = grouped_programs_2w(gcfg, pipelined=True)
-    for name, prog in grouped_programs_2w(gcfg).items():
-        for order, pr in (("plain", prog), ("pipelined", piped2w[name])):
-            c = rtl_cycles(pr, gcfg, gdut, _verilator())
-            mc = gmodel.program_cycles(pr)
-            rows2w.append({"name": name, "order": order, "descriptors": len(pr), "rtl_cycles": c,
-                           "model_cycles": mc, "rel_err": _err(mc, c)})
-            errs2w.append(_err(mc, c))
-            print(f"   {name:>24} {order:>9} {len(pr):>3} desc  RTL {c:>6}  model {mc:>8.1f}  {100 * _err(mc, c):+.2f}%")
+
+    def both_orders(progs, piped, cfg_, dut_, model_, width):
+        """RTL and model cycles of each stream in the plain and the pipelined order: (rows, errors)."""
+        rows_, errs_ = [], []
+        for name, prog in progs.items():
+            for order, pr in (("plain", prog), ("pipelined", piped[name])):
+                c = rtl_cycles(pr, cfg_, dut_, _verilator())
+                mc = model_.program_cycles(pr)
+                rows_.append({"name": name, "order": order, "descriptors": len(pr), "rtl_cycles": c,
+                              "model_cycles": mc, "rel_err": _err(mc, c)})
+                errs_.append(_err(mc, c))
+                print(f"   {name:>{width}} {order:>9} {len(pr):>3} desc  RTL {c:>6}  model {mc:>8.1f}  "
+                      f"{100 * _err(mc, c):+.2f}%")
+        return rows_, errs_
+    rows2w, errs2w = both_orders(grouped_programs_2w(gcfg), grouped_programs_2w(gcfg, pipelined=True), gcfg, gdut,
+                                 gmodel, 24)
     out["rtl"]["validation_grouped_2w"] = rows2w
     # NARROW tiles (W / 2 per descriptor; PAPER's short shares) on the NARROW DUT (16 lanes, W = 4 / 2), plain and
     # pipelined, not calibrated on: part of model_rtl_max_rel_err (the hosts issue them at PAPER)
     from sim.perf.ndp import rtl_narrow_config, narrow_programs
     ncfg, nmem = rtl_narrow_config()
     ndut = NDPBurstSystem(config=ncfg, burst_bits=nmem.line_bytes * 8, depth=512)
-    nmodel = NDPPerfModel(ncfg, nmem)
-    nrows = []
-    npiped = narrow_programs(ncfg, pipelined=True)
-    for name, prog in narrow_programs(ncfg).items():
-        for order, pr in (("plain", prog), ("pipelined", npiped[name])):
-            c = rtl_cycles(pr, ncfg, ndut, _verilator())
-            mc = nmodel.program_cycles(pr)
-            nrows.append({"name": name, "order": order, "descriptors": len(pr), "rtl_cycles": c,
-                          "model_cycles": mc, "rel_err": _err(mc, c)})
-            errs.append(_err(mc, c))
-            print(f"   {name:>38} {order:>9} {len(pr):>3} desc  RTL {c:>6}  model {mc:>8.1f}  {100 * _err(mc, c):+.2f}%")
+    nrows, nerrs = both_orders(narrow_programs(ncfg), narrow_programs(ncfg, pipelined=True), ncfg, ndut,
+                               NDPPerfModel(ncfg, nmem), 38)
+    errs += nerrs
     out["rtl"]["validation_narrow"] = nrows
     out["model_rtl_max_rel_err_2w"] = max(abs(e) for e in errs2w)
     # pipelined streams with a GEMV after each SOFTMAX, on the grouped DUT with its FIFO in front of the SFU

@@ -137,6 +137,17 @@ def test_pe_array_matches_golden(backend, acc):
         assert run.cycles > full.cycles
 
 
+def exact_at_full_rate_and_random(backend, pe, jobs, seed, traffic_seed):
+    """``jobs`` on ``pe`` bit-exact against the golden model at full rate and under random gaps (valid 0.75) and
+    backpressure (ready 0.6)."""
+    full, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(seed))
+    assert np.array_equal(gy, wy) and np.array_equal(gs, ws), \
+        f"{int((gy != wy).sum())} y / {int((gs != ws).sum())} ys mismatches"
+    tr = Traffic.random(stream_ports(pe), seed=traffic_seed, valid_prob=0.75, ready_prob=0.6)
+    run, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(seed), tr)
+    assert np.array_equal(gy, wy) and np.array_equal(gs, ws), "mismatch under random traffic"
+
+
 GROUP_JOBS = {  # ROW_GROUP (W = group: K = n W, N = lanes) between the other dataflows, back to back
     "amaranth": [("row_group", 1, 2, 4), ("row", 2, 5, 8), ("row_group", 2, 4, 4), ("trans", 1, 8, 3),
                  ("row_group", 1, 6, 4), ("row_group", 2, 2, 4)],
@@ -151,13 +162,7 @@ def test_row_group_matches_golden(backend):
     random gaps and backpressure; the golden model is not a plain row GEMM (a mutant that broadcasts one x to every
     segment differs), and at K = 2 W the second x word matters (a mutant reading word 0 twice differs)."""
     pe = PEArray(acc="fp32", group=2, **CONFIGS[backend.name])
-    jobs = GROUP_JOBS[backend.name]
-    full, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(13))
-    assert np.array_equal(gy, wy) and np.array_equal(gs, ws), \
-        f"{int((gy != wy).sum())} y / {int((gs != ws).sum())} ys mismatches"
-    tr = Traffic.random(stream_ports(pe), seed=9, valid_prob=0.75, ready_prob=0.6)
-    run, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(13), tr)
-    assert np.array_equal(gy, wy) and np.array_equal(gs, ws), "mismatch under random traffic"
+    exact_at_full_rate_and_random(backend, pe, GROUP_JOBS[backend.name], 13, 9)
     rng = np.random.default_rng(1)
     L = pe.lanes
     x, _ = operands(rng, 2, L, L)
@@ -190,13 +195,7 @@ def test_row_group_narrow_matches_golden(backend):
     ``narrow`` bit, against ``gemm_group`` at that W, bit for bit, at full rate and under random traffic; a mutant
     that ignores the bit (every job at W = group) differs; ``narrow`` needs a group of at least 2."""
     pe = PEArray(acc="fp32", group=CONFIGS[backend.name]["lanes"] // 2, narrow=True, **CONFIGS[backend.name])
-    jobs = NARROW_JOBS[backend.name]
-    full, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(17))
-    assert np.array_equal(gy, wy) and np.array_equal(gs, ws), \
-        f"{int((gy != wy).sum())} y / {int((gs != ws).sum())} ys mismatches"
-    tr = Traffic.random(stream_ports(pe), seed=10, valid_prob=0.75, ready_prob=0.6)
-    run, gy, wy, gs, ws = run_jobs(backend, pe, jobs, np.random.default_rng(17), tr)
-    assert np.array_equal(gy, wy) and np.array_equal(gs, ws), "mismatch under random traffic"
+    exact_at_full_rate_and_random(backend, pe, NARROW_JOBS[backend.name], 17, 10)
     W = pe.group
     assert pe.x_words(PEMode.ROW_GROUP, 2 * W, narrow=True) == 4 and pe.x_words(PEMode.ROW_GROUP, 2 * W) == 2
     rng = np.random.default_rng(2)
