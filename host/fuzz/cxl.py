@@ -290,7 +290,7 @@ def _malformed(rng, qc, others, feats):
                      flags=int(rng.integers(1, 64))) if rng.random() < 0.6               # BAD_FLAGS
              else gemv(w(256), 8, 16, acc=True))
     elif k == 12:
-        d = replace(gemv(w(256), 8, 16), reserved=int(rng.integers(1, 4)))               # ignored: OK
+        d = replace(gemv(w(256), 8, 16), reserved=1)                                      # ignored: OK
     else:
         d = replace(gemv(w(256), 8, 16), operand_dim0=16)                               # SIZE_MISMATCH
     raw = encode_descriptor(d)

@@ -283,7 +283,7 @@ def test_group_descriptors():
         "no-group-lanes": (gemm(0, 8, 128, 512, group=True), ErrorCode.BAD_FLAGS),
     }
     for name, (d, code) in cases.items():
-        cfg = replace(PAPER, group_lanes=0) if name == "no-group-lanes" else PAPER
+        cfg = replace(PAPER, group_lanes=0, group_narrow=False) if name == "no-group-lanes" else PAPER
         assert d.validate(cfg) == code, name
     with pytest.raises(ValueError, match="group_lanes"):
         replace(PAPER, group_lanes=256)                  # > lanes / 4

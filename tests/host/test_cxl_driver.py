@@ -62,7 +62,7 @@ def test_fields_match_amaranth_layouts():
     assert Fields.from_layout(data.StructLayout({"queue": 8, "index": 32, "status": 8})) == f["events"]
 
 
-@given(st.integers(0, 15), st.integers(0, 15), st.integers(0, 15), st.integers(0, 63), st.integers(0, 3),
+@given(st.integers(0, 15), st.integers(0, 15), st.integers(0, 15), st.integers(0, 127), st.integers(0, 1),
        st.integers(0, 2**64 - 1), st.lists(st.integers(0, 2**20 - 1), min_size=6, max_size=6))
 @settings(max_examples=200, deadline=None)
 def test_fast_descriptor_codec_matches_firmware(t, op, dt, flags, res, base, dims):
