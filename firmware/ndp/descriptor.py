@@ -202,7 +202,7 @@ class Descriptor:
         """W of a GROUP GEMM's result rows: ``config.group_lanes``, half of it with NARROW (:meth:`narrowed`)
         (without a config, K: the rows of a K = W GEMM)."""
         if config is not None and config.group_lanes:
-            return config.group_lanes >> int(self.narrowed(config))
+            return config.group_width(self.narrowed(config))
         return self.operand_dim0
 
     def _shape_ok(self, config) -> bool:

@@ -367,7 +367,7 @@ def grouped_attention(head_dim: int, config, narrow: bool = False) -> bool:
     cfg = _cfg(config)
     if narrow and not cfg.group_narrow:
         return False
-    W = cfg.group_lanes >> int(bool(narrow))
+    W = cfg.group_width(narrow)
     return W > 0 and head_dim % W == 0 and 0 < head_dim // W <= -(-config.max_k // config.lanes)
 
 
@@ -392,11 +392,11 @@ def kv_group_layout(d: int, l: int, *, config: NDPConfig, rows: int = 1, base: i
     if narrow and not config.group_narrow:
         raise ValueError(f"narrow tiles need config.group_narrow (config {config.name!r} has none)")
     if not grouped_attention(d, config, narrow):
-        raise ValueError(f"d ({d}) must be n x the group width {config.group_lanes >> int(narrow)} "
+        raise ValueError(f"d ({d}) must be n x the group width {config.group_width(narrow)} "
                          f"(config.group_lanes {config.group_lanes}{' / 2' if narrow else ''}, > 0), n <= "
                          f"ceil(max_k / lanes) = {-(-config.max_k // config.lanes)}, for the grouped attention of "
                          f"config {config.name!r}")
-    W = config.group_lanes >> int(narrow)
+    W = config.group_width(narrow)
     g = config.lanes // W
     if l % W:
         raise ValueError(f"l ({l}) must be a multiple of the group width {W} (a tile is W tokens of every head)")

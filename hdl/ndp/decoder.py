@@ -143,7 +143,7 @@ class DescriptorDecoder(wiring.Component):
             result_elems=res_rows * res_cols,
             kept_beats=Mux(grp, (res_rows * res_cols) >> lsh, res_rows * col_beats),
             col_beats=col_beats,
-            rc_input_beats=Mux(grp, (inp.dim0 * inp.dim1) >> lsh, inp.dim0 * in_row_beats), grp=grp, nar=nar,
+            rc_input_beats=Mux(grp, (inp.dim0 * inp.dim1) >> lsh, inp.dim0 * in_row_beats), grp=grp, nar=nar, gw=gw,
             anchor_elems=inp.dim0 * ANCHOR_ELEMS,
         )
 
@@ -161,21 +161,18 @@ class DescriptorDecoder(wiring.Component):
         # GROUP: a GEMM's operand is K x lanes with K = n W (n x words per PE row, at most the PE array's x
         # memory, ceil(max_k / lanes) words) and its input rows of K, a SOFTMAX's rows W long, the rows a
         # multiple of the segments g = lanes / W (whole beats)
-        # (NARROW: W / 2 and 2 g)
+        # (NARROW: W / 2 and 2 g, s1.gw the descriptor's W)
         if cfg.group_lanes:
-            gW, gseg = cfg.group_lanes, cfg.group_segments
-            xw = -(-cfg.max_k // L)
-            if cfg.group_narrow:
-                gWd = Mux(nar, gW // 2, gW)
-                rows_bad = (inp.dim0 & Mux(nar, 2 * gseg - 1, gseg - 1)) != 0
-                k_bad = Mux(nar, ((opd.dim0 & (gW // 2 - 1)) != 0) | (opd.dim0 > gW // 2 * xw),
-                            ((opd.dim0 & (gW - 1)) != 0) | (opd.dim0 > gW * xw))
-            else:
-                gWd = gW
-                rows_bad = (inp.dim0 & (gseg - 1)) != 0
-                k_bad = ((opd.dim0 & (gW - 1)) != 0) | (opd.dim0 > gW * xw)
+            gseg, xw = cfg.group_segments, -(-cfg.max_k // L)
+
+            def at_width(value):
+                """``value(W, g)`` at the descriptor's segment width (a constant per width)."""
+                wide = value(cfg.group_lanes, gseg)
+                return Mux(nar, value(cfg.group_lanes // 2, 2 * gseg), wide) if cfg.group_narrow else Const(wide)
+            rows_bad = (inp.dim0 & at_width(lambda w, g: g - 1)) != 0
+            k_bad = ((opd.dim0 & at_width(lambda w, g: w - 1)) != 0) | (opd.dim0 > at_width(lambda w, g: w * xw))
             grp_gemm_bad = k_bad | (opd.dim0 == 0) | (opd.dim1 != cfg.lanes) | rows_bad
-            grp_sm_bad = (inp.dim1 != gWd) | rows_bad
+            grp_sm_bad = (inp.dim1 != s1.gw) | rows_bad
         else:
             grp_gemm_bad = grp_sm_bad = Const(0)
         shape_bad = Mux(

@@ -772,7 +772,7 @@ class NDPPerfModel:
         cfg = self.config
         if not (self.grouped_attention and grouped_attention(head_dim, cfg, narrow)):
             return False
-        segs = cfg.group_segments << int(bool(narrow))
+        segs = cfg.lanes // cfg.group_width(narrow)
         return kv_heads % segs == 0 and (q_heads // kv_heads) * segs <= cfg.max_batch
 
     def _attg_inc(self, hd, tokens, g, narrow=0):
@@ -781,7 +781,7 @@ class NDPPerfModel:
         (kernels.attention_batch); beyond four tiles extrapolated per tile."""
         key = ("attg_inc", hd, tokens, g) + ((1,) if narrow else ())
         if key not in self._kcache:
-            W = self.config.group_lanes >> int(bool(narrow))
+            W = self.config.group_width(narrow)
             n = tokens // W
             if n <= 4:
                 t = self._attg_kernel(hd, tokens, g, 3, narrow) - self._attg_kernel(hd, tokens, g, 2, narrow)
@@ -801,7 +801,7 @@ class NDPPerfModel:
         """:meth:`_attention_cycles` of one grouped entry, from an idle device (``narrow``: the NARROW tiles)."""
         key = ("attg", hd, tokens, g) + ((1,) if narrow else ())
         if key not in self._kcache:
-            W = self.config.group_lanes >> int(bool(narrow))
+            W = self.config.group_width(narrow)
             n = tokens // W
             if n <= 4:
                 t = self._attg_kernel(hd, tokens, g, 1, narrow)
