@@ -84,6 +84,7 @@ bench-ndp: $(STAMP)
 bench-ndp-device: $(STAMP)
 	$(NDPIM) bench ndp-device
 	$(NDPIM) bench ndp-device --timing-only
+	$(NDPIM) bench ndp-device --kernel attention_grouped --channels 4
 
 # DIMM-PIM: model tables (cycles, utilization to 128K tokens, system bandwidth, ranksets, FP16 / FP32-accumulator
 # accuracy), TINY and the PAPER rank through the RTL against the model, ranksets in RTL, fused-top cycles/s;

@@ -16,7 +16,8 @@ every channel's DRAM command trace is checked against the timing set (sim/dram/c
 The model (``sim.perf.ndp.NDPPerfModel`` on ``DeviceMemoryModel(channels)``) gives core cycles; the RTL counts
 CK cycles, so the model's figure is converted with ``CORE_CLOCK_RATIO`` (CK = core x 16 / 15).
 
-``python -m sim.bench.ndp_device [--backend verilator|amaranth] [--kernel e4|attention|e3|e2|gemv|all]
+``python -m sim.bench.ndp_device [--backend verilator|amaranth] [--kernel e4|attention|e3|e2|gemv|attention_batch|
+attention_grouped|all]
 [--channels 2] [--timing-only] [--no-split] [--preload]`` (``--timing-only``: the full LPDDR5X-8533 die, no data,
 the kernel alone from an idle device; ``--preload``: the operands in the DRAM models' initial contents, the kernel
 alone, bit-exact: the shortest run, e.g. ``--channels 1 --kernel e4 --preload``, on Amaranth's simulator 56 s;
@@ -46,13 +47,25 @@ __all__ = ["DATA_ROWS", "data_config", "slice_config", "kernel_program", "run", 
 DATA_ROWS = 32
 #: the issue's two shapes, an E3 (D = 4096, R = 16, batch 1) and the E2 LOADs of that adapter, and a GEMV over
 #: 1 MiB of device-resident data (E4 D = 4096, R = 128, batch 1: the GEMV PEs at two beats per cycle)
-CASES = ("e4", "attention", "e3", "e2", "gemv", "attention_batch")
+CASES = ("e4", "attention", "e3", "e2", "gemv", "attention_batch", "attention_grouped")
+#: ``--kernel all``: every case but ``attention_grouped``, which needs four channels' capacity (``make
+#: bench-ndp-device`` runs it on its own with ``--channels 4``)
+ALL_CASES = CASES[:-1]
 #: ``attention_batch`` (issue 29 item 1): a decode batch of 8 (request, KV head) shares at head dim 128 as one
 #: descriptor stream (firmware kernels.attention_batch): shares of 16, 64, 256 and 1,024 tokens, each with one
 #: query row (GQA 1) and with a group of 4 (GQA 4), and shares of half a beat (``"half"``: ``lanes / 2`` tokens,
 #: one half-beat tile where the SFU is at most half a beat wide, kernels.half_beat_shares)
 BATCH_SHARES = ((16, 1), (64, 1), (256, 1), (1024, 1), (16, 4), (64, 4), (256, 4), (1024, 4), ("half", 1),
                 ("half", 4))
+#: ``attention_grouped``: the same 8 shares (16 .. 1,024 tokens, GQA 1 and 4, head dim 128) in the grouped
+#: dataflow PAPER's host issues for them (firmware kernels.attention_grouped; docs/ndp_core.md "Grouped
+#: attention"): every entry the tokens of ``lanes / W`` KV heads, NARROW tiles of W / 2 tokens (and twice the
+#: heads) for the 16- and 64-token shares, W tiles from 256 (on PAPER the host's choice at every one of these
+#: shares for Llama-2-7B, sim/bench/ndp.py ``attention_batch``). Run where the slice has the grouped dataflow
+#: and the capacity: ``--channels 4`` (32 lanes, W = 8; 5.6 MiB of K and V against the 8 MiB of four
+#: data-keeping channels)
+GROUPED_SHARES = ((16, 1, True), (64, 1, True), (256, 1, False), (1024, 1, False), (16, 4, True), (64, 4, True),
+                  (256, 4, False), (1024, 4, False))
 
 
 def data_config(rows: int = DATA_ROWS) -> DRAMConfig:
@@ -103,6 +116,16 @@ def kernel_program(case: str, cfg, seed: int = 0, shares=None):
             k, v = _rand(rng, (l, hd), 0.5), _rand(rng, (l, hd), 0.5)
             stores += K.kv_store(k, v, kv, config=cfg).program
             entries.append((_rand(rng, (g, hd)), kv))
+        return stores, K.attention_batch(entries, config=cfg).program
+    if case == "attention_grouped":
+        hd, base, stores, entries = 128, 0, [], []
+        for l, g, narrow in (shares or GROUPED_SHARES):
+            kv = K.kv_group_layout(hd, l, config=cfg, rows=g, base=base, narrow=narrow)
+            base = kv["end"]
+            heads = kv["group"]
+            k, v = _rand(rng, (heads, l, hd), 0.5), _rand(rng, (heads, l, hd), 0.5)
+            stores += K.kv_group_store(k, v, kv, config=cfg).program
+            entries.append((_rand(rng, (g, heads, hd)), kv))
         return stores, K.attention_batch(entries, config=cfg).program
     raise ValueError(f"unknown case {case!r}; allowed: {', '.join(CASES)}")
 
@@ -243,7 +266,8 @@ def run(case: str, *, channels: int = 2, backend: str = "verilator", seed: int =
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sim.bench.ndp_device", description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="verilator", choices=["verilator", "amaranth"])
-    ap.add_argument("--kernel", default="all", choices=["all", *CASES])
+    ap.add_argument("--kernel", default="all", choices=["all", *CASES],
+                    help="all: every case but attention_grouped (run it with --channels 4)")
     ap.add_argument("--channels", type=int, default=2)
     ap.add_argument("--timing-only", action="store_true",
                     help="the full LPDDR5X-8533 die without data (cycles only; no golden comparison)")
@@ -255,7 +279,7 @@ def main(argv=None) -> int:
                          "simulator, the 4K-token attention ~20 min)")
     ap.add_argument("--out", default="build/bench/ndp_device.json")
     a = ap.parse_args(argv)
-    cases = list(CASES) if a.kernel == "all" else [a.kernel]
+    cases = list(ALL_CASES) if a.kernel == "all" else [a.kernel]
     res = []
     dram = LPDDR5X_8533 if a.timing_only else data_config()
     cfg = slice_preset(a.channels) if a.timing_only else slice_config(a.channels)

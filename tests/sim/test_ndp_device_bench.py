@@ -10,8 +10,9 @@ from sim.bench import ndp_device as B
 
 @pytest.mark.parametrize("case", B.CASES)
 def test_case_programs_fit_the_slice(case):
-    cfg = B.slice_config(2)
-    assert cfg.lanes == slice_preset(2).lanes and cfg.device_bytes == 2 * (2 << 20)   # 2 MiB per channel
+    ch = 4 if case == "attention_grouped" else 2        # (the grouped shares need four channels' capacity)
+    cfg = B.slice_config(ch)
+    assert cfg.lanes == slice_preset(ch).lanes and cfg.device_bytes == ch * (2 << 20)   # 2 MiB per channel
     stores, kernel = B.kernel_program(case, cfg)
     assert stores and kernel
     for d, _ in stores + kernel:
@@ -22,6 +23,22 @@ def test_case_programs_fit_the_slice(case):
 def test_bad_case_is_refused():
     with pytest.raises(ValueError, match="unknown case 'e5'; allowed: e4, attention, e3, e2, gemv"):
         B.kernel_program("e5", B.slice_config(2))
+    # the grouped shares on a slice too small for them: refused by the firmware's layout, naming the capacity
+    with pytest.raises(ValueError, match=r"beyond config.device_bytes \(4194304\)"):
+        B.kernel_program("attention_grouped", B.slice_config(2))
+    assert "attention_grouped" in B.CASES and "attention_grouped" not in B.ALL_CASES
+
+
+def test_grouped_case_runs_the_grouped_kernels():
+    """``attention_grouped``'s stream is the grouped dataflow (every READ_COMPUTE a GROUP descriptor), NARROW for
+    the 16- and 64-token shares and W tiles from 256, GQA 1 and 4."""
+    cfg = B.slice_config(4)
+    _, kernel = B.kernel_program("attention_grouped", cfg)
+    assert kernel and all(d.group for d, _ in kernel)
+    assert {bool(d.narrow) for d, _ in kernel} == {True, False}
+    rows = {d.input_dim0 for d, _ in kernel}
+    g = cfg.lanes // cfg.group_lanes
+    assert {g, 4 * g, 2 * g, 8 * g} <= rows            # W tiles of g heads and NARROW of 2 g, GQA 1 and 4
 
 
 @pytest.mark.parametrize("channels", [1, 2])
