@@ -13,7 +13,9 @@ descriptor by descriptor, in program order:
   K-split stall for ``N / lanes < 8``; ``PEArray.job``), one beat per cycle (``TRANS_PAIR``, a one-row TRANS
   job of even N on a ``gemv_pairs`` core: two beats per cycle), never ahead of the memory; the
   drain of pass j (``TRANS``: ``rows N`` scalars through the adder tree; ``ROW``: ``rows nb`` beats through the
-  phase reduction) overlaps pass j + 1; SOFTMAX takes ``SoftmaxUnit.cycles(R, L / sfu_lanes)``;
+  phase reduction) overlaps pass j + 1, and pass j + 2 computes only once pass j's drain is done (two
+  accumulator banks: COMPUTE runs at most one job ahead of the one DRAIN stage); SOFTMAX takes
+  ``SoftmaxUnit.cycles(R, L / sfu_lanes)``;
 * **input unit** (in order): the GPU's x, or a CHAIN's copy of the kept result once its producer (the owner's
   last KEEP) has written it, enters the input ring at one beat per cycle;
 * **input feeder** (in order, hdl/ndp/core.py's x feeder): hands each job its input, the PE array's and the
@@ -22,8 +24,9 @@ descriptor by descriptor, in program order:
 * **SFU** (its own unit): SOFTMAX takes ``SoftmaxUnit.cycles(R, L / sfu_lanes)`` from its first word, and its
   outputs wait for the output writer;
 * **output writer** (in order): every descriptor's results are written in program order (a PE job's first
-  output waits for the writer to be done with the previous descriptor; the PE array's one DRAIN stage is held
-  meanwhile); a CHAIN's producer is "written" when the writer is done with it;
+  output waits for the writer to be done with the previous job and the previous descriptor; the PE array's one
+  DRAIN stage is held meanwhile, a TRANS job's adder tree holding its words); a CHAIN's producer is "written" when
+  the writer is done with it;
 * **return**: result beats leave on ``y`` at one beat per cycle, then the completion, in order.
 
 A decode batch's attention runs on a device as one descriptor stream (firmware ``kernels.attention_batch``):
@@ -106,7 +109,10 @@ class Calibration:
     * ``lead_sfu``: a SOFTMAX's input copied -> the SFU's first word (``lead``'s counterpart; may be negative);
     * ``hold``: the SFU's last word taken -> the input feeder free for the next job;
     * ``wpe``: slack of a PE job's first output against the output writer (may be negative);
-    * ``xf_pe``: the input feeder free -> a PE job's first A beat (beyond its x beats).
+    * ``xf_pe``: the input feeder free -> a PE job's first A beat (beyond its x beats);
+    * ``wjob``: a PE job's (pass's) last result -> the next PE job's first at the output writer, of any
+      descriptor (the writer finishes a job, its post-add and conversion included, before it takes the next
+      job's results; the adder tree and the DRAIN stage wait meanwhile).
 
     The post_* constants and ``cpl`` are relative to the writer's events (docs/ndp_perf.md); ``post_*``,
     ``lead_sfu`` and ``wpe`` are fitted in -64..64, the others in 0..64.
@@ -129,6 +135,7 @@ class Calibration:
     hold: float = 0.0
     wpe: float = 0.0
     xf_pe: float = 0.0
+    wjob: float = 0.0
 
 
 def load_calibration(path=CALIBRATION_PATH) -> Calibration:
@@ -302,6 +309,9 @@ class NDPPerfModel:
         #: a mutant's knob: a TRANS job holds the DRAIN stage until its adder tree has emptied (the model before
         #: 2026-12-05); the RTL frees it once the job's last word entered the tree
         self.tree_hold = False
+        #: a mutant's knob: False lets a PE job compute before the DRAIN stage has taken the job before it (the model
+        #: before 2026-12-05, later); the RTL's two accumulator banks keep COMPUTE at most one job ahead of DRAIN
+        self.two_banks = True
         self.pe = PEArray(lanes=config.lanes, batch=config.pe_batch, acc=config.acc, max_k=config.max_k,
                           acc_columns=config.acc_columns)
         sl = config.sfu_lanes
@@ -396,18 +406,23 @@ class NDPPerfModel:
                         # (hdl/ndp/pe_array.py: d_busy drops on ~d_pending & ~t_valid; the tree's mode FIFO lets
                         # the next job drain behind it): TRANS_PAIR + the calibrated pair_free
                         drain = rows * g + pe.tree_latency
-                        occ = drain if self.tree_hold else rows * g
-                        lat, fo = 0, pe.tree_latency
+                        # (TRANS_HALF: a word gives two results; the tree takes rows x g / 2 words)
+                        occ = drain if self.tree_hold else rows * g // (2 if mode == PEMode.TRANS_HALF else 1)
+                        lat, fo = pe.loop_latency + 1, pe.tree_latency    # (DRAIN reads once the write-backs are done)
                     elif j["S"] == 1 and mode in (PEMode.ROW, PEMode.ROW_GROUP):
                         drain = occ = rows * j["words"]              # PEArray.cycles, nb >= 8
                         lat, fo = pe.drain_latency, 1
                     else:
                         # the K-split phases reduced one output beat at a time (PEArray.reduce_cycles)
                         red = pe.reduce_cycles(j["S"], mode == PEMode.ROW_HALF)
-                        drain = occ = rows * j["words"] * red
+                        drain = rows * j["words"] * red
+                        # the stage is free 2 cycles after the last beat's offer (its last phase-0 visit drops
+                        # d_busy, then DRAIN takes the next job: hdl/ndp/pe_array.py)
+                        occ = drain + 2
                         lat, fo = pe.loop_latency + 1, red
                     a_beats = j["beats"] * (2 if pair else 1)
-                    passes.append([comp, drain, a_beats if r0 == 0 else None, occ, pair, lat, fo])
+                    per = 2 if mode == PEMode.TRANS_HALF else 1          # results per word into the tree
+                    passes.append([comp, drain, a_beats if r0 == 0 else None, occ, pair, lat, fo, per])
                     beats_first += a_beats if r0 == 0 else 0
             # the first row pass sweeps the operand once, column group after column group (the k-major layout
             # stores the groups one after the other): job j needs the lines up to its share of the operand
@@ -458,6 +473,8 @@ class NDPPerfModel:
         arrive_prev = 0.0
         comp_prev = -1e18                       # last A beat of the previous PE job
         pe_free = 0.0                           # the PE array's DRAIN stage free (one stage for every descriptor)
+        c_free = 0.0                            # the PE array's COMPUTE stage free (the last job taken by DRAIN)
+        last_out = -1e18                        # the last PE job's last result to the output writer
         done_prev = 0.0                         # previous completion
         in_free = 0.0                           # input unit free (in order)
         xf_free = 0.0                           # input feeder free (in order)
@@ -517,14 +534,15 @@ class NDPPerfModel:
                 comp_ends.append(comp_prev)
             else:
                 # ---- PE passes (jobs) / LOAD / STORE
-                t = max(comp_prev + c.gap, arrive_first + c.lead, x_ready + c.lead, xf_free + x_first + c.xf_pe)
+                pe_kind = kind in ("row", "trans")
+                t = max(comp_prev + c.gap, arrive_first + c.lead, x_ready + c.lead,
+                        xf_free + x_first + (c.xf_pe if pe_kind else 0.0))
                 t0 = t
                 drain_end = 0.0
-                pe_kind = kind in ("row", "trans")
                 for n, ps in enumerate(s["pass"]):
                     comp, drain, frac, occ, pair = ps[:5]
                     if n:
-                        t += c.gap
+                        t = max(t, c_free) + c.gap
                     if frac is not None and lines:
                         # the first sweep over the operand consumes the lines as they arrive (at most one beat per
                         # cycle): this job's share of them has arrived
@@ -537,11 +555,25 @@ class NDPPerfModel:
                         end = max(end, done_prev + c.ret_wait - self.ret_cap + 2 * s["ret"])
                     if pe_kind and self.drain_stage:
                         lat, fo = ps[5], ps[6]
-                        # the DRAIN stage: after the accumulation's latency, once free, and once the writer can
-                        # take its first output
-                        d0 = max(end + lat, drain_end, pe_free, w_free - fo + c.wpe)
-                        pe_free = d0 + occ + (c.pair_free if pair else 0.0)
-                        drain_end = d0 + drain
+                        # two accumulator banks: the DRAIN stage takes this job once it is free, and only then
+                        # may the next job compute (hdl/ndp/pe_array.py take_c / take_l). The DRAIN stage reads
+                        # after the accumulation's write-backs (lat) and once free; the output writer finishes the
+                        # previous job (its post-add and conversion) before it takes this one's results (wjob),
+                        # and the previous descriptor before its first (wpe)
+                        c_free = max(end, pe_free) if self.two_banks else end
+                        if kind == "trans":
+                            # TRANS: DRAIN reads a word per cycle into the adder tree, whose stages hold the
+                            # words while the writer is busy; the results leave it one per cycle
+                            d0 = max(end + lat, pe_free)
+                            out0 = max(d0 + fo, last_out + c.wjob, w_free + c.wpe)
+                            drain_end = last_out = out0 + drain - fo
+                            # (the tree's stages hold up to fo words: TRANS_HALF's two results per word leave
+                            # the last word 2 fo results behind the end)
+                            pe_free = max(d0 + occ, drain_end - ps[7] * fo) + (c.pair_free if pair else 0.0)
+                        else:
+                            d0 = max(end + lat, last_out - fo + c.wjob, pe_free, w_free - fo + c.wpe)
+                            pe_free = d0 + occ
+                            drain_end = last_out = d0 + drain
                     elif pe_kind:
                         drain_end = max(end + ps[5], drain_end) + drain
                     else:
@@ -549,7 +581,7 @@ class NDPPerfModel:
                     t = end
                 if pe_kind or kind == "store":
                     xf_free = max(xf_free, t0 - c.lead)
-                comp_prev = t
+                comp_prev = max(t, c_free) if pe_kind and self.drain_stage else t
                 comp_ends.append(t)
                 if kind != "load" and s["ret"]:
                     drain_end = max(drain_end, done_prev + c.ret_wait - self.ret_cap + 2 * s["ret"])
@@ -961,6 +993,13 @@ def calibration_programs(config):
             base = kv["end"]
             entries.append((z((g, 32)), kv))
         progs[f"att_stream6x1beat_hd32_g{g}"] = K.attention_batch(entries, config=config).program
+    # LoRA E4s of a block and a half (the half-block tail first, then the block, ACC) at batch 8: four passes of
+    # two rows each, drain-bound, the writer finishing each pass before the next (the paper's D = 768 has this
+    # structure at 512 lanes); and of 4.5 blocks, where the tail's drains meet the block's passes in the PE
+    # array's two accumulator banks
+    for d in (12, 36):
+        lay = K.lora_layout(d, 16, config=config)
+        progs[f"e4_d{d}_r16_b8"] = K.lora_e4(z((8, d)), lay, config=config).program
     return progs
 
 
@@ -985,6 +1024,10 @@ def validation_programs(config):
     # E4 with the half-block tail first and balanced K-tiles (20.5 blocks of lanes rows; 8 blocks per tile at most)
     lay = K.lora_layout(164, 16, config=config)
     out["e4_d164_r16_b4"] = K.lora_e4(z((4, 164)), lay, config=config).program
+    # the same structure at other D, R, batch: 2.5 and 12.5 blocks
+    for d, r, b in ((20, 32, 8), (100, 32, 4)):
+        lay = K.lora_layout(d, r, config=config)
+        out[f"e4_d{d}_r{r}_b{b}"] = K.lora_e4(z((b, d)), lay, config=config).program
     for hd, l, g in ((16, 96, 1), (32, 64, 2)):
         kv = K.kv_layout(hd, l, config=config, rows=g)
         out[f"att_hd{hd}_l{l}_g{g}"] = K.attention_integral(z((g, hd)), kv, config=config).program

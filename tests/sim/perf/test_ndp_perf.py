@@ -48,7 +48,9 @@ def test_model_within_3_percent_of_rtl_and_mutants_fail():
     validation kernel, the streams of very short attention pairs included (issue 29: -0.7 .. +3.2 % before the
     TRANS jobs' DRAIN stage was freed as their last word enters the adder tree, 2026-12-05); the mutants
     (descriptor overlap disabled, all constants zero, ``gap`` and ``start`` zero, the DRAIN stage not shared across
-    descriptors, a TRANS job holding the DRAIN stage until its adder tree has emptied) exceed 3 % on some kernel."""
+    descriptors, a TRANS job holding the DRAIN stage until its adder tree has emptied, a job computing before the
+    DRAIN stage has taken the one before it, the writer taking the next job's results without finishing the
+    previous job) exceed 3 % on some kernel."""
     cfg, mem, runs = _measured()
     err = _errors(NDPPerfModel(cfg, mem), runs)
     print("\n" + "\n".join(f"{n:>18}: RTL {runs[n][1]:>5} cycles, model {100 * e:+.2f}%" for n, e in err.items()))
@@ -64,6 +66,9 @@ def test_model_within_3_percent_of_rtl_and_mutants_fail():
     mutants["drain_per_descriptor"].drain_stage = False
     mutants["tree_hold"] = NDPPerfModel(cfg, mem, cal)
     mutants["tree_hold"].tree_hold = True
+    mutants["no_bank_limit"] = NDPPerfModel(cfg, mem, cal)      # COMPUTE any distance ahead of DRAIN
+    mutants["no_bank_limit"].two_banks = False
+    mutants["no_writer_hand_over"] = NDPPerfModel(cfg, mem, replace(cal, wjob=0.0))
     for name, model in mutants.items():
         merr = _errors(model, runs)
         assert max(abs(e) for e in merr.values()) > BOUND, (name, merr)
@@ -149,7 +154,7 @@ def _greedy_k_tiles(d, r, config):
 def test_paper_batch4_gemm_tails_and_loads(monkeypatch):
     """Issue 29 items 2 and 3 in the model at the paper geometry. Balanced K-tiles with the half-block tail first:
     E4 and E3 at R = 128, batch 4, alone from an idle device, >= 90 % of the MAC peak at every D >= 4096
-    (D = 5120 and 11008 included); the greedy tiling (the mutant) stays below 90 % there. E2 LOADs: >= 85 % of
+    (D = 5120 and 11008 included); the greedy tiling (the mutant) is slower at both and below 90 % at 11008. E2 LOADs: >= 85 % of
     the lesser of the device and the CXL link from 1 MiB up (the link); at the device alone whole-ring chunks take
     turns with their returns (< 50 %), quarter-ring chunks (measured, not kept: each descriptor costs the CXL
     front end) would not (>= 85 % from 4 MiB)."""
@@ -169,7 +174,9 @@ def test_paper_batch4_gemm_tails_and_loads(monkeypatch):
     monkeypatch.setattr(ndp, "_TABLES_LOADED", {})
     g = paper_figures(NDPPerfModel.paper(table=None))
     worse = {(x["kernel"], x["D"]): x["alone"] for x in g["gemm_batch4"] if x["R"] == 128}
-    assert worse["e4", 5120] < 0.90 and worse["e4", 11008] < 0.90, worse
+    # greedy tiles are slower at both D (the short last tiles' drains exposed at the end) and miss 90 % at 11008
+    assert worse["e4", 5120] < alone["e4", 5120] and worse["e4", 11008] < alone["e4", 11008], (worse, alone)
+    assert worse["e4", 11008] < 0.90, worse
     assert all(le["device_efficiency"] >= 0.85 for le in g["load_eff"] if le["bytes"] >= 4 << 20), g["load_eff"]
 
 
