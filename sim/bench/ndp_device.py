@@ -283,6 +283,11 @@ def main(argv=None) -> int:
     res = []
     dram = LPDDR5X_8533 if a.timing_only else data_config()
     cfg = slice_preset(a.channels) if a.timing_only else slice_config(a.channels)
+    for c in cases:         # a case the slice cannot hold is refused before any build, naming why
+        try:
+            kernel_program(c, cfg)
+        except ValueError as e:
+            ap.error(f"--kernel {c} does not fit --channels {a.channels}: {e}")
     # one build for every case (preload: one per case, the data is in the design)
     dut = None if a.preload and not a.timing_only else _system(cfg, a.channels, dram, storage=not a.timing_only,
                                                                 hierarchical=a.backend == "verilator")

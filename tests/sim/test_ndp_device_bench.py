@@ -29,6 +29,16 @@ def test_bad_case_is_refused():
     assert "attention_grouped" in B.CASES and "attention_grouped" not in B.ALL_CASES
 
 
+def test_cli_refuses_a_case_the_slice_cannot_hold(capsys):
+    """The bench's command line refuses the grouped shares on 2 channels before building anything: exit 2, one
+    line naming the case, the channels and the capacity."""
+    with pytest.raises(SystemExit) as e:
+        B.main(["--kernel", "attention_grouped", "--channels", "2", "--out", "/nonexistent/never-written.json"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--kernel attention_grouped does not fit --channels 2" in err and "device_bytes (4194304)" in err
+
+
 def test_grouped_case_runs_the_grouped_kernels():
     """``attention_grouped``'s stream is the grouped dataflow (every READ_COMPUTE a GROUP descriptor), NARROW for
     the 16- and 64-token shares and W tiles from 256, GQA 1 and 4."""
